@@ -1,0 +1,146 @@
+// logits, generate and make-model.
+#include <fmt/core.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/sequence_runner.h"
+#include "kernels/ops.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace deepinfer::cli {
+
+std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string_view item(text.data() + start, comma - start);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    int32_t id = 0;
+    auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (item.empty() || error != std::errc() || end != item.data() + item.size() || id < 0) {
+      fail("{}: \"{}\" is not a token id (expected comma-separated non-negative integers)", flag, item);
+    }
+    ids.push_back(id);
+    start = comma + 1;
+  }
+  return ids;
+}
+
+namespace {
+
+LoadMode parse_load_mode(const std::string& name) { return name == "read" ? LoadMode::kRead : LoadMode::kMmap; }
+
+void check_ids_fit(const std::vector<int32_t>& ids, const ModelConfig& config, const char* flag) {
+  for (int32_t id : ids) {
+    if (id >= config.vocab_size) fail("{}: token id {} is outside the vocabulary (size {})", flag, id, config.vocab_size);
+  }
+}
+
+struct LogitsArgs {
+  std::string model_dir, ids, out, load = "mmap";
+};
+
+void run_logits(const LogitsArgs& args) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(args.model_dir, parse_load_mode(args.load), *ops);
+  std::vector<int32_t> ids = parse_id_list(args.ids, "--ids");
+  check_ids_fit(ids, model->config(), "--ids");
+  SequenceRunner runner(*model, static_cast<int64_t>(ids.size()));
+  std::vector<float> logits = runner.feed(ids, true);
+  auto rows = static_cast<int64_t>(ids.size());
+  Tensor view = Tensor::contiguous(logits.data(), DType::kF32, {rows, model->config().vocab_size});
+  write_safetensors(args.out, {{"logits", view}});
+}
+
+struct GenerateArgs {
+  std::string model_dir, prompt_ids, output = "ids", load = "mmap";
+  int max_tokens = 16;
+  double temperature = 0.0;
+  bool ignore_eos = false;
+};
+
+void run_generate(const GenerateArgs& args) {
+  if (args.temperature != 0.0) {
+    fail("--temperature {}: only greedy decoding (0) is available in this build; sampling comes with the engine", args.temperature);
+  }
+  auto ops = make_cpu_ops();
+  auto model = load_model(args.model_dir, parse_load_mode(args.load), *ops);
+  std::vector<int32_t> prompt = parse_id_list(args.prompt_ids, "--prompt-ids");
+  check_ids_fit(prompt, model->config(), "--prompt-ids");
+  GreedyOptions options;
+  options.max_new_tokens = args.max_tokens;
+  options.stop_at_eos = !args.ignore_eos;
+  std::vector<int32_t> generated = generate_greedy(*model, prompt, options);
+  fmt::print("{}\n", fmt::join(generated, " "));
+}
+
+}  // namespace
+
+void add_logits_command(CLI::App& app) {
+  auto args = std::make_shared<LogitsArgs>();
+  CLI::App* command = app.add_subcommand("logits", "Write the logits at every position of a prompt");
+  command->add_option("model_dir", args->model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  command->add_option("--ids", args->ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")->required();
+  command->add_option("--out", args->out, "Output .safetensors file: one float32 tensor \"logits\" [T, vocab]")->required();
+  command->add_option("--load", args->load, "How weights reach memory: mmap (instant) or read (copied in)")
+      ->check(CLI::IsMember({"mmap", "read"}));
+  command->callback([args] { run_logits(*args); });
+}
+
+void add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* command = app.add_subcommand("generate", "Continue a prompt and print the generated token ids");
+  command->add_option("model_dir", args->model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  command->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated")->required();
+  command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")->check(CLI::Range(1, 1 << 20));
+  command->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
+  command->add_option("--output", args->output, "What to print: ids (space-separated on one line)")
+      ->check(CLI::IsMember({"ids"}));
+  command->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
+  command->add_option("--load", args->load, "How weights reach memory: mmap or read")->check(CLI::IsMember({"mmap", "read"}));
+  command->callback([args] { run_generate(*args); });
+}
+
+void add_make_model_command(CLI::App& app) {
+  auto options = std::make_shared<MakeModelOptions>();
+  auto out = std::make_shared<std::string>();
+  auto dtype = std::make_shared<std::string>("bf16");
+  CLI::App* command = app.add_subcommand("make-model", "Write a random-weight checkpoint in the Hugging Face layout");
+  command->add_option("out_dir", *out, "Folder to write (created if missing)")->required();
+  command->add_option("--family", options->family, "Architecture family")
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3"}));
+  command->add_option("--vocab", options->vocab_size, "Vocabulary size")->check(CLI::PositiveNumber);
+  command->add_option("--hidden", options->hidden_size, "Hidden size")->check(CLI::PositiveNumber);
+  command->add_option("--intermediate", options->intermediate_size, "MLP intermediate size")->check(CLI::PositiveNumber);
+  command->add_option("--layers", options->num_layers, "Number of layers")->check(CLI::PositiveNumber);
+  command->add_option("--heads", options->num_heads, "Attention heads")->check(CLI::PositiveNumber);
+  command->add_option("--kv-heads", options->num_kv_heads, "Key/value heads (GQA when fewer than --heads)")->check(CLI::PositiveNumber);
+  command->add_option("--head-dim", options->head_dim, "Head size (default hidden / heads)")->check(CLI::NonNegativeNumber);
+  command->add_option("--max-position", options->max_position_embeddings, "max_position_embeddings")->check(CLI::PositiveNumber);
+  command->add_option("--sliding-window", options->sliding_window, "Sliding window (mistral, qwen2, qwen3); 0 for none")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--rope-theta", options->rope_theta, "Rope base")->check(CLI::PositiveNumber);
+  command->add_option("--rope-scaling", options->rope_scaling_json, "rope_scaling as JSON, e.g. '{\"rope_type\":\"llama3\",...}'");
+  command->add_flag("--tie-embeddings", options->tie_word_embeddings, "Share the embedding table with the LM head");
+  command->add_option("--dtype", *dtype, "Weight dtype")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  command->add_option("--seed", options->seed, "Seed for the random weights");
+  auto shard_mib = std::make_shared<size_t>(5 << 10);
+  command->add_option("--max-shard-mib", *shard_mib, "Largest shard in MiB; bigger models get an index")
+      ->check(CLI::PositiveNumber);
+  command->callback([options, out, dtype, shard_mib] {
+    options->max_shard_bytes = *shard_mib << 20;
+    options->dtype = *dtype == "bf16" ? DType::kBF16 : *dtype == "f16" ? DType::kF16 : DType::kF32;
+    make_random_model(*options, *out);
+    fmt::print("wrote {}\n", *out);
+  });
+}
+
+}  // namespace deepinfer::cli

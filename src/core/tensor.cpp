@@ -1,0 +1,98 @@
+#include "core/tensor.h"
+
+#include <sys/mman.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                          Device device) {
+  DI_CHECK(shape.size() <= kMaxDims, "tensor rank {} exceeds {}", shape.size(), kMaxDims);
+  Tensor tensor;
+  tensor.data = data;
+  tensor.dtype = dtype;
+  tensor.device = device;
+  tensor.rank = static_cast<int>(shape.size());
+  int axis = 0;
+  for (int64_t extent : shape) tensor.shape[static_cast<size_t>(axis++)] = extent;
+  int64_t stride = 1;
+  for (int i = tensor.rank - 1; i >= 0; --i) {
+    tensor.strides[static_cast<size_t>(i)] = stride;
+    stride *= tensor.shape[static_cast<size_t>(i)];
+  }
+  return tensor;
+}
+
+int64_t Tensor::numel() const {
+  int64_t count = 1;
+  for (int i = 0; i < rank; ++i) count *= shape[static_cast<size_t>(i)];
+  return count;
+}
+
+bool Tensor::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[static_cast<size_t>(i)] != 1 && strides[static_cast<size_t>(i)] != expected) {
+      return false;
+    }
+    expected *= shape[static_cast<size_t>(i)];
+  }
+  return true;
+}
+
+std::string Tensor::shape_string() const {
+  std::string text = "[";
+  for (int i = 0; i < rank; ++i) {
+    if (i) text += ", ";
+    text += std::to_string(shape[static_cast<size_t>(i)]);
+  }
+  return text + "]";
+}
+
+Tensor Tensor::row(int64_t index) const {
+  Tensor view;
+  view.dtype = dtype;
+  view.device = device;
+  view.rank = rank - 1;
+  view.data = static_cast<char*>(data) +
+              static_cast<size_t>(index * strides[0]) * dtype_size(dtype);
+  for (int i = 1; i < rank; ++i) {
+    view.shape[static_cast<size_t>(i - 1)] = shape[static_cast<size_t>(i)];
+    view.strides[static_cast<size_t>(i - 1)] = strides[static_cast<size_t>(i)];
+  }
+  return view;
+}
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kVectorAlignment = 64;
+}  // namespace
+
+Buffer::Buffer(size_t bytes) : size_(bytes) {
+  if (bytes == 0) return;
+  // Large buffers go on huge-page boundaries so the kernel can back them with huge pages,
+  // which keeps TLB misses out of weight streaming.
+  size_t alignment = bytes >= kHugePage ? kHugePage : kVectorAlignment;
+  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+  void* pointer = std::aligned_alloc(alignment, rounded);
+  if (pointer == nullptr) fail("out of memory allocating {} bytes", bytes);
+  if (alignment == kHugePage) madvise(pointer, rounded, MADV_HUGEPAGE);
+  std::memset(pointer, 0, bytes);
+  data_.reset(pointer);
+}
+
+void Buffer::Free::operator()(void* pointer) const { std::free(pointer); }
+
+FloatTensor::FloatTensor(std::initializer_list<int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t extent : shape) count *= extent;
+  buffer_ = Buffer(static_cast<size_t>(count) * sizeof(float));
+  view_ = Tensor::contiguous(buffer_.data(), DType::kF32, shape);
+}
+
+}  // namespace deepinfer

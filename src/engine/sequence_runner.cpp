@@ -1,0 +1,51 @@
+#include "engine/sequence_runner.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+SequenceRunner::SequenceRunner(CausalLM& model, int64_t max_tokens, int block_size)
+    : model_(model),
+      cache_(model.kv_shape(block_size), std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size)),
+      capacity_(max_tokens) {}
+
+std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool all_logits,
+                                        const HiddenStateSink& hidden_sink) {
+  DI_CHECK(!tokens.empty(), "no tokens to run");
+  int64_t needed = length_ + static_cast<int64_t>(tokens.size());
+  DI_CHECK(needed <= capacity_, "sequence of {} tokens exceeds the {} this run was sized for", needed, capacity_);
+  blocks_.reserve(cache_, needed);
+  ForwardBatch batch;
+  batch.add_sequence(tokens, length_, blocks_, cache_.shape().block_size, all_logits);
+  int64_t vocab = model_.config().vocab_size;
+  std::vector<float> logits(batch.logit_rows.size() * static_cast<size_t>(vocab));
+  model_.forward(batch, cache_, logits.data(), hidden_sink);
+  length_ = needed;
+  return logits;
+}
+
+int32_t argmax(const float* values, int64_t count) {
+  return static_cast<int32_t>(std::max_element(values, values + count) - values);
+}
+
+std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>& prompt,
+                                     const GreedyOptions& options) {
+  const ModelConfig& config = model.config();
+  int64_t limit = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
+  SequenceRunner runner(model, limit);
+  std::vector<int32_t> generated;
+  std::vector<float> logits = runner.feed(prompt, false);
+  while (static_cast<int>(generated.size()) < options.max_new_tokens) {
+    int32_t next = argmax(logits.data(), config.vocab_size);
+    generated.push_back(next);
+    bool is_eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), next) !=
+                  config.eos_token_ids.end();
+    if ((options.stop_at_eos && is_eos) || static_cast<int>(generated.size()) == options.max_new_tokens) break;
+    logits = runner.feed({next}, false);
+  }
+  return generated;
+}
+
+}  // namespace deepinfer

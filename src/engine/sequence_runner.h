@@ -1,0 +1,44 @@
+// Runs one sequence through a model with its own paged KV cache: the building block of the
+// logits, generate and bench commands until the batching engine takes over.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+class SequenceRunner {
+ public:
+  // Sizes the cache for `max_tokens` tokens in blocks of `block_size`.
+  SequenceRunner(CausalLM& model, int64_t max_tokens, int block_size = 16);
+
+  // Feeds `tokens` after what the sequence already holds. Returns logits for every new token
+  // ([count, vocab], row-major) when `all_logits`, else only for the last one.
+  std::vector<float> feed(const std::vector<int32_t>& tokens, bool all_logits,
+                          const HiddenStateSink& hidden_sink = nullptr);
+  int64_t length() const { return length_; }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  CausalLM& model_;
+  KvCache cache_;
+  SequenceBlocks blocks_;
+  int64_t length_ = 0;
+  int64_t capacity_;
+};
+
+struct GreedyOptions {
+  int max_new_tokens = 16;
+  bool stop_at_eos = true;
+};
+
+// Greedy continuation of `prompt` (temperature 0): the new token ids.
+std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>& prompt,
+                                     const GreedyOptions& options);
+
+int32_t argmax(const float* values, int64_t count);
+
+}  // namespace deepinfer

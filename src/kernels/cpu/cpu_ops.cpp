@@ -1,0 +1,242 @@
+// The CPU backend: the reference every other backend is tested against.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/ops.h"
+
+namespace deepinfer {
+namespace {
+
+using cpu::IsaKernels;
+using cpu::WeightType;
+
+WeightType weight_type(const Tensor& weight) {
+  switch (weight.dtype) {
+    case DType::kF32:
+      return WeightType::kF32;
+    case DType::kBF16:
+      return WeightType::kBF16;
+    case DType::kF16:
+      return WeightType::kF16;
+    default:
+      fail("matmul: weights of dtype {} are not supported", dtype_name(weight.dtype));
+  }
+}
+
+float element_as_f32(const Tensor& tensor, int64_t index) {
+  switch (tensor.dtype) {
+    case DType::kF32:
+      return tensor.as<const float>()[index];
+    case DType::kBF16:
+      return bf16_to_f32(tensor.as<const uint16_t>()[index]);
+    case DType::kF16:
+      return f16_to_f32(tensor.as<const uint16_t>()[index]);
+    default:
+      fail("dtype {} cannot be read as floating point", dtype_name(tensor.dtype));
+  }
+}
+
+// Widens a 1-D parameter (norm weight, bias) to f32; they are small and reused per row.
+std::vector<float> widen(const Tensor& tensor) {
+  std::vector<float> values(static_cast<size_t>(tensor.numel()));
+  for (int64_t i = 0; i < tensor.numel(); ++i) values[static_cast<size_t>(i)] = element_as_f32(tensor, i);
+  return values;
+}
+
+int64_t rows_of(const Tensor& tensor) { return tensor.numel() / tensor.dim(-1); }
+
+class CpuOps final : public Ops {
+ public:
+  CpuOps() : isa_(cpu::select_kernels()), pool_(ThreadPool::global()) {}
+
+  std::string name() const override { return std::string("cpu-") + isa_.name; }
+
+  void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    int64_t depth = x.dim(-1);
+    int64_t rows = rows_of(x);
+    int64_t cols = weight.dim(0);
+    DI_CHECK(weight.rank == 2 && weight.dim(1) == depth, "matmul: weight {} does not match input depth {}", weight.shape_string(), depth);
+    DI_CHECK(y.dim(-1) == cols && rows_of(y) == rows, "matmul: output {} is not [{}, {}]", y.shape_string(), rows, cols);
+    std::vector<float> bias_values = bias ? widen(*bias) : std::vector<float>();
+    const float* bias_data = bias ? bias_values.data() : nullptr;
+    WeightType type = weight_type(weight);
+    // Threads split the output columns so each weight row is read by exactly one thread.
+    pool_.parallel_for(cols, 16, [&](int64_t begin, int64_t end) {
+      isa_.matmul(x.as<const float>(), depth, weight.data, depth, type, bias_data, rows, begin,
+                  end, depth, y.as<float>(), cols);
+    });
+  }
+
+  void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
+    int64_t width = table.dim(1);
+    int64_t vocab = table.dim(0);
+    int64_t count = rows_of(out);
+    for (int64_t i = 0; i < count; ++i) {
+      DI_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary (size {})", ids[i], vocab);
+    }
+    pool_.parallel_for(count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        float* row = out.as<float>() + i * width;
+        for (int64_t j = 0; j < width; ++j) row[j] = element_as_f32(table, ids[i] * width + j);
+      }
+    });
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) override {
+    int64_t width = x.dim(-1);
+    DI_CHECK(weight.numel() == width, "rmsnorm: weight has {} values for rows of {}", weight.numel(), width);
+    std::vector<float> scale = widen(weight);
+    int64_t rows = rows_of(x);
+    pool_.parallel_for(rows, 4, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float* in = x.as<const float>() + r * width;
+        float* out = y.as<float>() + r * width;
+        float sum_squares = isa_.dot(in, in, width);
+        float inverse_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(width) + eps);
+        for (int64_t j = 0; j < width; ++j) out[j] = scale[static_cast<size_t>(j)] * (in[j] * inverse_rms);
+      }
+    });
+  }
+
+  void add(Tensor& y, const Tensor& x) override {
+    float* out = y.as<float>();
+    const float* in = x.as<const float>();
+    int64_t count = y.numel();
+    for (int64_t i = 0; i < count; ++i) out[i] += in[i];
+  }
+
+  void rope(Tensor& x, const float* cos, const float* sin, int rotary_dim, bool interleaved) override {
+    int64_t tokens = x.dim(0);
+    int64_t heads = x.dim(1);
+    int64_t head_dim = x.dim(2);
+    int half = rotary_dim / 2;
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* c = cos + t * half;
+      const float* s = sin + t * half;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = x.as<float>() + (t * heads + h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          int first = interleaved ? 2 * i : i;
+          int second = interleaved ? 2 * i + 1 : i + half;
+          float a = v[first];
+          float b = v[second];
+          v[first] = a * c[i] - b * s[i];
+          v[second] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    gated(gate, up, out, [](float g) { return g / (1.0f + std::exp(-g)); });
+  }
+
+  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    gated(gate, up, out, [](float g) {
+      constexpr float kSqrt2OverPi = 0.7978845608028654f;
+      return 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * (g + 0.044715f * g * g * g)));
+    });
+  }
+
+  void kv_write(const Tensor& k, const Tensor& v, const AttentionBatch& batch,
+                const PagedKvView& cache) override {
+    int64_t width = static_cast<int64_t>(cache.num_kv_heads) * cache.head_dim;
+    int64_t tokens = k.dim(0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      int64_t slot = batch.slot_mapping[t];
+      std::copy_n(k.as<const float>() + t * width, width, cache.keys + slot * width);
+      std::copy_n(v.as<const float>() + t * width, width, cache.values + slot * width);
+    }
+  }
+
+  void paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
+                       float scale, int window, Tensor& out) override;
+
+ private:
+  template <typename Activation>
+  void gated(const Tensor& gate, const Tensor& up, Tensor& out, Activation activation) {
+    int64_t count = out.numel();
+    pool_.parallel_for(count, 256, [&](int64_t begin, int64_t end) {
+      const float* g = gate.as<const float>();
+      const float* u = up.as<const float>();
+      float* result = out.as<float>();
+      for (int64_t i = begin; i < end; ++i) result[i] = activation(g[i]) * u[i];
+    });
+  }
+
+  void attend_one(const float* query, int seq, int64_t position, int kv_head, const AttentionBatch& batch,
+                  const PagedKvView& cache, float scale, int window, std::vector<float>& scores,
+                  float* result);
+
+  const IsaKernels& isa_;
+  ThreadPool& pool_;
+};
+
+// One query row of one head: scores over the visible keys, softmax, weighted sum of values.
+void CpuOps::attend_one(const float* query, int seq, int64_t position, int kv_head,
+                        const AttentionBatch& batch, const PagedKvView& cache, float scale,
+                        int window, std::vector<float>& scores, float* result) {
+  int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+  int64_t count = position - first + 1;
+  scores.resize(static_cast<size_t>(count));
+  const int32_t* table = batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
+  int64_t token_stride = static_cast<int64_t>(cache.num_kv_heads) * cache.head_dim;
+  auto row_offset = [&](int64_t token) {
+    int64_t block = table[token / cache.block_size];
+    return (block * cache.block_size + token % cache.block_size) * token_stride +
+           static_cast<int64_t>(kv_head) * cache.head_dim;
+  };
+  float max_score = -INFINITY;
+  for (int64_t i = 0; i < count; ++i) {
+    float score = isa_.dot(query, cache.keys + row_offset(first + i), cache.head_dim) * scale;
+    scores[static_cast<size_t>(i)] = score;
+    max_score = std::max(max_score, score);
+  }
+  float total = 0.0f;
+  for (float& score : scores) {
+    score = std::exp(score - max_score);
+    total += score;
+  }
+  std::fill_n(result, cache.head_dim, 0.0f);
+  float inverse_total = 1.0f / total;
+  for (int64_t i = 0; i < count; ++i) {
+    isa_.axpy(scores[static_cast<size_t>(i)] * inverse_total, cache.values + row_offset(first + i),
+              result, cache.head_dim);
+  }
+}
+
+void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
+                             float scale, int window, Tensor& out) {
+  int64_t tokens = q.dim(0);
+  int heads = static_cast<int>(q.dim(1));
+  int64_t head_dim = q.dim(2);
+  int group = heads / cache.num_kv_heads;
+  // Map each query row to its sequence once, so work can be split over (row, head) pairs.
+  std::vector<int> row_seq(static_cast<size_t>(tokens));
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    for (int32_t r = batch.query_start[s]; r < batch.query_start[s + 1]; ++r) row_seq[static_cast<size_t>(r)] = s;
+  }
+  pool_.parallel_for(tokens * heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores;
+    for (int64_t item = begin; item < end; ++item) {
+      int64_t row = item / heads;
+      int head = static_cast<int>(item % heads);
+      int seq = row_seq[static_cast<size_t>(row)];
+      int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
+      int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
+      attend_one(q.as<const float>() + (row * heads + head) * head_dim, seq, position,
+                 head / group, batch, cache, scale, window, scores,
+                 out.as<float>() + (row * heads + head) * head_dim);
+    }
+  });
+}
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+
+}  // namespace deepinfer

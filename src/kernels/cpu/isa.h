@@ -1,0 +1,30 @@
+// Per-instruction-set kernel tables for the CPU backend.
+#pragma once
+
+#include <cstdint>
+
+namespace deepinfer::cpu {
+
+enum class WeightType { kF32, kBF16, kF16 };
+
+// The inner loops that differ per instruction set; everything else is shared C++.
+struct IsaKernels {
+  const char* name;
+  // y[t * ldy + n] = sum_k x[t * ldx + k] * w[n * ldw + k] (+ bias[n]) for t < rows, n in
+  // [n_begin, n_end). Reads w in its stored type.
+  void (*matmul)(const float* x, int64_t ldx, const void* w, int64_t ldw, WeightType type,
+                 const float* bias, int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth,
+                 float* y, int64_t ldy);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  // y += alpha * x
+  void (*axpy)(float alpha, const float* x, float* y, int64_t n);
+};
+
+const IsaKernels& generic_kernels();
+const IsaKernels* avx2_kernels();    // nullptr when not compiled in
+const IsaKernels* avx512_kernels();  // nullptr when not compiled in
+
+// The best table this CPU supports, or the one DEEPINFER_ISA names.
+const IsaKernels& select_kernels();
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,75 @@
+// Portable kernels: the fallback for CPUs without AVX2, and the reference the SIMD tables are
+// tested against.
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cpu/isa.h"
+
+namespace deepinfer::cpu {
+namespace {
+
+float weight_at(const void* w, WeightType type, int64_t index) {
+  switch (type) {
+    case WeightType::kF32:
+      return static_cast<const float*>(w)[index];
+    case WeightType::kBF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(w)[index]);
+    case WeightType::kF16:
+      return f16_to_f32(static_cast<const uint16_t*>(w)[index]);
+  }
+  return 0.0f;
+}
+
+void generic_matmul(const float* x, int64_t ldx, const void* w, int64_t ldw, WeightType type,
+                    const float* bias, int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth,
+                    float* y, int64_t ldy) {
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < depth; ++k) sum += x[r * ldx + k] * weight_at(w, type, n * ldw + k);
+      y[r * ldy + n] = sum + (bias ? bias[n] : 0.0f);
+    }
+  }
+}
+
+float generic_dot(const float* a, const float* b, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void generic_axpy(float alpha, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+
+}  // namespace
+
+const IsaKernels& generic_kernels() {
+  static const IsaKernels table{"generic", generic_matmul, generic_dot, generic_axpy};
+  return table;
+}
+
+const IsaKernels& select_kernels() {
+  static const IsaKernels& chosen = [&]() -> const IsaKernels& {
+    const char* forced = std::getenv("DEEPINFER_ISA");
+    bool has_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    bool has_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("f16c");
+    if (forced != nullptr && *forced != '\0') {
+      std::string_view name(forced);
+      if (name == "generic") return generic_kernels();
+      if (name == "avx2" && has_avx2) return *avx2_kernels();
+      if (name == "avx512" && has_avx512) return *avx512_kernels();
+      fail("DEEPINFER_ISA={} is not available on this CPU (try generic, avx2 or avx512)", name);
+    }
+    if (has_avx512) return *avx512_kernels();
+    if (has_avx2) return *avx2_kernels();
+    return generic_kernels();
+  }();
+  return chosen;
+}
+
+}  // namespace deepinfer::cpu

@@ -1,0 +1,67 @@
+// The op seam: every computation a model needs, behind one interface per backend.
+// Activations are f32; weights are read in their stored dtype (f32, bf16, f16).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace deepinfer {
+
+// Paged KV storage of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V.
+struct PagedKvView {
+  float* keys = nullptr;
+  float* values = nullptr;
+  int block_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+};
+
+// The sequences of a flattened batch, as attention sees them. Sequence s owns query rows
+// [query_start[s], query_start[s+1]); those are its newest tokens, so its cache holds
+// context_lens[s] tokens including them, addressed through its row of block_tables.
+struct AttentionBatch {
+  int num_seqs = 0;
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs]
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  const int64_t* slot_mapping = nullptr;  // [tokens]: block * block_size + offset for each new token
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual std::string name() const = 0;
+
+  // y[T, N] = x[T, K] * weight[N, K]^T (+ bias[N]). weight is f32, bf16 or f16.
+  virtual void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
+  // out[i] = table[ids[i]] widened to f32.
+  virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
+  // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.
+  virtual void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) = 0;
+  // y += x, elementwise.
+  virtual void add(Tensor& y, const Tensor& x) = 0;
+  // Rotates x [T, heads, head_dim] in place by cos/sin [T, rotary_dim / 2]. Pairs are
+  // (i, i + rotary_dim/2) (Llama/Qwen layout) or (2i, 2i+1) when interleaved (DeepSeek).
+  virtual void rope(Tensor& x, const float* cos, const float* sin, int rotary_dim,
+                    bool interleaved) = 0;
+  // out = act(gate) * up, elementwise; out may alias gate.
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // Writes k, v [T, num_kv_heads, head_dim] into the cache slots batch.slot_mapping names.
+  virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionBatch& batch,
+                        const PagedKvView& cache) = 0;
+  // Causal attention of q [T, heads, head_dim] over each sequence's cached keys; `window` > 0
+  // limits each query to itself and the window-1 keys before it.
+  virtual void paged_attention(const Tensor& q, const AttentionBatch& batch,
+                               const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
+};
+
+// The CPU backend; picks AVX-512, AVX2 or portable kernels for this CPU at run time
+// (DEEPINFER_ISA=avx512|avx2|generic overrides, for testing every path).
+std::unique_ptr<Ops> make_cpu_ops();
+
+}  // namespace deepinfer

@@ -1,0 +1,271 @@
+// Llama, Mistral, Qwen2 and Qwen3: the dense decoder-only families.
+#include <cmath>
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "model/rope.h"
+
+namespace deepinfer {
+namespace {
+
+struct DenseLayer {
+  const Tensor* input_norm = nullptr;
+  const Tensor* q_proj = nullptr;
+  const Tensor* k_proj = nullptr;
+  const Tensor* v_proj = nullptr;
+  const Tensor* o_proj = nullptr;
+  const Tensor* q_bias = nullptr;
+  const Tensor* k_bias = nullptr;
+  const Tensor* v_bias = nullptr;
+  const Tensor* o_bias = nullptr;
+  const Tensor* q_norm = nullptr;
+  const Tensor* k_norm = nullptr;
+  const Tensor* post_attention_norm = nullptr;
+  const Tensor* gate_proj = nullptr;
+  const Tensor* up_proj = nullptr;
+  const Tensor* down_proj = nullptr;
+  const Tensor* gate_bias = nullptr;
+  const Tensor* up_bias = nullptr;
+  const Tensor* down_bias = nullptr;
+  int rope_index = 0;
+};
+
+// Activations of one forward, sized for its token count.
+struct Scratch {
+  explicit Scratch(const ModelConfig& c, int64_t tokens)
+      : hidden({tokens, c.hidden_size}),
+        normed({tokens, c.hidden_size}),
+        q({tokens, int64_t{c.num_heads} * c.head_dim}),
+        k({tokens, int64_t{c.num_kv_heads} * c.head_dim}),
+        v({tokens, int64_t{c.num_kv_heads} * c.head_dim}),
+        attention({tokens, int64_t{c.num_heads} * c.head_dim}),
+        gate({tokens, c.intermediate_size}),
+        up({tokens, c.intermediate_size}) {}
+  FloatTensor hidden, normed, q, k, v, attention, gate, up;
+};
+
+Tensor mutable_view(const FloatTensor& tensor) { return tensor.view(); }
+
+Tensor heads_view(const FloatTensor& tensor, int heads, int head_dim) {
+  return Tensor::contiguous(tensor.data(), DType::kF32, {tensor.dim(0), heads, head_dim});
+}
+
+class DenseTransformer final : public CausalLM {
+ public:
+  DenseTransformer(ModelConfig config, std::unique_ptr<TensorStore> store, Ops& ops)
+      : config_(std::move(config)), store_(std::move(store)), ops_(ops) {
+    bind_weights();
+    for (int layer = 0; layer < config_.num_layers; ++layer) {
+      layers_[static_cast<size_t>(layer)].rope_index = rope_for(config_.layer_rope[static_cast<size_t>(layer)]);
+    }
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  KvCacheShape kv_shape(int block_size) const override {
+    return KvCacheShape{config_.num_layers, config_.num_kv_heads, config_.head_dim, block_size};
+  }
+
+  size_t weight_bytes_per_token() const override {
+    size_t bytes = lm_head_->nbytes() + final_norm_->nbytes();
+    for (const auto& layer : layers_) {
+      for (const Tensor* tensor : {layer.input_norm, layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj,
+                                   layer.q_bias, layer.k_bias, layer.v_bias, layer.o_bias, layer.q_norm,
+                                   layer.k_norm, layer.post_attention_norm, layer.gate_proj, layer.up_proj,
+                                   layer.down_proj, layer.gate_bias, layer.up_bias, layer.down_bias}) {
+        if (tensor) bytes += tensor->nbytes();
+      }
+    }
+    return bytes;
+  }
+
+  void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
+               const HiddenStateSink& hidden_sink) override;
+
+ private:
+  const Tensor* weight(const std::string& name, std::initializer_list<int64_t> shape) {
+    const Tensor& tensor = store_->get(name, shape);
+    if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16) {
+      fail("tensor \"{}\" has dtype {}; dense layers need F32, BF16 or F16", name, dtype_name(tensor.dtype));
+    }
+    return &tensor;
+  }
+  const Tensor* optional(bool wanted, const std::string& name, std::initializer_list<int64_t> shape) {
+    return wanted ? weight(name, shape) : nullptr;
+  }
+  void bind_weights();
+  int rope_for(const RopeConfig& rope);
+  void attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache, Scratch& s,
+                       const std::vector<std::vector<float>>& cos, const std::vector<std::vector<float>>& sin);
+  void mlp_block(const DenseLayer& layer, Scratch& s);
+
+  ModelConfig config_;
+  std::unique_ptr<TensorStore> store_;
+  Ops& ops_;
+  const Tensor* embed_ = nullptr;
+  const Tensor* final_norm_ = nullptr;
+  const Tensor* lm_head_ = nullptr;
+  std::vector<DenseLayer> layers_;
+  std::vector<RopeConfig> rope_configs_;
+  std::vector<RotaryEmbedding> ropes_;
+};
+
+void DenseTransformer::bind_weights() {
+  const ModelConfig& c = config_;
+  int64_t hidden = c.hidden_size;
+  int64_t q_width = int64_t{c.num_heads} * c.head_dim;
+  int64_t kv_width = int64_t{c.num_kv_heads} * c.head_dim;
+  int64_t inter = c.intermediate_size;
+  embed_ = weight("model.embed_tokens.weight", {c.vocab_size, hidden});
+  final_norm_ = weight("model.norm.weight", {hidden});
+  bool has_head = store_->contains("lm_head.weight");
+  lm_head_ = (c.tie_word_embeddings && !has_head) ? embed_ : weight("lm_head.weight", {c.vocab_size, hidden});
+  for (int i = 0; i < c.num_layers; ++i) {
+    std::string p = fmt::format("model.layers.{}.", i);
+    DenseLayer layer;
+    layer.input_norm = weight(p + "input_layernorm.weight", {hidden});
+    layer.q_proj = weight(p + "self_attn.q_proj.weight", {q_width, hidden});
+    layer.k_proj = weight(p + "self_attn.k_proj.weight", {kv_width, hidden});
+    layer.v_proj = weight(p + "self_attn.v_proj.weight", {kv_width, hidden});
+    layer.o_proj = weight(p + "self_attn.o_proj.weight", {hidden, q_width});
+    layer.q_bias = optional(c.qkv_bias, p + "self_attn.q_proj.bias", {q_width});
+    layer.k_bias = optional(c.qkv_bias, p + "self_attn.k_proj.bias", {kv_width});
+    layer.v_bias = optional(c.qkv_bias, p + "self_attn.v_proj.bias", {kv_width});
+    layer.o_bias = optional(c.o_bias, p + "self_attn.o_proj.bias", {hidden});
+    layer.q_norm = optional(c.qk_norm, p + "self_attn.q_norm.weight", {c.head_dim});
+    layer.k_norm = optional(c.qk_norm, p + "self_attn.k_norm.weight", {c.head_dim});
+    layer.post_attention_norm = weight(p + "post_attention_layernorm.weight", {hidden});
+    layer.gate_proj = weight(p + "mlp.gate_proj.weight", {inter, hidden});
+    layer.up_proj = weight(p + "mlp.up_proj.weight", {inter, hidden});
+    layer.down_proj = weight(p + "mlp.down_proj.weight", {hidden, inter});
+    layer.gate_bias = optional(c.mlp_bias, p + "mlp.gate_proj.bias", {inter});
+    layer.up_bias = optional(c.mlp_bias, p + "mlp.up_proj.bias", {inter});
+    layer.down_bias = optional(c.mlp_bias, p + "mlp.down_proj.bias", {hidden});
+    layers_.push_back(layer);
+  }
+}
+
+int DenseTransformer::rope_for(const RopeConfig& rope) {
+  for (size_t i = 0; i < rope_configs_.size(); ++i) {
+    const RopeConfig& known = rope_configs_[i];
+    if (known.type == rope.type && known.theta == rope.theta && known.factor == rope.factor &&
+        known.low_freq_factor == rope.low_freq_factor && known.high_freq_factor == rope.high_freq_factor &&
+        known.original_max_position_embeddings == rope.original_max_position_embeddings &&
+        known.beta_fast == rope.beta_fast && known.beta_slow == rope.beta_slow &&
+        known.mscale == rope.mscale && known.mscale_all_dim == rope.mscale_all_dim &&
+        known.attention_factor == rope.attention_factor && known.truncate == rope.truncate) {
+      return static_cast<int>(i);
+    }
+  }
+  rope_configs_.push_back(rope);
+  ropes_.emplace_back(rope, config_.head_dim);
+  return static_cast<int>(ropes_.size() - 1);
+}
+
+void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache, Scratch& s,
+                                       const std::vector<std::vector<float>>& cos,
+                                       const std::vector<std::vector<float>>& sin) {
+  const ModelConfig& c = config_;
+  const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
+  Tensor normed = mutable_view(s.normed);
+  Tensor q = mutable_view(s.q);
+  Tensor k = mutable_view(s.k);
+  Tensor v = mutable_view(s.v);
+  ops_.rmsnorm(s.hidden.view(), *layer.input_norm, static_cast<float>(c.rms_norm_eps), normed);
+  ops_.matmul(normed, *layer.q_proj, layer.q_bias, q);
+  ops_.matmul(normed, *layer.k_proj, layer.k_bias, k);
+  ops_.matmul(normed, *layer.v_proj, layer.v_bias, v);
+  Tensor q_heads = heads_view(s.q, c.num_heads, c.head_dim);
+  Tensor k_heads = heads_view(s.k, c.num_kv_heads, c.head_dim);
+  Tensor v_heads = heads_view(s.v, c.num_kv_heads, c.head_dim);
+  if (layer.q_norm) {
+    ops_.rmsnorm(q_heads, *layer.q_norm, static_cast<float>(c.rms_norm_eps), q_heads);
+    ops_.rmsnorm(k_heads, *layer.k_norm, static_cast<float>(c.rms_norm_eps), k_heads);
+  }
+  size_t rope = static_cast<size_t>(layer.rope_index);
+  ops_.rope(q_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
+  ops_.rope(k_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
+  AttentionBatch view = batch.attention_view();
+  PagedKvView kv = cache.layer(layer_index);
+  ops_.kv_write(k_heads, v_heads, view, kv);
+  Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
+  float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)], attention);
+  ops_.matmul(s.attention.view(), *layer.o_proj, layer.o_bias, normed);
+  Tensor hidden = mutable_view(s.hidden);
+  ops_.add(hidden, normed);
+}
+
+void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
+  Tensor normed = mutable_view(s.normed);
+  Tensor gate = mutable_view(s.gate);
+  Tensor up = mutable_view(s.up);
+  Tensor hidden = mutable_view(s.hidden);
+  ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm, static_cast<float>(config_.rms_norm_eps), normed);
+  ops_.matmul(normed, *layer.gate_proj, layer.gate_bias, gate);
+  ops_.matmul(normed, *layer.up_proj, layer.up_bias, up);
+  if (config_.activation == Activation::kSilu) {
+    ops_.silu_mul(gate, up, gate);
+  } else {
+    ops_.gelu_tanh_mul(gate, up, gate);
+  }
+  ops_.matmul(gate, *layer.down_proj, layer.down_bias, normed);
+  ops_.add(hidden, normed);
+}
+
+void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
+                               const HiddenStateSink& hidden_sink) {
+  const ModelConfig& c = config_;
+  int64_t tokens = batch.num_tokens();
+  DI_CHECK(tokens > 0, "forward: empty batch");
+  Scratch s(c, tokens);
+  Tensor hidden = mutable_view(s.hidden);
+  ops_.embedding(*embed_, batch.tokens.data(), hidden);
+  if (hidden_sink) hidden_sink(0, hidden);
+  std::vector<std::vector<float>> cos(ropes_.size()), sin(ropes_.size());
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    size_t size = static_cast<size_t>(tokens) * static_cast<size_t>(c.head_dim / 2);
+    cos[r].resize(size);
+    sin[r].resize(size);
+    ropes_[r].compute(batch.positions.data(), tokens, cos[r].data(), sin[r].data());
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    attention_block(i, batch, cache, s, cos, sin);
+    mlp_block(layers_[static_cast<size_t>(i)], s);
+    if (hidden_sink && i + 1 < c.num_layers) hidden_sink(i + 1, hidden);
+  }
+  auto rows = static_cast<int64_t>(batch.logit_rows.size());
+  FloatTensor selected({std::max<int64_t>(rows, 1), c.hidden_size});
+  auto gather_logit_rows = [&] {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(s.hidden.data() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * c.hidden_size,
+                  c.hidden_size, selected.data() + r * c.hidden_size);
+    }
+  };
+  Tensor selected_view = mutable_view(selected);
+  auto eps = static_cast<float>(c.rms_norm_eps);
+  if (hidden_sink) {
+    // Every row's final-norm output is wanted, not only the rows that produce logits.
+    ops_.rmsnorm(hidden, *final_norm_, eps, hidden);
+    hidden_sink(c.num_layers, hidden);
+    gather_logit_rows();
+  } else {
+    gather_logit_rows();
+    ops_.rmsnorm(selected_view, *final_norm_, eps, selected_view);
+  }
+  if (rows == 0) return;
+  Tensor logits_view = Tensor::contiguous(logits, DType::kF32, {rows, c.vocab_size});
+  selected_view.shape[0] = rows;
+  ops_.matmul(selected_view, *lm_head_, nullptr, logits_view);
+}
+
+}  // namespace
+
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder, LoadMode mode, Ops& ops) {
+  ModelConfig config = load_model_config(folder);
+  auto store = std::make_unique<TensorStore>(folder, mode);
+  return std::make_unique<DenseTransformer>(std::move(config), std::move(store), ops);
+}
+
+}  // namespace deepinfer

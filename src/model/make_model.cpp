@@ -1,0 +1,188 @@
+#include "model/make_model.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/safetensors.h"
+
+namespace deepinfer {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t name_hash(const std::string& name) {
+  uint64_t hash = 1469598103934665603ull;
+  for (char ch : name) hash = (hash ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  return hash;
+}
+
+json family_config(const MakeModelOptions& o, int head_dim) {
+  static const std::map<std::string, std::pair<const char*, const char*>> kFamilies = {
+      {"llama", {"LlamaForCausalLM", "llama"}},
+      {"mistral", {"MistralForCausalLM", "mistral"}},
+      {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
+      {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
+  };
+  auto found = kFamilies.find(o.family);
+  if (found == kFamilies.end()) fail("make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3)", o.family);
+  json config = {
+      {"architectures", {found->second.first}},
+      {"model_type", found->second.second},
+      {"vocab_size", o.vocab_size},
+      {"hidden_size", o.hidden_size},
+      {"intermediate_size", o.intermediate_size},
+      {"num_hidden_layers", o.num_layers},
+      {"num_attention_heads", o.num_heads},
+      {"num_key_value_heads", o.num_kv_heads},
+      {"head_dim", head_dim},
+      {"hidden_act", "silu"},
+      {"max_position_embeddings", o.max_position_embeddings},
+      {"rms_norm_eps", 1e-5},
+      {"rope_theta", o.rope_theta},
+      {"tie_word_embeddings", o.tie_word_embeddings},
+      {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : o.dtype == DType::kF16 ? "float16" : "float32"},
+      {"bos_token_id", 1},
+      {"eos_token_id", 2},
+  };
+  if (!o.rope_scaling_json.empty()) {
+    json scaling = json::parse(o.rope_scaling_json, nullptr, false);
+    if (scaling.is_discarded() || !scaling.is_object()) fail("make-model: --rope-scaling is not a JSON object");
+    config["rope_scaling"] = scaling;
+  }
+  if (o.family == "llama") config["attention_bias"] = false;
+  if (o.family == "mistral") config["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json();
+  if (o.family == "qwen2" || o.family == "qwen3") {
+    config["use_sliding_window"] = o.sliding_window > 0;
+    config["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json();
+    config["max_window_layers"] = 0;
+  }
+  return config;
+}
+
+std::vector<TensorSpec> tensor_specs(const MakeModelOptions& o, int head_dim) {
+  DType dt = o.dtype;
+  int64_t h = o.hidden_size;
+  int64_t q = int64_t{o.num_heads} * head_dim;
+  int64_t kv = int64_t{o.num_kv_heads} * head_dim;
+  int64_t inter = o.intermediate_size;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", dt, {o.vocab_size, h}});
+  for (int i = 0; i < o.num_layers; ++i) {
+    std::string p = fmt::format("model.layers.{}.", i);
+    specs.push_back({p + "input_layernorm.weight", dt, {h}});
+    specs.push_back({p + "self_attn.q_proj.weight", dt, {q, h}});
+    specs.push_back({p + "self_attn.k_proj.weight", dt, {kv, h}});
+    specs.push_back({p + "self_attn.v_proj.weight", dt, {kv, h}});
+    if (o.family == "qwen2") {
+      specs.push_back({p + "self_attn.q_proj.bias", dt, {q}});
+      specs.push_back({p + "self_attn.k_proj.bias", dt, {kv}});
+      specs.push_back({p + "self_attn.v_proj.bias", dt, {kv}});
+    }
+    if (o.family == "qwen3") {
+      specs.push_back({p + "self_attn.q_norm.weight", dt, {head_dim}});
+      specs.push_back({p + "self_attn.k_norm.weight", dt, {head_dim}});
+    }
+    specs.push_back({p + "self_attn.o_proj.weight", dt, {h, q}});
+    specs.push_back({p + "post_attention_layernorm.weight", dt, {h}});
+    specs.push_back({p + "mlp.gate_proj.weight", dt, {inter, h}});
+    specs.push_back({p + "mlp.up_proj.weight", dt, {inter, h}});
+    specs.push_back({p + "mlp.down_proj.weight", dt, {h, inter}});
+  }
+  specs.push_back({"model.norm.weight", dt, {h}});
+  if (!o.tie_word_embeddings) specs.push_back({"lm_head.weight", dt, {o.vocab_size, h}});
+  return specs;
+}
+
+void store_value(DType dtype, void* data, int64_t index, float value) {
+  switch (dtype) {
+    case DType::kBF16:
+      static_cast<uint16_t*>(data)[index] = f32_to_bf16(value);
+      break;
+    case DType::kF16:
+      static_cast<uint16_t*>(data)[index] = f32_to_f16(value);
+      break;
+    default:
+      static_cast<float*>(data)[index] = value;
+  }
+}
+
+// Norm weights near 1, everything else uniform with standard deviation 0.02 (the usual
+// initializer range), so activations stay in a realistic range through many layers.
+void fill_random(const TensorSpec& spec, void* data, uint64_t seed) {
+  bool is_norm = spec.name.find("norm") != std::string::npos;
+  uint64_t stream = splitmix64(seed ^ name_hash(spec.name));
+  auto count = static_cast<int64_t>(spec.nbytes() / dtype_size(spec.dtype));
+  constexpr float kHalfWidth = 0.02f * 1.7320508f;
+  ThreadPool::global().parallel_for(count, 4096, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      uint64_t bits = splitmix64(stream + static_cast<uint64_t>(i));
+      float unit = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      store_value(spec.dtype, data, i, is_norm ? 1.0f + 0.1f * unit : kHalfWidth * unit);
+    }
+  });
+}
+
+void write_json(const fs::path& path, const json& value) {
+  std::ofstream out(path);
+  out << value.dump(2) << "\n";
+  if (!out) fail("{}: write failed", path.string());
+}
+
+}  // namespace
+
+void make_random_model(const MakeModelOptions& o, const fs::path& folder) {
+  DI_CHECK(o.num_heads > 0 && o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0,
+           "make-model: --heads ({}) must be a positive multiple of --kv-heads ({})", o.num_heads, o.num_kv_heads);
+  DI_CHECK(o.head_dim > 0 || o.hidden_size % o.num_heads == 0,
+           "make-model: --hidden ({}) is not a multiple of --heads ({}); pass --head-dim", o.hidden_size, o.num_heads);
+  DI_CHECK(o.dtype == DType::kBF16 || o.dtype == DType::kF16 || o.dtype == DType::kF32,
+           "make-model: --dtype must be bf16, f16 or f32");
+  int head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
+  json config = family_config(o, head_dim);
+  fs::create_directories(folder);
+  write_json(folder / "config.json", config);
+  write_json(folder / "generation_config.json", {{"bos_token_id", 1}, {"eos_token_id", 2}});
+  std::vector<TensorSpec> specs = tensor_specs(o, head_dim);
+  std::vector<std::vector<TensorSpec>> shards(1);
+  size_t shard_bytes = 0;
+  size_t total = 0;
+  for (const TensorSpec& spec : specs) {
+    if (shard_bytes > 0 && shard_bytes + spec.nbytes() > o.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(spec);
+    shard_bytes += spec.nbytes();
+    total += spec.nbytes();
+  }
+  auto fill = [&](const TensorSpec& spec, void* data) { fill_random(spec, data, o.seed); };
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (shards.size() == 1) {
+    write_safetensors_streaming(folder / "model.safetensors", shards[0], fill, metadata);
+    return;
+  }
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    std::string name = fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, shards.size());
+    write_safetensors_streaming(folder / name, shards[i], fill, metadata);
+    for (const TensorSpec& spec : shards[i]) weight_map[spec.name] = name;
+  }
+  write_json(folder / "model.safetensors.index.json",
+             {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}});
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,35 @@
+// Random-weight checkpoints in the exact Hugging Face layout, for tests and benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace deepinfer {
+
+struct MakeModelOptions {
+  std::string family = "llama";  // llama | mistral | qwen2 | qwen3
+  int vocab_size = 32000;
+  int hidden_size = 512;
+  int intermediate_size = 1536;
+  int num_layers = 4;
+  int num_heads = 8;
+  int num_kv_heads = 8;
+  int head_dim = 0;  // 0: hidden_size / num_heads
+  int max_position_embeddings = 4096;
+  int sliding_window = 0;  // mistral/qwen: 0 means none
+  double rope_theta = 10000.0;
+  std::string rope_scaling_json;  // e.g. {"rope_type":"llama3",...}; empty for none
+  bool tie_word_embeddings = false;
+  DType dtype = DType::kBF16;
+  uint64_t seed = 0;
+  size_t max_shard_bytes = size_t{5} << 30;  // hub default; larger models are sharded
+};
+
+// Writes config.json, generation_config.json and model.safetensors (or shards with
+// model.safetensors.index.json) into `folder`, which is created if needed.
+void make_random_model(const MakeModelOptions& options, const std::filesystem::path& folder);
+
+}  // namespace deepinfer

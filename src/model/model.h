@@ -1,0 +1,57 @@
+// Causal language models over a flattened batch of sequences.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace deepinfer {
+
+// One step's work for the model: the new tokens of several sequences laid end to end.
+struct ForwardBatch {
+  std::vector<int32_t> tokens;     // [T]
+  std::vector<int32_t> positions;  // [T]
+  std::vector<int32_t> query_start{0};
+  std::vector<int32_t> context_lens;
+  std::vector<int32_t> block_tables;  // [sequences, max_blocks_per_seq], padded with 0
+  int max_blocks_per_seq = 0;
+  std::vector<int64_t> slot_mapping;  // [T]
+  // Rows of the batch whose logits are wanted, in output order.
+  std::vector<int32_t> logit_rows;
+
+  // Appends a sequence whose cache already holds `cached` tokens and which now adds `tokens`.
+  // `all_logits` asks for every new row's logits, otherwise only the last row's.
+  void add_sequence(const std::vector<int32_t>& new_tokens, int64_t cached,
+                    const SequenceBlocks& blocks, int block_size, bool all_logits);
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int num_seqs() const { return static_cast<int>(context_lens.size()); }
+  AttentionBatch attention_view() const;
+};
+
+// Receives hidden states: index 0 the embeddings, i the output of layer i, and the last
+// index the final-norm output (transformers' output_hidden_states convention).
+using HiddenStateSink = std::function<void(int index, const Tensor& hidden)>;
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  // The KV layout this model needs (per layer K/V heads and head size).
+  virtual KvCacheShape kv_shape(int block_size) const = 0;
+  // Bytes of weights one decode step reads (for bandwidth rooflines).
+  virtual size_t weight_bytes_per_token() const = 0;
+  // Runs the batch: writes its K/V into `cache` and logits [logit_rows, vocab] into `logits`.
+  virtual void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
+                       const HiddenStateSink& hidden_sink = nullptr) = 0;
+};
+
+// Loads a Hugging Face model folder. Weights stay in their stored dtype.
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder, LoadMode mode, Ops& ops);
+
+}  // namespace deepinfer

@@ -1,0 +1,192 @@
+// The SIMD kernel tables against the portable reference, and the CPU ops against direct
+// formulas (attention over a shuffled paged layout against contiguous attention).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/error.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/ops.h"
+#include "support/test_support.h"
+
+namespace deepinfer {
+namespace {
+
+using cpu::IsaKernels;
+using cpu::WeightType;
+
+std::vector<const IsaKernels*> simd_tables() {
+  std::vector<const IsaKernels*> tables;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) tables.push_back(cpu::avx2_kernels());
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) tables.push_back(cpu::avx512_kernels());
+  return tables;
+}
+
+std::vector<float> random_values(size_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 engine(seed);
+  std::uniform_real_distribution<float> uniform(-scale, scale);
+  std::vector<float> values(count);
+  for (float& value : values) value = uniform(engine);
+  return values;
+}
+
+struct Shape {
+  int64_t rows, cols, depth;
+};
+
+TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
+  const IsaKernels& reference = cpu::generic_kernels();
+  for (const IsaKernels* table : simd_tables()) {
+    for (Shape shape : {Shape{1, 1, 1}, Shape{1, 37, 64}, Shape{3, 9, 17}, Shape{7, 33, 130}, Shape{16, 64, 256},
+                        Shape{41, 19, 48}}) {
+      std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 1);
+      std::vector<float> w32 = random_values(static_cast<size_t>(shape.cols * shape.depth), 2);
+      std::vector<float> bias = random_values(static_cast<size_t>(shape.cols), 3);
+      std::vector<uint16_t> w_bf16, w_f16;
+      for (float value : w32) {
+        w_bf16.push_back(f32_to_bf16(value));
+        w_f16.push_back(f32_to_f16(value));
+      }
+      for (auto [type, data] : {std::pair{WeightType::kF32, static_cast<const void*>(w32.data())},
+                                std::pair{WeightType::kBF16, static_cast<const void*>(w_bf16.data())},
+                                std::pair{WeightType::kF16, static_cast<const void*>(w_f16.data())}}) {
+        std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols));
+        std::vector<float> got(want.size());
+        reference.matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0, shape.cols,
+                         shape.depth, want.data(), shape.cols);
+        // Split the columns the way threads do, to cover a range that does not start at 0.
+        int64_t middle = shape.cols / 2;
+        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0, middle,
+                      shape.depth, got.data(), shape.cols);
+        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, middle, shape.cols,
+                      shape.depth, got.data(), shape.cols);
+        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-4f * std::sqrt(shape.depth))
+            << table->name << " type " << static_cast<int>(type) << " " << shape.rows << "x" << shape.cols << "x"
+            << shape.depth;
+      }
+    }
+  }
+}
+
+TEST(IsaKernels, DotAndAxpyMatchReference) {
+  for (const IsaKernels* table : simd_tables()) {
+    for (int64_t n : {1, 15, 16, 33, 200}) {
+      std::vector<float> a = random_values(static_cast<size_t>(n), 4);
+      std::vector<float> b = random_values(static_cast<size_t>(n), 5);
+      EXPECT_NEAR(table->dot(a.data(), b.data(), n), cpu::generic_kernels().dot(a.data(), b.data(), n), 1e-4f);
+      std::vector<float> y1 = b, y2 = b;
+      table->axpy(0.5f, a.data(), y1.data(), n);
+      cpu::generic_kernels().axpy(0.5f, a.data(), y2.data(), n);
+      EXPECT_LE(testing::max_abs_difference(y1.data(), y2.data(), y1.size()), 1e-6f);
+    }
+  }
+}
+
+// Plain attention over contiguous K/V of one sequence: the formula, written out.
+std::vector<float> contiguous_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                        const std::vector<float>& v, int new_tokens, int context, int heads,
+                                        int kv_heads, int dim, float scale, int window) {
+  std::vector<float> out(static_cast<size_t>(new_tokens * heads * dim), 0.0f);
+  for (int t = 0; t < new_tokens; ++t) {
+    int position = context - new_tokens + t;
+    for (int h = 0; h < heads; ++h) {
+      int kvh = h / (heads / kv_heads);
+      std::vector<double> weights;
+      double max_score = -1e30;
+      for (int j = 0; j <= position; ++j) {
+        double score = 0;
+        bool visible = window == 0 || position - j < window;
+        for (int d = 0; d < dim; ++d) score += q[static_cast<size_t>((t * heads + h) * dim + d)] * k[static_cast<size_t>((j * kv_heads + kvh) * dim + d)];
+        weights.push_back(visible ? score * scale : -1e30);
+        max_score = std::max(max_score, weights.back());
+      }
+      double total = 0;
+      for (double& weight : weights) total += (weight = weight <= -1e29 ? 0.0 : std::exp(weight - max_score));
+      for (int j = 0; j <= position; ++j) {
+        for (int d = 0; d < dim; ++d) {
+          out[static_cast<size_t>((t * heads + h) * dim + d)] += static_cast<float>(weights[static_cast<size_t>(j)] / total * v[static_cast<size_t>((j * kv_heads + kvh) * dim + d)]);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(CpuOps, PagedAttentionMatchesContiguousAttention) {
+  auto ops = make_cpu_ops();
+  const int heads = 4, kv_heads = 2, dim = 16, block_size = 4, context = 23, new_tokens = 5;
+  const int num_blocks = 8;
+  std::vector<float> k = random_values(static_cast<size_t>(context * kv_heads * dim), 6);
+  std::vector<float> v = random_values(static_cast<size_t>(context * kv_heads * dim), 7);
+  std::vector<float> q = random_values(static_cast<size_t>(new_tokens * heads * dim), 8);
+  // Blocks in a scrambled order, as a real pool hands them out.
+  std::vector<int32_t> table = {5, 2, 7, 0, 3, 6};
+  std::vector<float> key_cache(static_cast<size_t>(num_blocks * block_size * kv_heads * dim));
+  std::vector<float> value_cache(key_cache.size());
+  std::vector<int64_t> slots;
+  for (int position = 0; position < context; ++position) {
+    slots.push_back(int64_t{table[static_cast<size_t>(position / block_size)]} * block_size + position % block_size);
+  }
+  PagedKvView cache{key_cache.data(), value_cache.data(), block_size, kv_heads, dim};
+  std::vector<int32_t> query_start = {0, context};
+  std::vector<int32_t> context_lens = {context};
+  AttentionBatch all{1, query_start.data(), context_lens.data(), table.data(), static_cast<int>(table.size()), slots.data()};
+  ops->kv_write(Tensor::contiguous(k.data(), DType::kF32, {context, kv_heads, dim}),
+                Tensor::contiguous(v.data(), DType::kF32, {context, kv_heads, dim}), all, cache);
+  std::vector<int32_t> new_start = {0, new_tokens};
+  AttentionBatch step{1, new_start.data(), context_lens.data(), table.data(), static_cast<int>(table.size()),
+                      slots.data() + context - new_tokens};
+  for (int window : {0, 3, 8}) {
+    std::vector<float> out(q.size());
+    Tensor out_view = Tensor::contiguous(out.data(), DType::kF32, {new_tokens, heads, dim});
+    ops->paged_attention(Tensor::contiguous(q.data(), DType::kF32, {new_tokens, heads, dim}), step, cache, 0.25f,
+                         window, out_view);
+    std::vector<float> want = contiguous_attention(q, k, v, new_tokens, context, heads, kv_heads, dim, 0.25f, window);
+    EXPECT_LE(testing::max_abs_difference(out.data(), want.data(), out.size()), 1e-5f) << "window " << window;
+  }
+}
+
+TEST(CpuOps, RmsnormRopeAndGatedActivations) {
+  auto ops = make_cpu_ops();
+  std::vector<float> x = {1.0f, -2.0f, 3.0f, 4.0f};
+  std::vector<uint16_t> weight = {f32_to_bf16(1.0f), f32_to_bf16(0.5f), f32_to_bf16(2.0f), f32_to_bf16(1.0f)};
+  std::vector<float> y(4);
+  Tensor y_view = Tensor::contiguous(y.data(), DType::kF32, {1, 4});
+  ops->rmsnorm(Tensor::contiguous(x.data(), DType::kF32, {1, 4}), Tensor::contiguous(weight.data(), DType::kBF16, {4}),
+               0.0f, y_view);
+  float rms = std::sqrt((1 + 4 + 9 + 16) / 4.0f);
+  EXPECT_NEAR(y[1], -2.0f / rms * 0.5f, 1e-6f);
+  EXPECT_NEAR(y[2], 3.0f / rms * 2.0f, 1e-6f);
+
+  std::vector<float> head = {1.0f, 2.0f, 3.0f, 4.0f};
+  float cos[2] = {0.0f, 1.0f}, sin[2] = {1.0f, 0.0f};
+  Tensor head_view = Tensor::contiguous(head.data(), DType::kF32, {1, 1, 4});
+  ops->rope(head_view, cos, sin, 4, false);  // pairs (0,2) rotate by 90 degrees, (1,3) stay
+  EXPECT_EQ(head, (std::vector<float>{-3.0f, 2.0f, 1.0f, 4.0f}));
+  std::vector<float> interleaved = {1.0f, 2.0f, 3.0f, 4.0f};
+  Tensor interleaved_view = Tensor::contiguous(interleaved.data(), DType::kF32, {1, 1, 4});
+  ops->rope(interleaved_view, cos, sin, 4, true);  // pairs (0,1) rotate, (2,3) stay
+  EXPECT_EQ(interleaved, (std::vector<float>{-2.0f, 1.0f, 3.0f, 4.0f}));
+
+  std::vector<float> gate = {0.0f, 1.0f}, up = {3.0f, 2.0f}, out(2);
+  Tensor out_view = Tensor::contiguous(out.data(), DType::kF32, {1, 2});
+  ops->silu_mul(Tensor::contiguous(gate.data(), DType::kF32, {1, 2}), Tensor::contiguous(up.data(), DType::kF32, {1, 2}),
+                out_view);
+  EXPECT_NEAR(out[0], 0.0f, 1e-7f);
+  EXPECT_NEAR(out[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
+}
+
+TEST(CpuOps, EmbeddingRejectsIdsOutsideTheVocabulary) {
+  auto ops = make_cpu_ops();
+  std::vector<float> table = {1, 2, 3, 4, 5, 6};
+  std::vector<float> out(2);
+  Tensor out_view = Tensor::contiguous(out.data(), DType::kF32, {1, 2});
+  int32_t good = 2, bad = 3;
+  ops->embedding(Tensor::contiguous(table.data(), DType::kF32, {3, 2}), &good, out_view);
+  EXPECT_EQ(out, (std::vector<float>{5, 6}));
+  EXPECT_THROW(ops->embedding(Tensor::contiguous(table.data(), DType::kF32, {3, 2}), &bad, out_view), Error);
+}
+
+}  // namespace
+}  // namespace deepinfer

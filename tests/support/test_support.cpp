@@ -1,0 +1,59 @@
+#include "support/test_support.h"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "core/error.h"
+
+namespace deepinfer::testing {
+
+namespace fs = std::filesystem;
+
+fs::path fixture_model(const std::string& name) { return fs::path(DEEPINFER_FIXTURES) / "models" / name; }
+
+TempDir::TempDir() {
+  std::random_device device;
+  path_ = fs::temp_directory_path() / ("deepinfer-test-" + std::to_string(device()) + std::to_string(device()));
+  fs::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  fs::remove_all(path_, ignored);
+}
+
+std::vector<float> as_floats(const Tensor& tensor) {
+  DI_CHECK(tensor.dtype == DType::kF32, "expected F32");
+  return std::vector<float>(tensor.as<const float>(), tensor.as<const float>() + tensor.numel());
+}
+
+std::vector<int32_t> as_ids(const Tensor& tensor) {
+  DI_CHECK(tensor.dtype == DType::kI64, "expected I64");
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < tensor.numel(); ++i) ids.push_back(static_cast<int32_t>(tensor.as<const int64_t>()[i]));
+  return ids;
+}
+
+float max_abs_difference(const float* a, const float* b, size_t count) {
+  float worst = 0.0f;
+  for (size_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+CommandResult run_command(const std::string& command) {
+  std::string full = command + " 2>&1";
+  FILE* pipe = popen(full.c_str(), "r");
+  DI_CHECK(pipe != nullptr, "cannot run {}", command);
+  std::string output;
+  std::array<char, 4096> chunk{};
+  size_t got;
+  while ((got = fread(chunk.data(), 1, chunk.size(), pipe)) > 0) output.append(chunk.data(), got);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+}  // namespace deepinfer::testing

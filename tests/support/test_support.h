@@ -1,0 +1,36 @@
+// Helpers shared by the tests: fixture paths, temporary folders, reference loading.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "model/safetensors.h"
+
+namespace deepinfer::testing {
+
+std::filesystem::path fixture_model(const std::string& name);
+
+// A fresh directory under the system temp dir, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::vector<float> as_floats(const Tensor& tensor);
+std::vector<int32_t> as_ids(const Tensor& tensor);
+float max_abs_difference(const float* a, const float* b, size_t count);
+
+// Runs a command line, returning its exit status and combined stdout+stderr.
+struct CommandResult {
+  int status;
+  std::string output;
+};
+CommandResult run_command(const std::string& command);
+
+}  // namespace deepinfer::testing
