@@ -9,7 +9,7 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libxxhash-dev libzstd-dev
-  clang-format nodejs npm
+  clang-format
 )
 
 missing=()

@@ -8,7 +8,7 @@ namespace {
 std::atomic<int> g_requested_threads{0};
 // Long enough to bridge the gap between back-to-back kernels (tens of microseconds), short
 // enough that an oversubscribed machine (two processes, two cores) is not starved.
-constexpr int kSpinIterations = 4000;
+constexpr int kSpinIterations = 20000;
 
 // Waits for `done` to become true: spin first, then give the core away between checks.
 template <typename Done>

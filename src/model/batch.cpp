@@ -31,6 +31,12 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t 
   std::copy(table.begin(), table.end(), block_tables.begin() + static_cast<std::ptrdiff_t>(row));
 }
 
+size_t CausalLM::weight_bytes_per_token() const {
+  size_t bytes = 0;
+  for (const Tensor* tensor : weights_read_per_token()) bytes += tensor->nbytes();
+  return bytes;
+}
+
 AttentionBatch ForwardBatch::attention_view() const {
   AttentionBatch view;
   view.num_seqs = num_seqs();

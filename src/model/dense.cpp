@@ -67,17 +67,17 @@ class DenseTransformer final : public CausalLM {
     return KvCacheShape{config_.num_layers, config_.num_kv_heads, config_.head_dim, block_size};
   }
 
-  size_t weight_bytes_per_token() const override {
-    size_t bytes = lm_head_->nbytes() + final_norm_->nbytes();
+  std::vector<const Tensor*> weights_read_per_token() const override {
+    std::vector<const Tensor*> read = {lm_head_, final_norm_};
     for (const auto& layer : layers_) {
       for (const Tensor* tensor : {layer.input_norm, layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj,
                                    layer.q_bias, layer.k_bias, layer.v_bias, layer.o_bias, layer.q_norm,
                                    layer.k_norm, layer.post_attention_norm, layer.gate_proj, layer.up_proj,
                                    layer.down_proj, layer.gate_bias, layer.up_bias, layer.down_bias}) {
-        if (tensor) bytes += tensor->nbytes();
+        if (tensor) read.push_back(tensor);
       }
     }
-    return bytes;
+    return read;
   }
 
   void forward(const ForwardBatch& batch, KvCache& cache, float* logits,

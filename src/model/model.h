@@ -44,8 +44,9 @@ class CausalLM {
   virtual const ModelConfig& config() const = 0;
   // The KV layout this model needs (per layer K/V heads and head size).
   virtual KvCacheShape kv_shape(int block_size) const = 0;
-  // Bytes of weights one decode step reads (for bandwidth rooflines).
-  virtual size_t weight_bytes_per_token() const = 0;
+  // The weights one decode step reads in full (for bandwidth rooflines).
+  virtual std::vector<const Tensor*> weights_read_per_token() const = 0;
+  size_t weight_bytes_per_token() const;
   // Runs the batch: writes its K/V into `cache` and logits [logit_rows, vocab] into `logits`.
   virtual void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                        const HiddenStateSink& hidden_sink = nullptr) = 0;

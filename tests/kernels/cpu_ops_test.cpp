@@ -83,6 +83,29 @@ TEST(IsaKernels, DotAndAxpyMatchReference) {
   }
 }
 
+TEST(IsaKernels, AttentionHeadMatchesReference) {
+  const int block_size = 4, kv_heads = 2, blocks = 6;
+  std::vector<int32_t> table = {3, 0, 5, 1, 4, 2};
+  for (const IsaKernels* kernels : simd_tables()) {
+    for (int head_dim : {8, 16, 40, 64}) {
+      int64_t stride = int64_t{kv_heads} * head_dim;
+      std::vector<float> keys = random_values(static_cast<size_t>(blocks * block_size * stride), 9);
+      std::vector<float> values = random_values(keys.size(), 10);
+      std::vector<float> query = random_values(static_cast<size_t>(head_dim), 11);
+      for (auto [first, last] : {std::pair<int64_t, int64_t>{0, 0}, {0, 22}, {5, 17}, {13, 14}}) {
+        std::vector<float> scores(static_cast<size_t>(last - first + 1)), want(static_cast<size_t>(head_dim)),
+            got(want.size());
+        cpu::generic_kernels().attention_head(query.data(), keys.data(), values.data(), table.data(), block_size, stride,
+                                              head_dim, head_dim, first, last, 0.3f, scores.data(), want.data());
+        kernels->attention_head(query.data(), keys.data(), values.data(), table.data(), block_size, stride, head_dim,
+                                head_dim, first, last, 0.3f, scores.data(), got.data());
+        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-5f)
+            << kernels->name << " head_dim " << head_dim << " tokens " << first << ".." << last;
+      }
+    }
+  }
+}
+
 // Plain attention over contiguous K/V of one sequence: the formula, written out.
 std::vector<float> contiguous_attention(const std::vector<float>& q, const std::vector<float>& k,
                                         const std::vector<float>& v, int new_tokens, int context, int heads,

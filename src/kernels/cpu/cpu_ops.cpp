@@ -168,46 +168,9 @@ class CpuOps final : public Ops {
     });
   }
 
-  void attend_one(const float* query, int seq, int64_t position, int kv_head, const AttentionBatch& batch,
-                  const PagedKvView& cache, float scale, int window, std::vector<float>& scores,
-                  float* result);
-
   const IsaKernels& isa_;
   ThreadPool& pool_;
 };
-
-// One query row of one head: scores over the visible keys, softmax, weighted sum of values.
-void CpuOps::attend_one(const float* query, int seq, int64_t position, int kv_head,
-                        const AttentionBatch& batch, const PagedKvView& cache, float scale,
-                        int window, std::vector<float>& scores, float* result) {
-  int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
-  int64_t count = position - first + 1;
-  scores.resize(static_cast<size_t>(count));
-  const int32_t* table = batch.block_tables + static_cast<int64_t>(seq) * batch.max_blocks_per_seq;
-  int64_t token_stride = static_cast<int64_t>(cache.num_kv_heads) * cache.head_dim;
-  auto row_offset = [&](int64_t token) {
-    int64_t block = table[token / cache.block_size];
-    return (block * cache.block_size + token % cache.block_size) * token_stride +
-           static_cast<int64_t>(kv_head) * cache.head_dim;
-  };
-  float max_score = -INFINITY;
-  for (int64_t i = 0; i < count; ++i) {
-    float score = isa_.dot(query, cache.keys + row_offset(first + i), cache.head_dim) * scale;
-    scores[static_cast<size_t>(i)] = score;
-    max_score = std::max(max_score, score);
-  }
-  float total = 0.0f;
-  for (float& score : scores) {
-    score = std::exp(score - max_score);
-    total += score;
-  }
-  std::fill_n(result, cache.head_dim, 0.0f);
-  float inverse_total = 1.0f / total;
-  for (int64_t i = 0; i < count; ++i) {
-    isa_.axpy(scores[static_cast<size_t>(i)] * inverse_total, cache.values + row_offset(first + i),
-              result, cache.head_dim);
-  }
-}
 
 void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
                              float scale, int window, Tensor& out) {
@@ -215,6 +178,7 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
   int heads = static_cast<int>(q.dim(1));
   int64_t head_dim = q.dim(2);
   int group = heads / cache.num_kv_heads;
+  int64_t token_stride = int64_t{cache.num_kv_heads} * cache.head_dim;
   // Map each query row to its sequence once, so work can be split over (row, head) pairs.
   std::vector<int> row_seq(static_cast<size_t>(tokens));
   for (int s = 0; s < batch.num_seqs; ++s) {
@@ -228,9 +192,12 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
       int seq = row_seq[static_cast<size_t>(row)];
       int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
       int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
-      attend_one(q.as<const float>() + (row * heads + head) * head_dim, seq, position,
-                 head / group, batch, cache, scale, window, scores,
-                 out.as<float>() + (row * heads + head) * head_dim);
+      int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+      scores.resize(static_cast<size_t>(position - first + 1));
+      isa_.attention_head(q.as<const float>() + (row * heads + head) * head_dim, cache.keys, cache.values,
+                          batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq, cache.block_size,
+                          token_stride, int64_t{head / group} * cache.head_dim, cache.head_dim, first, position,
+                          scale, scores.data(), out.as<float>() + (row * heads + head) * head_dim);
     }
   });
 }

@@ -18,6 +18,14 @@ struct IsaKernels {
   float (*dot)(const float* a, const float* b, int64_t n);
   // y += alpha * x
   void (*axpy)(float alpha, const float* x, float* y, int64_t n);
+  // One query head attending to cached tokens [first, last] of one KV head: scores, softmax
+  // and the weighted sum of values into out[head_dim]. Tokens are found through `block_table`
+  // (token t lives in block block_table[t / block_size] at offset t % block_size);
+  // `token_stride` is the floats between consecutive token slots, `head_offset` this KV head's
+  // offset inside a slot. `scores` needs room for last - first + 1 values.
+  void (*attention_head)(const float* query, const float* keys, const float* values, const int32_t* block_table,
+                         int block_size, int64_t token_stride, int64_t head_offset, int head_dim, int64_t first,
+                         int64_t last, float scale, float* scores, float* out);
 };
 
 const IsaKernels& generic_kernels();

@@ -1,6 +1,9 @@
 // AVX2 + FMA kernels. Built with AVX2 flags; only called when the CPU reports AVX2 and FMA.
 #include <immintrin.h>
 
+#include <cmath>
+
+#include "core/dtype.h"
 #include "kernels/cpu/isa.h"
 
 namespace deepinfer::cpu {
@@ -11,6 +14,7 @@ constexpr int kLanes = 8;
 // 16 registers: a 2 x 4 tile leaves room for the 4 weight and 1 activation registers.
 constexpr int kRowsPerTile = 2;
 constexpr int kColsPerTile = 4;
+constexpr bool kDecodeSequential = true;
 constexpr int kDecodeCols = 4;
 
 inline Vec vzero() { return _mm256_setzero_ps(); }
@@ -24,6 +28,7 @@ inline Vec load_bf16(const uint16_t* p) {
 inline Vec load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline float hsum(Vec v) {
   __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -37,7 +42,7 @@ inline float hsum(Vec v) {
 }  // namespace avx2
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels table{"avx2", avx2::matmul, avx2::dot, avx2::axpy};
+  static const IsaKernels table{"avx2", avx2::matmul, avx2::dot, avx2::axpy, avx2::attention_head};
   return &table;
 }
 

@@ -5,6 +5,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <cmath>
+
+#include "core/dtype.h"
 #include "kernels/cpu/isa.h"
 
 namespace deepinfer::cpu {
@@ -16,6 +19,7 @@ constexpr int kLanes = 16;
 constexpr int kRowsPerTile = 4;
 constexpr int kColsPerTile = 4;
 // Decode streams 8 weight rows at once to keep enough loads in flight.
+constexpr bool kDecodeSequential = true;
 constexpr int kDecodeCols = 8;
 
 inline Vec vzero() { return _mm512_setzero_ps(); }
@@ -29,6 +33,7 @@ inline Vec load_bf16(const uint16_t* p) {
 inline Vec load_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
+inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
 
@@ -37,7 +42,7 @@ inline float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
 }  // namespace avx512
 
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels table{"avx512", avx512::matmul, avx512::dot, avx512::axpy};
+  static const IsaKernels table{"avx512", avx512::matmul, avx512::dot, avx512::axpy, avx512::attention_head};
   return &table;
 }
 

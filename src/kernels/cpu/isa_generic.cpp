@@ -1,5 +1,7 @@
 // Portable kernels: the fallback for CPUs without AVX2, and the reference the SIMD tables are
 // tested against.
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -45,10 +47,34 @@ void generic_axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+void generic_attention_head(const float* query, const float* keys, const float* values, const int32_t* block_table,
+                            int block_size, int64_t token_stride, int64_t head_offset, int head_dim, int64_t first,
+                            int64_t last, float scale, float* scores, float* out) {
+  auto slot = [&](const float* base, int64_t token) {
+    return base + (int64_t{block_table[token / block_size]} * block_size + token % block_size) * token_stride +
+           head_offset;
+  };
+  float max_score = -INFINITY;
+  for (int64_t token = first; token <= last; ++token) {
+    float score = generic_dot(query, slot(keys, token), head_dim) * scale;
+    scores[token - first] = score;
+    max_score = std::max(max_score, score);
+  }
+  float total = 0.0f;
+  for (int64_t token = first; token <= last; ++token) {
+    scores[token - first] = std::exp(scores[token - first] - max_score);
+    total += scores[token - first];
+  }
+  std::fill_n(out, head_dim, 0.0f);
+  for (int64_t token = first; token <= last; ++token) {
+    generic_axpy(scores[token - first] / total, slot(values, token), out, head_dim);
+  }
+}
+
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{"generic", generic_matmul, generic_dot, generic_axpy};
+  static const IsaKernels table{"generic", generic_matmul, generic_dot, generic_axpy, generic_attention_head};
   return table;
 }
 

@@ -1,0 +1,85 @@
+// Kernel micro-benchmarks (Google Benchmark): decode-shaped matmuls against the plain read
+// bandwidth of the same memory, and prefill-shaped matmuls in GFLOP/s.
+#include <benchmark/benchmark.h>
+
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/ops.h"
+
+namespace deepinfer {
+namespace {
+
+// Enough distinct weight matrices that every iteration streams from DRAM, not cache.
+constexpr int64_t kRows = 8192;
+constexpr int64_t kDepth = 2048;
+constexpr int kMatrices = 24;
+
+struct DecodeWeights {
+  DecodeWeights() : buffer(static_cast<size_t>(kMatrices * kRows * kDepth) * 2) {
+    auto* values = static_cast<uint16_t*>(buffer.data());
+    for (int64_t i = 0; i < kMatrices * kRows * kDepth; ++i) values[i] = static_cast<uint16_t>(0x3c00 + (i & 0xff));
+  }
+  Tensor matrix(int index) const {
+    return Tensor::contiguous(static_cast<uint16_t*>(buffer.data()) + index * kRows * kDepth, DType::kBF16,
+                              {kRows, kDepth});
+  }
+  Buffer buffer;
+};
+
+const DecodeWeights& decode_weights() {
+  static DecodeWeights weights;
+  return weights;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  const DecodeWeights& weights = decode_weights();
+  const cpu::IsaKernels& isa = cpu::select_kernels();
+  auto* floats = static_cast<const float*>(weights.buffer.data());
+  int64_t count = static_cast<int64_t>(weights.buffer.size() / sizeof(float));
+  float sink = 0;
+  for (auto _ : state) {
+    ThreadPool::global().parallel_for(count, 1 << 16, [&](int64_t begin, int64_t end) {
+      benchmark::DoNotOptimize(isa.dot(floats + begin, floats + begin, end - begin));
+    });
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(weights.buffer.size()));
+}
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_MatmulDecodeBf16(benchmark::State& state) {
+  const DecodeWeights& weights = decode_weights();
+  auto ops = make_cpu_ops();
+  FloatTensor x({1, kDepth});
+  FloatTensor y({1, kRows});
+  for (int64_t i = 0; i < kDepth; ++i) x.data()[i] = 0.01f * static_cast<float>(i % 7);
+  Tensor y_view = y.view();
+  int next = 0;
+  for (auto _ : state) {
+    ops->matmul(x.view(), weights.matrix(next), nullptr, y_view);
+    next = (next + 1) % kMatrices;
+  }
+  state.SetBytesProcessed(state.iterations() * kRows * kDepth * 2);
+}
+BENCHMARK(BM_MatmulDecodeBf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_MatmulPrefillBf16(benchmark::State& state) {
+  const DecodeWeights& weights = decode_weights();
+  auto ops = make_cpu_ops();
+  int64_t tokens = state.range(0);
+  FloatTensor x({tokens, kDepth});
+  FloatTensor y({tokens, kRows});
+  for (int64_t i = 0; i < tokens * kDepth; ++i) x.data()[i] = 0.01f * static_cast<float>(i % 7);
+  Tensor y_view = y.view();
+  for (auto _ : state) ops->matmul(x.view(), weights.matrix(0), nullptr, y_view);
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * tokens * kRows * kDepth / 1e9,
+                                                 benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulPrefillBf16)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace deepinfer
+
+BENCHMARK_MAIN();
