@@ -67,7 +67,7 @@ BENCHMARK(BM_MatmulDecodeBf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_MatmulPrefillBf16(benchmark::State& state) {
   const DecodeWeights& weights = decode_weights();
-  auto ops = make_cpu_ops();
+  auto ops = make_cpu_ops(state.range(1) ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
   int64_t tokens = state.range(0);
   FloatTensor x({tokens, kDepth});
   FloatTensor y({tokens, kRows});
@@ -77,7 +77,15 @@ void BM_MatmulPrefillBf16(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * tokens * kRows * kDepth / 1e9,
                                                  benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_MatmulPrefillBf16)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond)->UseRealTime();
+// Second argument: 0 = f32 activations, 1 = bf16 activations with bf16 dot products.
+BENCHMARK(BM_MatmulPrefillBf16)
+    ->ArgNames({"tokens", "bf16_activations"})
+    ->Args({64, 0})
+    ->Args({512, 0})
+    ->Args({64, 1})
+    ->Args({512, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace deepinfer

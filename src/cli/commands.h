@@ -3,9 +3,13 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "kernels/ops.h"
+#include "model/model.h"
 
 namespace deepinfer::cli {
 
@@ -13,6 +17,21 @@ void add_logits_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+
+// Flags every command that loads a model shares.
+struct ModelOptions {
+  std::string model_dir;
+  std::string load = "mmap";
+  std::string matmul_precision = "f32";
+};
+void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load);
+
+// A model and the backend it runs on.
+struct LoadedModel {
+  std::unique_ptr<Ops> ops;
+  std::unique_ptr<CausalLM> model;
+};
+LoadedModel open_model(const ModelOptions& options);
 
 // "1,2,3" -> {1, 2, 3}; throws Error naming the flag and the bad entry.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);

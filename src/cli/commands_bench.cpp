@@ -42,6 +42,23 @@ double measure_read_bandwidth(size_t bytes, int passes) {
   return best;
 }
 
+// Peak f32 FMA rate of all threads together (independent chains, no memory traffic): the
+// compute roof that prompt processing is held against.
+double measure_peak_flops() {
+  const cpu::IsaKernels& isa = cpu::select_kernels();
+  constexpr int64_t kIterations = 20'000'000;
+  std::atomic<float> sink{0.0f};
+  double best = 0.0;
+  for (int pass = 0; pass < 3; ++pass) {
+    auto start = Clock::now();
+    ThreadPool::global().run([&](int, int) { sink.store(isa.fma_probe(kIterations), std::memory_order_relaxed); });
+    double flops = static_cast<double>(kIterations) * static_cast<double>(isa.fma_probe_flops_per_iteration) *
+                   ThreadPool::global().size();
+    best = std::max(best, flops / seconds_since(start));
+  }
+  return best;
+}
+
 // Reads every byte of `tensors` once with all threads: the time a decode step would take if
 // it did nothing but stream its weights, measured on the very pages decode reads.
 double time_weight_read(const std::vector<const Tensor*>& tensors) {
@@ -69,7 +86,7 @@ double flops_per_token(const ModelConfig& c, double context) {
 }
 
 struct BenchArgs {
-  std::string model_dir, load = "read";
+  ModelOptions model;
   int prompt_tokens = 512;
   int decode_tokens = 32;
   int bandwidth_mib = 2048;
@@ -77,12 +94,14 @@ struct BenchArgs {
 };
 
 void run_bench(const BenchArgs& args) {
-  auto ops = make_cpu_ops();
   auto load_start = Clock::now();
-  auto model = load_model(args.model_dir, args.load == "read" ? LoadMode::kRead : LoadMode::kMmap, *ops);
+  LoadedModel loaded = open_model(args.model);
+  Ops* ops = loaded.ops.get();
+  CausalLM* model = loaded.model.get();
   double load_seconds = seconds_since(load_start);
   const ModelConfig& c = model->config();
   double bandwidth = measure_read_bandwidth(size_t(args.bandwidth_mib) << 20, 5);
+  double peak_flops = measure_peak_flops();
   std::vector<int32_t> prompt(static_cast<size_t>(args.prompt_tokens));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 13) % size_t(c.vocab_size));
   // Warm-up run so first-touch page faults and thread start-up stay out of the numbers.
@@ -112,24 +131,27 @@ void run_bench(const BenchArgs& args) {
   double weight_bandwidth = bytes_per_token * args.decode_tokens / read_seconds;
   double roofline = args.decode_tokens / read_seconds;
   if (args.json) {
-    nlohmann::json result = {{"model", args.model_dir}, {"backend", ops->name()},
-                             {"threads", ThreadPool::global().size()}, {"load", args.load},
+    nlohmann::json result = {{"model", args.model.model_dir}, {"backend", ops->name()},
+                             {"threads", ThreadPool::global().size()}, {"load", args.model.load},
                              {"load_seconds", load_seconds}, {"bandwidth_gbs", bandwidth / 1e9}, {"weight_read_bandwidth_gbs", weight_bandwidth / 1e9},
                              {"prompt_tokens", args.prompt_tokens}, {"prompt_tokens_per_s", prompt_rate},
                              {"prefill_gflops", prefill_flops / prefill_seconds / 1e9},
+                             {"peak_f32_fma_gflops", peak_flops / 1e9}, {"matmul_precision", args.model.matmul_precision},
                              {"decode_tokens", args.decode_tokens}, {"decode_tokens_per_s", decode_rate},
                              {"weight_bytes_per_token", bytes_per_token}, {"decode_roofline_tokens_per_s", roofline},
                              {"decode_fraction_of_roofline", decode_rate / roofline}};
     fmt::print("{}\n", result.dump());
     return;
   }
-  fmt::print("model            {}\n", args.model_dir);
+  fmt::print("model            {}\n", args.model.model_dir);
   fmt::print("backend          {} ({} threads, weights {}, loaded in {:.2f} s)\n", ops->name(),
-             ThreadPool::global().size(), args.load, load_seconds);
+             ThreadPool::global().size(), args.model.load, load_seconds);
   fmt::print("read bandwidth   {:.2f} GB/s (2 GiB probe); {:.2f} GB/s reading the weights between decode steps\n",
              bandwidth / 1e9, weight_bandwidth / 1e9);
-  fmt::print("prompt ({} tok)  {:.1f} tokens/s, {:.1f} GFLOP/s\n", args.prompt_tokens, prompt_rate,
-             prefill_flops / prefill_seconds / 1e9);
+  fmt::print("peak f32 FMA     {:.1f} GFLOP/s\n", peak_flops / 1e9);
+  fmt::print("prompt ({} tok)  {:.1f} tokens/s, {:.1f} GFLOP/s ({:.0f}% of f32 peak; {} matmuls)\n", args.prompt_tokens,
+             prompt_rate, prefill_flops / prefill_seconds / 1e9, 100.0 * prefill_flops / prefill_seconds / peak_flops,
+             args.model.matmul_precision);
   fmt::print("decode (batch 1) {:.2f} tokens/s; roofline {:.2f} tokens/s ({:.1f} MB of weights/token): {:.0f}%\n",
              decode_rate, roofline, bytes_per_token / 1e6, 100.0 * decode_rate / roofline);
 }
@@ -139,11 +161,10 @@ void run_bench(const BenchArgs& args) {
 void add_bench_command(CLI::App& app) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* command = app.add_subcommand("bench", "Measure bandwidth, prompt and decode speed on a checkpoint");
-  command->add_option("model_dir", args->model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  add_model_options(*command, args->model, "read");
   command->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length for prompt processing")->check(CLI::Range(1, 1 << 20));
   command->add_option("--decode-tokens", args->decode_tokens, "Tokens to decode at batch 1")->check(CLI::Range(1, 1 << 20));
   command->add_option("--bandwidth-mib", args->bandwidth_mib, "Buffer size for the bandwidth probe")->check(CLI::Range(64, 1 << 16));
-  command->add_option("--load", args->load, "How weights reach memory: read (default) or mmap")->check(CLI::IsMember({"mmap", "read"}));
   command->add_flag("--json", args->json, "Print one JSON object instead of a table");
   command->callback([args] { run_bench(*args); });
 }

@@ -34,9 +34,26 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
   return ids;
 }
 
-namespace {
+void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load) {
+  options.load = default_load;
+  command.add_option("model_dir", options.model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  command.add_option("--load", options.load, "How weights reach memory: mmap (instant, shared) or read (copied in)")
+      ->check(CLI::IsMember({"mmap", "read"}))
+      ->capture_default_str();
+  command.add_option("--matmul-precision", options.matmul_precision,
+                     "Prompt matmuls over bf16 weights: f32 activations (exact) or bf16 (AVX512-BF16 dot products)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
 
-LoadMode parse_load_mode(const std::string& name) { return name == "read" ? LoadMode::kRead : LoadMode::kMmap; }
+LoadedModel open_model(const ModelOptions& options) {
+  LoadedModel loaded;
+  loaded.ops = make_cpu_ops(options.matmul_precision == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
+  loaded.model = load_model(options.model_dir, options.load == "read" ? LoadMode::kRead : LoadMode::kMmap, *loaded.ops);
+  return loaded;
+}
+
+namespace {
 
 void check_ids_fit(const std::vector<int32_t>& ids, const ModelConfig& config, const char* flag) {
   for (int32_t id : ids) {
@@ -45,12 +62,13 @@ void check_ids_fit(const std::vector<int32_t>& ids, const ModelConfig& config, c
 }
 
 struct LogitsArgs {
-  std::string model_dir, ids, out, load = "mmap";
+  ModelOptions model;
+  std::string ids, out;
 };
 
 void run_logits(const LogitsArgs& args) {
-  auto ops = make_cpu_ops();
-  auto model = load_model(args.model_dir, parse_load_mode(args.load), *ops);
+  LoadedModel loaded = open_model(args.model);
+  CausalLM* model = loaded.model.get();
   std::vector<int32_t> ids = parse_id_list(args.ids, "--ids");
   check_ids_fit(ids, model->config(), "--ids");
   SequenceRunner runner(*model, static_cast<int64_t>(ids.size()));
@@ -61,7 +79,8 @@ void run_logits(const LogitsArgs& args) {
 }
 
 struct GenerateArgs {
-  std::string model_dir, prompt_ids, output = "ids", load = "mmap";
+  ModelOptions model;
+  std::string prompt_ids, output = "ids";
   int max_tokens = 16;
   double temperature = 0.0;
   bool ignore_eos = false;
@@ -71,8 +90,8 @@ void run_generate(const GenerateArgs& args) {
   if (args.temperature != 0.0) {
     fail("--temperature {}: only greedy decoding (0) is available in this build; sampling comes with the engine", args.temperature);
   }
-  auto ops = make_cpu_ops();
-  auto model = load_model(args.model_dir, parse_load_mode(args.load), *ops);
+  LoadedModel loaded = open_model(args.model);
+  CausalLM* model = loaded.model.get();
   std::vector<int32_t> prompt = parse_id_list(args.prompt_ids, "--prompt-ids");
   check_ids_fit(prompt, model->config(), "--prompt-ids");
   GreedyOptions options;
@@ -87,25 +106,22 @@ void run_generate(const GenerateArgs& args) {
 void add_logits_command(CLI::App& app) {
   auto args = std::make_shared<LogitsArgs>();
   CLI::App* command = app.add_subcommand("logits", "Write the logits at every position of a prompt");
-  command->add_option("model_dir", args->model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  add_model_options(*command, args->model, "mmap");
   command->add_option("--ids", args->ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")->required();
   command->add_option("--out", args->out, "Output .safetensors file: one float32 tensor \"logits\" [T, vocab]")->required();
-  command->add_option("--load", args->load, "How weights reach memory: mmap (instant) or read (copied in)")
-      ->check(CLI::IsMember({"mmap", "read"}));
   command->callback([args] { run_logits(*args); });
 }
 
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* command = app.add_subcommand("generate", "Continue a prompt and print the generated token ids");
-  command->add_option("model_dir", args->model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
+  add_model_options(*command, args->model, "mmap");
   command->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated")->required();
   command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")->check(CLI::Range(1, 1 << 20));
   command->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
   command->add_option("--output", args->output, "What to print: ids (space-separated on one line)")
       ->check(CLI::IsMember({"ids"}));
   command->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
-  command->add_option("--load", args->load, "How weights reach memory: mmap or read")->check(CLI::IsMember({"mmap", "read"}));
   command->callback([args] { run_generate(*args); });
 }
 

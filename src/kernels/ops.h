@@ -60,8 +60,14 @@ class Ops {
                                const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
 };
 
+// How matmuls over bf16 weights treat activations with more than one row (prefill).
+// kF32 keeps them in f32 (results match an f32 reference to ~1e-6); kBf16 rounds them to bf16
+// and uses the CPU's bf16 dot products where it has them (AVX512-BF16), as llama.cpp and
+// vLLM's CPU backend do: about twice the arithmetic rate, with bf16 rounding of activations.
+enum class MatmulPrecision { kF32, kBf16 };
+
 // The CPU backend; picks AVX-512, AVX2 or portable kernels for this CPU at run time
 // (DEEPINFER_ISA=avx512|avx2|generic overrides, for testing every path).
-std::unique_ptr<Ops> make_cpu_ops();
+std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision = MatmulPrecision::kF32);
 
 }  // namespace deepinfer

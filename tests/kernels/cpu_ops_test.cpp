@@ -69,6 +69,27 @@ TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
   }
 }
 
+TEST(IsaKernels, Bf16DotProductsMatchReferenceOnRoundedInputs) {
+  const IsaKernels* table = cpu::avx512_kernels();
+  if (!__builtin_cpu_supports("avx512bf16") || table->matmul_bf16 == nullptr) GTEST_SKIP() << "no AVX512-BF16";
+  for (Shape shape : {Shape{1, 5, 7}, Shape{5, 9, 33}, Shape{8, 20, 96}, Shape{13, 7, 200}}) {
+    std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 12);
+    std::vector<float> w = random_values(static_cast<size_t>(shape.cols * shape.depth), 13);
+    std::vector<uint16_t> x_bf16, w_bf16;
+    for (float& value : x) x_bf16.push_back(f32_to_bf16(value));
+    for (float& value : w) w_bf16.push_back(f32_to_bf16(value));
+    std::vector<float> x_rounded;
+    for (uint16_t bits : x_bf16) x_rounded.push_back(bf16_to_f32(bits));
+    std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols)), got(want.size());
+    cpu::generic_kernels().matmul(x_rounded.data(), shape.depth, w_bf16.data(), shape.depth, WeightType::kBF16, nullptr,
+                                  shape.rows, 0, shape.cols, shape.depth, want.data(), shape.cols);
+    table->matmul_bf16(x_bf16.data(), shape.depth, w_bf16.data(), shape.depth, nullptr, shape.rows, 0, shape.cols,
+                       shape.depth, got.data(), shape.cols);
+    // Products of bf16 values are exact in f32; only the summation order differs.
+    EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-4f);
+  }
+}
+
 TEST(IsaKernels, DotAndAxpyMatchReference) {
   for (const IsaKernels* table : simd_tables()) {
     for (int64_t n : {1, 15, 16, 33, 200}) {

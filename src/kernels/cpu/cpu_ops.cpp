@@ -51,7 +51,8 @@ int64_t rows_of(const Tensor& tensor) { return tensor.numel() / tensor.dim(-1); 
 
 class CpuOps final : public Ops {
  public:
-  CpuOps() : isa_(cpu::select_kernels()), pool_(ThreadPool::global()) {}
+  explicit CpuOps(MatmulPrecision precision)
+      : isa_(cpu::select_kernels()), pool_(ThreadPool::global()), precision_(precision) {}
 
   std::string name() const override { return std::string("cpu-") + isa_.name; }
 
@@ -64,6 +65,10 @@ class CpuOps final : public Ops {
     std::vector<float> bias_values = bias ? widen(*bias) : std::vector<float>();
     const float* bias_data = bias ? bias_values.data() : nullptr;
     WeightType type = weight_type(weight);
+    if (precision_ == MatmulPrecision::kBf16 && type == WeightType::kBF16 && rows > 1 && isa_.matmul_bf16) {
+      matmul_bf16_activations(x, weight, bias_data, y);
+      return;
+    }
     // Threads split the output columns so each weight row is read by exactly one thread.
     pool_.parallel_for(cols, 16, [&](int64_t begin, int64_t end) {
       isa_.matmul(x.as<const float>(), depth, weight.data, depth, type, bias_data, rows, begin,
@@ -168,8 +173,25 @@ class CpuOps final : public Ops {
     });
   }
 
+  void matmul_bf16_activations(const Tensor& x, const Tensor& weight, const float* bias, Tensor& y) {
+    int64_t depth = x.dim(-1);
+    int64_t rows = rows_of(x);
+    int64_t cols = weight.dim(0);
+    rounded_.resize(static_cast<size_t>(rows * depth));
+    const float* input = x.as<const float>();
+    pool_.parallel_for(rows * depth, 1024, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) rounded_[static_cast<size_t>(i)] = f32_to_bf16(input[i]);
+    });
+    pool_.parallel_for(cols, 16, [&](int64_t begin, int64_t end) {
+      isa_.matmul_bf16(rounded_.data(), depth, weight.as<const uint16_t>(), depth, bias, rows, begin, end, depth,
+                       y.as<float>(), cols);
+    });
+  }
+
   const IsaKernels& isa_;
   ThreadPool& pool_;
+  MatmulPrecision precision_;
+  std::vector<uint16_t> rounded_;  // activations rounded to bf16, reused across calls
 };
 
 void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
@@ -204,6 +226,6 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cpu_ops() { return std::make_unique<CpuOps>(); }
+std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision) { return std::make_unique<CpuOps>(precision); }
 
 }  // namespace deepinfer

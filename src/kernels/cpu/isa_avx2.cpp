@@ -42,7 +42,8 @@ inline float hsum(Vec v) {
 }  // namespace avx2
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels table{"avx2", avx2::matmul, avx2::dot, avx2::axpy, avx2::attention_head};
+  static const IsaKernels table{"avx2", avx2::matmul, avx2::dot, avx2::axpy, avx2::attention_head,
+                                 avx2::fma_probe, avx2::kProbeFlopsPerIteration, nullptr};
   return &table;
 }
 

@@ -39,10 +39,77 @@ inline float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
 
 #include "kernels/cpu/simd_kernels.inc"
 
+// bf16 x bf16 dot products: 32 products per instruction, twice the f32 FMA rate. A 4 x 4
+// tile as in the f32 kernel; both operands are loaded as-is (no widening).
+template <int ROWS, int COLS>
+void bf16_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t depth, const float* bias,
+               float* y, int64_t ldy) {
+  Vec acc[ROWS][COLS];
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < COLS; ++c) acc[r][c] = vzero();
+  constexpr int kPairLanes = 32;
+  int64_t k = 0;
+  alignas(64) uint16_t x_tail[ROWS][kPairLanes];
+  alignas(64) uint16_t w_tail[COLS][kPairLanes];
+  for (; k < depth; k += kPairLanes) {
+    bool tail = k + kPairLanes > depth;
+    __m512bh wv[COLS];
+    for (int c = 0; c < COLS; ++c) {
+      const uint16_t* source = w + c * ldw + k;
+      if (tail) {
+        for (int i = 0; i < kPairLanes; ++i) w_tail[c][i] = k + i < depth ? source[i] : 0;
+        source = w_tail[c];
+      }
+      wv[c] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(source));
+    }
+    for (int r = 0; r < ROWS; ++r) {
+      const uint16_t* source = x + r * ldx + k;
+      if (tail) {
+        for (int i = 0; i < kPairLanes; ++i) x_tail[r][i] = k + i < depth ? source[i] : 0;
+        source = x_tail[r];
+      }
+      __m512bh xv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(source));
+      for (int c = 0; c < COLS; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+    }
+  }
+  for (int r = 0; r < ROWS; ++r)
+    for (int c = 0; c < COLS; ++c) y[r * ldy + c] = hsum(acc[r][c]) + (bias ? bias[c] : 0.0f);
+}
+
+template <int ROWS>
+void bf16_row_block(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias,
+                    int64_t n_begin, int64_t n_end, int64_t depth, float* y, int64_t ldy) {
+  int64_t n = n_begin;
+  for (; n + kColsPerTile <= n_end; n += kColsPerTile) {
+    bf16_tile<ROWS, kColsPerTile>(x, ldx, w + n * ldw, ldw, depth, bias ? bias + n : nullptr, y + n, ldy);
+  }
+  for (; n < n_end; ++n) bf16_tile<ROWS, 1>(x, ldx, w + n * ldw, ldw, depth, bias ? bias + n : nullptr, y + n, ldy);
+}
+
+void matmul_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias, int64_t rows,
+                 int64_t n_begin, int64_t n_end, int64_t depth, float* y, int64_t ldy) {
+  constexpr int64_t kColsPerPass = 64;
+  const int64_t rows_per_block = depth >= 4096 ? 32 : 64;
+  for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block) {
+    int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+    for (int64_t c0 = n_begin; c0 < n_end; c0 += kColsPerPass) {
+      int64_t c1 = c0 + kColsPerPass < n_end ? c0 + kColsPerPass : n_end;
+      int64_t r = r0;
+      for (; r + kRowsPerTile <= r1; r += kRowsPerTile) {
+        bf16_row_block<kRowsPerTile>(x + r * ldx, ldx, w, ldw, bias, c0, c1, depth, y + r * ldy, ldy);
+      }
+      for (; r < r1; ++r) bf16_row_block<1>(x + r * ldx, ldx, w, ldw, bias, c0, c1, depth, y + r * ldy, ldy);
+    }
+  }
+}
+
 }  // namespace avx512
 
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels table{"avx512", avx512::matmul, avx512::dot, avx512::axpy, avx512::attention_head};
+  static const IsaKernels table{"avx512",          avx512::matmul,   avx512::dot,
+                                avx512::axpy,      avx512::attention_head, avx512::fma_probe,
+                                avx512::kProbeFlopsPerIteration,
+                                __builtin_cpu_supports("avx512bf16") ? avx512::matmul_bf16 : nullptr};
   return &table;
 }
 

@@ -71,10 +71,19 @@ void generic_attention_head(const float* query, const float* keys, const float* 
   }
 }
 
+float generic_fma_probe(int64_t iterations) {
+  float chains[4] = {1.0f, 1.1f, 1.2f, 1.3f};
+  for (int64_t i = 0; i < iterations; ++i) {
+    for (float& chain : chains) chain = chain * 0.9999999f + 1e-9f;
+  }
+  return chains[0] + chains[1] + chains[2] + chains[3];
+}
+
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{"generic", generic_matmul, generic_dot, generic_axpy, generic_attention_head};
+  static const IsaKernels table{"generic", generic_matmul, generic_dot, generic_axpy, generic_attention_head,
+                                generic_fma_probe, 8, nullptr};
   return table;
 }
 
