@@ -19,11 +19,12 @@ constexpr int kMatrices = 24;
 struct DecodeWeights {
   DecodeWeights() : buffer(static_cast<size_t>(kMatrices * kRows * kDepth) * 2) {
     auto* values = static_cast<uint16_t*>(buffer.data());
-    for (int64_t i = 0; i < kMatrices * kRows * kDepth; ++i) values[i] = static_cast<uint16_t>(0x3c00 + (i & 0xff));
+    for (int64_t i = 0; i < kMatrices * kRows * kDepth; ++i)
+      values[i] = static_cast<uint16_t>(0x3c00 + (i & 0xff));
   }
   Tensor matrix(int index) const {
-    return Tensor::contiguous(static_cast<uint16_t*>(buffer.data()) + index * kRows * kDepth, DType::kBF16,
-                              {kRows, kDepth});
+    return Tensor::contiguous(static_cast<uint16_t*>(buffer.data()) + index * kRows * kDepth,
+                              DType::kBF16, {kRows, kDepth});
   }
   Buffer buffer;
 };
@@ -74,8 +75,9 @@ void BM_MatmulPrefillBf16(benchmark::State& state) {
   for (int64_t i = 0; i < tokens * kDepth; ++i) x.data()[i] = 0.01f * static_cast<float>(i % 7);
   Tensor y_view = y.view();
   for (auto _ : state) ops->matmul(x.view(), weights.matrix(0), nullptr, y_view);
-  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * tokens * kRows * kDepth / 1e9,
-                                                 benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * tokens * kRows * kDepth / 1e9,
+      benchmark::Counter::kIsRate);
 }
 // Second argument: 0 = f32 activations, 1 = bf16 activations with bf16 dot products.
 BENCHMARK(BM_MatmulPrefillBf16)

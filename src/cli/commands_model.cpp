@@ -26,7 +26,8 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
     int32_t id = 0;
     auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), id);
     if (item.empty() || error != std::errc() || end != item.data() + item.size() || id < 0) {
-      fail("{}: \"{}\" is not a token id (expected comma-separated non-negative integers)", flag, item);
+      fail("{}: \"{}\" is not a token id (expected comma-separated non-negative integers)", flag,
+           item);
     }
     ids.push_back(id);
     start = comma + 1;
@@ -36,20 +37,28 @@ std::vector<int32_t> parse_id_list(const std::string& text, const std::string& f
 
 void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load) {
   options.load = default_load;
-  command.add_option("model_dir", options.model_dir, "Hugging Face model folder")->required()->check(CLI::ExistingDirectory);
-  command.add_option("--load", options.load, "How weights reach memory: mmap (instant, shared) or read (copied in)")
+  command.add_option("model_dir", options.model_dir, "Hugging Face model folder")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  command
+      .add_option("--load", options.load,
+                  "How weights reach memory: mmap (instant, shared) or read (copied in)")
       ->check(CLI::IsMember({"mmap", "read"}))
       ->capture_default_str();
-  command.add_option("--matmul-precision", options.matmul_precision,
-                     "Prompt matmuls over bf16 weights: f32 activations (exact) or bf16 (AVX512-BF16 dot products)")
+  command
+      .add_option("--matmul-precision", options.matmul_precision,
+                  "Prompt matmuls over bf16 weights: f32 activations (exact) or bf16 (AVX512-BF16 "
+                  "dot products)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }
 
 LoadedModel open_model(const ModelOptions& options) {
   LoadedModel loaded;
-  loaded.ops = make_cpu_ops(options.matmul_precision == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
-  loaded.model = load_model(options.model_dir, options.load == "read" ? LoadMode::kRead : LoadMode::kMmap, *loaded.ops);
+  loaded.ops = make_cpu_ops(options.matmul_precision == "bf16" ? MatmulPrecision::kBf16
+                                                               : MatmulPrecision::kF32);
+  loaded.model = load_model(
+      options.model_dir, options.load == "read" ? LoadMode::kRead : LoadMode::kMmap, *loaded.ops);
   return loaded;
 }
 
@@ -57,7 +66,8 @@ namespace {
 
 void check_ids_fit(const std::vector<int32_t>& ids, const ModelConfig& config, const char* flag) {
   for (int32_t id : ids) {
-    if (id >= config.vocab_size) fail("{}: token id {} is outside the vocabulary (size {})", flag, id, config.vocab_size);
+    if (id >= config.vocab_size)
+      fail("{}: token id {} is outside the vocabulary (size {})", flag, id, config.vocab_size);
   }
 }
 
@@ -88,7 +98,10 @@ struct GenerateArgs {
 
 void run_generate(const GenerateArgs& args) {
   if (args.temperature != 0.0) {
-    fail("--temperature {}: only greedy decoding (0) is available in this build; sampling comes with the engine", args.temperature);
+    fail(
+        "--temperature {}: only greedy decoding (0) is available in this build; sampling comes "
+        "with the engine",
+        args.temperature);
   }
   LoadedModel loaded = open_model(args.model);
   CausalLM* model = loaded.model.get();
@@ -105,23 +118,33 @@ void run_generate(const GenerateArgs& args) {
 
 void add_logits_command(CLI::App& app) {
   auto args = std::make_shared<LogitsArgs>();
-  CLI::App* command = app.add_subcommand("logits", "Write the logits at every position of a prompt");
+  CLI::App* command =
+      app.add_subcommand("logits", "Write the logits at every position of a prompt");
   add_model_options(*command, args->model, "mmap");
-  command->add_option("--ids", args->ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")->required();
-  command->add_option("--out", args->out, "Output .safetensors file: one float32 tensor \"logits\" [T, vocab]")->required();
+  command->add_option("--ids", args->ids, "Prompt token ids, comma-separated (e.g. 1,2,3)")
+      ->required();
+  command
+      ->add_option("--out", args->out,
+                   "Output .safetensors file: one float32 tensor \"logits\" [T, vocab]")
+      ->required();
   command->callback([args] { run_logits(*args); });
 }
 
 void add_generate_command(CLI::App& app) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* command = app.add_subcommand("generate", "Continue a prompt and print the generated token ids");
+  CLI::App* command =
+      app.add_subcommand("generate", "Continue a prompt and print the generated token ids");
   add_model_options(*command, args->model, "mmap");
-  command->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated")->required();
-  command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")->check(CLI::Range(1, 1 << 20));
-  command->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")->check(CLI::NonNegativeNumber);
+  command->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated")
+      ->required();
+  command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")
+      ->check(CLI::Range(1, 1 << 20));
+  command->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")
+      ->check(CLI::NonNegativeNumber);
   command->add_option("--output", args->output, "What to print: ids (space-separated on one line)")
       ->check(CLI::IsMember({"ids"}));
-  command->add_flag("--ignore-eos", args->ignore_eos, "Keep generating past end-of-sequence tokens");
+  command->add_flag("--ignore-eos", args->ignore_eos,
+                    "Keep generating past end-of-sequence tokens");
   command->callback([args] { run_generate(*args); });
 }
 
@@ -129,27 +152,43 @@ void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto out = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("bf16");
-  CLI::App* command = app.add_subcommand("make-model", "Write a random-weight checkpoint in the Hugging Face layout");
+  CLI::App* command = app.add_subcommand(
+      "make-model", "Write a random-weight checkpoint in the Hugging Face layout");
   command->add_option("out_dir", *out, "Folder to write (created if missing)")->required();
   command->add_option("--family", options->family, "Architecture family")
       ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3"}));
-  command->add_option("--vocab", options->vocab_size, "Vocabulary size")->check(CLI::PositiveNumber);
+  command->add_option("--vocab", options->vocab_size, "Vocabulary size")
+      ->check(CLI::PositiveNumber);
   command->add_option("--hidden", options->hidden_size, "Hidden size")->check(CLI::PositiveNumber);
-  command->add_option("--intermediate", options->intermediate_size, "MLP intermediate size")->check(CLI::PositiveNumber);
-  command->add_option("--layers", options->num_layers, "Number of layers")->check(CLI::PositiveNumber);
+  command->add_option("--intermediate", options->intermediate_size, "MLP intermediate size")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--layers", options->num_layers, "Number of layers")
+      ->check(CLI::PositiveNumber);
   command->add_option("--heads", options->num_heads, "Attention heads")->check(CLI::PositiveNumber);
-  command->add_option("--kv-heads", options->num_kv_heads, "Key/value heads (GQA when fewer than --heads)")->check(CLI::PositiveNumber);
-  command->add_option("--head-dim", options->head_dim, "Head size (default hidden / heads)")->check(CLI::NonNegativeNumber);
-  command->add_option("--max-position", options->max_position_embeddings, "max_position_embeddings")->check(CLI::PositiveNumber);
-  command->add_option("--sliding-window", options->sliding_window, "Sliding window (mistral, qwen2, qwen3); 0 for none")
+  command
+      ->add_option("--kv-heads", options->num_kv_heads,
+                   "Key/value heads (GQA when fewer than --heads)")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--head-dim", options->head_dim, "Head size (default hidden / heads)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--max-position", options->max_position_embeddings, "max_position_embeddings")
+      ->check(CLI::PositiveNumber);
+  command
+      ->add_option("--sliding-window", options->sliding_window,
+                   "Sliding window (mistral, qwen2, qwen3); 0 for none")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--rope-theta", options->rope_theta, "Rope base")->check(CLI::PositiveNumber);
-  command->add_option("--rope-scaling", options->rope_scaling_json, "rope_scaling as JSON, e.g. '{\"rope_type\":\"llama3\",...}'");
-  command->add_flag("--tie-embeddings", options->tie_word_embeddings, "Share the embedding table with the LM head");
-  command->add_option("--dtype", *dtype, "Weight dtype")->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  command->add_option("--rope-scaling", options->rope_scaling_json,
+                      "rope_scaling as JSON, e.g. '{\"rope_type\":\"llama3\",...}'");
+  command->add_flag("--tie-embeddings", options->tie_word_embeddings,
+                    "Share the embedding table with the LM head");
+  command->add_option("--dtype", *dtype, "Weight dtype")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
   command->add_option("--seed", options->seed, "Seed for the random weights");
   auto shard_mib = std::make_shared<size_t>(5 << 10);
-  command->add_option("--max-shard-mib", *shard_mib, "Largest shard in MiB; bigger models get an index")
+  command
+      ->add_option("--max-shard-mib", *shard_mib,
+                   "Largest shard in MiB; bigger models get an index")
       ->check(CLI::PositiveNumber);
   command->callback([options, out, dtype, shard_mib] {
     options->max_shard_bytes = *shard_mib << 20;

@@ -51,9 +51,9 @@ std::string_view dtype_name(DType dtype) {
 }
 
 DType dtype_from_safetensors(std::string_view name) {
-  static constexpr std::array<DType, 9> kAll = {DType::kF32, DType::kBF16, DType::kF16,
-                                                DType::kF8E4M3, DType::kI64, DType::kI32,
-                                                DType::kI8, DType::kU8, DType::kBool};
+  static constexpr std::array<DType, 9> kAll = {DType::kF32,    DType::kBF16, DType::kF16,
+                                                DType::kF8E4M3, DType::kI64,  DType::kI32,
+                                                DType::kI8,     DType::kU8,   DType::kBool};
   for (DType dtype : kAll) {
     if (dtype_name(dtype) == name) return dtype;
   }

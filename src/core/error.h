@@ -20,11 +20,11 @@ template <typename... Args>
   throw Error(fmt::format(format, std::forward<Args>(args)...));
 }
 
-#define DI_CHECK(condition, ...)             \
-  do {                                       \
-    if (!(condition)) {                      \
-      ::deepinfer::fail(__VA_ARGS__);        \
-    }                                        \
+#define DI_CHECK(condition, ...)      \
+  do {                                \
+    if (!(condition)) {               \
+      ::deepinfer::fail(__VA_ARGS__); \
+    }                                 \
   } while (false)
 
 }  // namespace deepinfer

@@ -59,8 +59,8 @@ Tensor Tensor::row(int64_t index) const {
   view.dtype = dtype;
   view.device = device;
   view.rank = rank - 1;
-  view.data = static_cast<char*>(data) +
-              static_cast<size_t>(index * strides[0]) * dtype_size(dtype);
+  view.data =
+      static_cast<char*>(data) + static_cast<size_t>(index * strides[0]) * dtype_size(dtype);
   for (int i = 1; i < rank; ++i) {
     view.shape[static_cast<size_t>(i - 1)] = shape[static_cast<size_t>(i)];
     view.strides[static_cast<size_t>(i - 1)] = strides[static_cast<size_t>(i)];
@@ -86,7 +86,9 @@ Buffer::Buffer(size_t bytes) : size_(bytes) {
   data_.reset(pointer);
 }
 
-void Buffer::Free::operator()(void* pointer) const { std::free(pointer); }
+void Buffer::Free::operator()(void* pointer) const {
+  std::free(pointer);
+}
 
 FloatTensor::FloatTensor(std::initializer_list<int64_t> shape) {
   int64_t count = 1;

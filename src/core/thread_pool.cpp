@@ -79,6 +79,8 @@ ThreadPool& ThreadPool::global() {
   return pool;
 }
 
-void ThreadPool::set_global_threads(int threads) { g_requested_threads.store(threads); }
+void ThreadPool::set_global_threads(int threads) {
+  g_requested_threads.store(threads);
+}
 
 }  // namespace deepinfer

@@ -47,6 +47,24 @@ class ThreadPool {
     });
   }
 
+  // Like parallel_for, but threads take `chunk`-sized pieces from a shared counter until none
+  // are left, so a thread slowed down (by a noisy neighbour, say) takes fewer pieces instead
+  // of holding everyone up at the end.
+  template <typename Fn>
+  void parallel_for_dynamic(int64_t count, int64_t chunk, Fn&& fn) {
+    if (count <= 0) return;
+    if (thread_count_ == 1 || count <= chunk) {
+      fn(int64_t{0}, count);
+      return;
+    }
+    std::atomic<int64_t> next{0};
+    run([&](int, int) {
+      for (int64_t begin = next.fetch_add(chunk); begin < count; begin = next.fetch_add(chunk)) {
+        fn(begin, std::min(count, begin + chunk));
+      }
+    });
+  }
+
   // The process-wide pool the CPU kernels use; sized on first use (see set_global_threads).
   static ThreadPool& global();
   // Sets the size of the global pool; only effective before its first use.

@@ -8,14 +8,16 @@ namespace deepinfer {
 
 SequenceRunner::SequenceRunner(CausalLM& model, int64_t max_tokens, int block_size)
     : model_(model),
-      cache_(model.kv_shape(block_size), std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size)),
+      cache_(model.kv_shape(block_size),
+             std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size)),
       capacity_(max_tokens) {}
 
 std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool all_logits,
                                         const HiddenStateSink& hidden_sink) {
   DI_CHECK(!tokens.empty(), "no tokens to run");
   int64_t needed = length_ + static_cast<int64_t>(tokens.size());
-  DI_CHECK(needed <= capacity_, "sequence of {} tokens exceeds the {} this run was sized for", needed, capacity_);
+  DI_CHECK(needed <= capacity_, "sequence of {} tokens exceeds the {} this run was sized for",
+           needed, capacity_);
   blocks_.reserve(cache_, needed);
   ForwardBatch batch;
   batch.add_sequence(tokens, length_, blocks_, cache_.shape().block_size, all_logits);
@@ -42,7 +44,9 @@ std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>
     generated.push_back(next);
     bool is_eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), next) !=
                   config.eos_token_ids.end();
-    if ((options.stop_at_eos && is_eos) || static_cast<int>(generated.size()) == options.max_new_tokens) break;
+    if ((options.stop_at_eos && is_eos) ||
+        static_cast<int>(generated.size()) == options.max_new_tokens)
+      break;
     logits = runner.feed({next}, false);
   }
   return generated;

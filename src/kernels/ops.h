@@ -28,7 +28,8 @@ struct AttentionBatch {
   const int32_t* context_lens = nullptr;  // [num_seqs]
   const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int max_blocks_per_seq = 0;
-  const int64_t* slot_mapping = nullptr;  // [tokens]: block * block_size + offset for each new token
+  const int64_t* slot_mapping =
+      nullptr;  // [tokens]: block * block_size + offset for each new token
 };
 
 class Ops {

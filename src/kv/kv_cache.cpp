@@ -9,16 +9,19 @@ size_t KvCacheShape::bytes_per_block() const {
          static_cast<size_t>(num_kv_heads) * static_cast<size_t>(head_dim);
 }
 
-KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks) : shape_(shape), num_blocks_(num_blocks) {
+KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
+    : shape_(shape), num_blocks_(num_blocks) {
   DI_CHECK(num_blocks > 0, "KV cache needs at least one block");
-  size_t layer_bytes = sizeof(float) * static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size) *
-                       static_cast<size_t>(shape.num_kv_heads) * static_cast<size_t>(shape.head_dim);
+  size_t layer_bytes =
+      sizeof(float) * static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size) *
+      static_cast<size_t>(shape.num_kv_heads) * static_cast<size_t>(shape.head_dim);
   for (int layer = 0; layer < shape.num_layers; ++layer) {
     keys_.emplace_back(layer_bytes);
     values_.emplace_back(layer_bytes);
   }
   free_.reserve(static_cast<size_t>(num_blocks));
-  for (int64_t block = num_blocks - 1; block >= 0; --block) free_.push_back(static_cast<int32_t>(block));
+  for (int64_t block = num_blocks - 1; block >= 0; --block)
+    free_.push_back(static_cast<int32_t>(block));
 }
 
 PagedKvView KvCache::layer(int index) const {
@@ -38,7 +41,9 @@ int32_t KvCache::allocate() {
   return block;
 }
 
-void KvCache::release(int32_t block) { free_.push_back(block); }
+void KvCache::release(int32_t block) {
+  free_.push_back(block);
+}
 
 void SequenceBlocks::reserve(KvCache& cache, int64_t tokens) {
   int block_size = cache.shape().block_size;

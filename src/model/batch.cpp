@@ -10,7 +10,8 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t 
     tokens.push_back(new_tokens[i]);
     positions.push_back(static_cast<int32_t>(position));
     slot_mapping.push_back(blocks.slot(position, block_size));
-    if (all_logits || i + 1 == new_tokens.size()) logit_rows.push_back(first_row + static_cast<int32_t>(i));
+    if (all_logits || i + 1 == new_tokens.size())
+      logit_rows.push_back(first_row + static_cast<int32_t>(i));
   }
   query_start.push_back(first_row + static_cast<int32_t>(new_tokens.size()));
   context_lens.push_back(static_cast<int32_t>(cached + static_cast<int64_t>(new_tokens.size())));
@@ -18,10 +19,11 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t 
   const auto& table = blocks.table();
   int width = std::max(max_blocks_per_seq, static_cast<int>(table.size()));
   if (width != max_blocks_per_seq) {
-    std::vector<int32_t> widened(static_cast<size_t>(num_seqs() - 1) * static_cast<size_t>(width), 0);
+    std::vector<int32_t> widened(static_cast<size_t>(num_seqs() - 1) * static_cast<size_t>(width),
+                                 0);
     for (int s = 0; s + 1 < num_seqs(); ++s) {
-      std::copy_n(block_tables.begin() + static_cast<std::ptrdiff_t>(s) * max_blocks_per_seq, max_blocks_per_seq,
-                  widened.begin() + static_cast<std::ptrdiff_t>(s) * width);
+      std::copy_n(block_tables.begin() + static_cast<std::ptrdiff_t>(s) * max_blocks_per_seq,
+                  max_blocks_per_seq, widened.begin() + static_cast<std::ptrdiff_t>(s) * width);
     }
     block_tables = std::move(widened);
     max_blocks_per_seq = width;

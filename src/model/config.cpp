@@ -33,16 +33,20 @@ class Fields {
 
   int positive_int(const char* key) const {
     const json& value = require(key);
-    if (!value.is_number_integer() || value.get<int64_t>() <= 0 || value.get<int64_t>() > (1ll << 31)) {
+    if (!value.is_number_integer() || value.get<int64_t>() <= 0 ||
+        value.get<int64_t>() > (1ll << 31)) {
       bad(key, "a positive integer");
     }
     return value.get<int>();
   }
-  int int_or(const char* key, int fallback) const { return has(key) ? positive_int(key) : fallback; }
+  int int_or(const char* key, int fallback) const {
+    return has(key) ? positive_int(key) : fallback;
+  }
   int non_negative_int_or(const char* key, int fallback) const {
     if (!has(key)) return fallback;
     const json& value = object_.at(key);
-    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > (1ll << 31)) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() > (1ll << 31)) {
       bad(key, "a non-negative integer");
     }
     return value.get<int>();
@@ -52,7 +56,9 @@ class Fields {
     if (!value.is_number()) bad(key, "a number");
     return value.get<double>();
   }
-  double number_or(const char* key, double fallback) const { return has(key) ? number(key) : fallback; }
+  double number_or(const char* key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+  }
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     if (!object_.at(key).is_boolean()) bad(key, "true or false");
@@ -78,20 +84,23 @@ class Fields {
   std::string prefix_;
 };
 
-RopeType parse_rope_type(const std::string& name, const std::string& source, const std::string& field) {
+RopeType parse_rope_type(const std::string& name, const std::string& source,
+                         const std::string& field) {
   if (name == "default") return RopeType::kDefault;
   if (name == "linear") return RopeType::kLinear;
   if (name == "dynamic") return RopeType::kDynamic;
   if (name == "llama3") return RopeType::kLlama3;
   if (name == "yarn") return RopeType::kYarn;
-  fail("{}: field \"{}\" has unsupported rope type \"{}\" (supported: default, linear, dynamic, "
-       "llama3, yarn)", source, field, name);
+  fail(
+      "{}: field \"{}\" has unsupported rope type \"{}\" (supported: default, linear, dynamic, "
+      "llama3, yarn)",
+      source, field, name);
 }
 
 // Reads one rope description: `params` holds rope_type/type and the scaling fields, and
 // maybe rope_theta (newer style); `theta` is the fallback base.
-RopeConfig parse_rope(const json& params, double theta, int max_positions, const std::string& source,
-                      const std::string& prefix) {
+RopeConfig parse_rope(const json& params, double theta, int max_positions,
+                      const std::string& source, const std::string& prefix) {
   RopeConfig rope;
   rope.theta = theta;
   rope.original_max_position_embeddings = max_positions;
@@ -104,12 +113,14 @@ RopeConfig parse_rope(const json& params, double theta, int max_positions, const
   if (rope.type == RopeType::kDefault) return rope;
   rope.factor = fields.number("factor");
   if (rope.factor <= 0) fields.bad("factor", "a positive number");
-  rope.original_max_position_embeddings = fields.int_or("original_max_position_embeddings", max_positions);
+  rope.original_max_position_embeddings =
+      fields.int_or("original_max_position_embeddings", max_positions);
   if (rope.type == RopeType::kLlama3) {
     rope.low_freq_factor = fields.number("low_freq_factor");
     rope.high_freq_factor = fields.number("high_freq_factor");
     rope.original_max_position_embeddings = fields.positive_int("original_max_position_embeddings");
-    if (rope.high_freq_factor <= rope.low_freq_factor) fields.bad("high_freq_factor", "above low_freq_factor");
+    if (rope.high_freq_factor <= rope.low_freq_factor)
+      fields.bad("high_freq_factor", "above low_freq_factor");
   }
   if (rope.type == RopeType::kYarn) {
     rope.beta_fast = fields.number_or("beta_fast", 32.0);
@@ -128,7 +139,8 @@ std::vector<int> parse_token_ids(const json& config, const char* key, const std:
   const json& value = config.at(key);
   auto take = [&](const json& item) {
     if (!item.is_number_integer() || item.get<int64_t>() < 0) {
-      fail("{}: field \"{}\" must be a token id or a list of them (got {})", source, key, value.dump());
+      fail("{}: field \"{}\" must be a token id or a list of them (got {})", source, key,
+           value.dump());
     }
     ids.push_back(item.get<int>());
   };
@@ -171,7 +183,8 @@ void parse_layer_windows(const json& config, const Fields& fields, ModelConfig& 
         fail("{}: \"layer_types\" has sliding layers but \"sliding_window\" is not set", source);
       }
       layer_types.push_back(name);
-      model.layer_window.push_back(name == "sliding_attention" ? fields.positive_int("sliding_window") : 0);
+      model.layer_window.push_back(
+          name == "sliding_attention" ? fields.positive_int("sliding_window") : 0);
     }
     return;
   }
@@ -194,13 +207,15 @@ void parse_layer_ropes(const json& config, const Fields& fields, ModelConfig& mo
     params = config.at("rope_parameters");
     prefix = "rope_parameters";
   }
-  bool per_layer_type = params.is_object() && (params.contains("full_attention") ||
-                                               params.contains("sliding_attention"));
+  bool per_layer_type = params.is_object() &&
+                        (params.contains("full_attention") || params.contains("sliding_attention"));
   for (int layer = 0; layer < model.num_layers; ++layer) {
     const std::string& type = layer_types[static_cast<size_t>(layer)];
     if (per_layer_type) {
-      if (!params.contains(type)) fail("{}: field \"{}\" has no entry for \"{}\"", source, prefix, type);
-      model.layer_rope.push_back(parse_rope(params.at(type), theta, max_positions, source, prefix + "." + type));
+      if (!params.contains(type))
+        fail("{}: field \"{}\" has no entry for \"{}\"", source, prefix, type);
+      model.layer_rope.push_back(
+          parse_rope(params.at(type), theta, max_positions, source, prefix + "." + type));
     } else {
       model.layer_rope.push_back(parse_rope(params, theta, max_positions, source, prefix));
     }
@@ -243,15 +258,19 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
          model.num_heads, model.num_kv_heads);
   }
   if (!fields.has("head_dim") && model.hidden_size % model.num_heads != 0) {
-    fail("{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not set",
-         source, model.hidden_size, model.num_heads);
+    fail(
+        "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not "
+        "set",
+        source, model.hidden_size, model.num_heads);
   }
   model.head_dim = fields.int_or("head_dim", model.hidden_size / model.num_heads);
-  if (model.head_dim % 2 != 0) fail("{}: field \"head_dim\" must be even for rotary embeddings", source);
+  if (model.head_dim % 2 != 0)
+    fail("{}: field \"head_dim\" must be even for rotary embeddings", source);
   model.max_position_embeddings = fields.int_or("max_position_embeddings", 4096);
   model.rms_norm_eps = fields.number_or("rms_norm_eps", 1e-6);
   model.tie_word_embeddings = fields.boolean_or("tie_word_embeddings", false);
-  model.qkv_bias = model.family == ModelFamily::kQwen2 || fields.boolean_or("attention_bias", false);
+  model.qkv_bias =
+      model.family == ModelFamily::kQwen2 || fields.boolean_or("attention_bias", false);
   model.o_bias = model.family != ModelFamily::kQwen2 && fields.boolean_or("attention_bias", false);
   model.mlp_bias = fields.boolean_or("mlp_bias", false);
   model.qk_norm = model.family == ModelFamily::kQwen3;
@@ -261,7 +280,10 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   } else if (activation == "gelu_pytorch_tanh") {
     model.activation = Activation::kGeluTanh;
   } else {
-    fail("{}: field \"hidden_act\" has unsupported activation \"{}\" (supported: silu, gelu_pytorch_tanh)", source, activation);
+    fail(
+        "{}: field \"hidden_act\" has unsupported activation \"{}\" (supported: silu, "
+        "gelu_pytorch_tanh)",
+        source, activation);
   }
   std::vector<std::string> layer_types;
   parse_layer_windows(config, fields, model, source, layer_types);

@@ -1,6 +1,7 @@
 // Llama, Mistral, Qwen2 and Qwen3: the dense decoder-only families.
-#include <cmath>
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "core/error.h"
 #include "model/model.h"
@@ -45,7 +46,9 @@ struct Scratch {
   FloatTensor hidden, normed, q, k, v, attention, gate, up;
 };
 
-Tensor mutable_view(const FloatTensor& tensor) { return tensor.view(); }
+Tensor mutable_view(const FloatTensor& tensor) {
+  return tensor.view();
+}
 
 Tensor heads_view(const FloatTensor& tensor, int heads, int head_dim) {
   return Tensor::contiguous(tensor.data(), DType::kF32, {tensor.dim(0), heads, head_dim});
@@ -57,7 +60,8 @@ class DenseTransformer final : public CausalLM {
       : config_(std::move(config)), store_(std::move(store)), ops_(ops) {
     bind_weights();
     for (int layer = 0; layer < config_.num_layers; ++layer) {
-      layers_[static_cast<size_t>(layer)].rope_index = rope_for(config_.layer_rope[static_cast<size_t>(layer)]);
+      layers_[static_cast<size_t>(layer)].rope_index =
+          rope_for(config_.layer_rope[static_cast<size_t>(layer)]);
     }
   }
 
@@ -70,10 +74,11 @@ class DenseTransformer final : public CausalLM {
   std::vector<const Tensor*> weights_read_per_token() const override {
     std::vector<const Tensor*> read = {lm_head_, final_norm_};
     for (const auto& layer : layers_) {
-      for (const Tensor* tensor : {layer.input_norm, layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj,
-                                   layer.q_bias, layer.k_bias, layer.v_bias, layer.o_bias, layer.q_norm,
-                                   layer.k_norm, layer.post_attention_norm, layer.gate_proj, layer.up_proj,
-                                   layer.down_proj, layer.gate_bias, layer.up_bias, layer.down_bias}) {
+      for (const Tensor* tensor :
+           {layer.input_norm, layer.q_proj, layer.k_proj, layer.v_proj, layer.o_proj, layer.q_bias,
+            layer.k_bias, layer.v_bias, layer.o_bias, layer.q_norm, layer.k_norm,
+            layer.post_attention_norm, layer.gate_proj, layer.up_proj, layer.down_proj,
+            layer.gate_bias, layer.up_bias, layer.down_bias}) {
         if (tensor) read.push_back(tensor);
       }
     }
@@ -86,18 +91,22 @@ class DenseTransformer final : public CausalLM {
  private:
   const Tensor* weight(const std::string& name, std::initializer_list<int64_t> shape) {
     const Tensor& tensor = store_->get(name, shape);
-    if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16) {
-      fail("tensor \"{}\" has dtype {}; dense layers need F32, BF16 or F16", name, dtype_name(tensor.dtype));
+    if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 &&
+        tensor.dtype != DType::kF16) {
+      fail("tensor \"{}\" has dtype {}; dense layers need F32, BF16 or F16", name,
+           dtype_name(tensor.dtype));
     }
     return &tensor;
   }
-  const Tensor* optional(bool wanted, const std::string& name, std::initializer_list<int64_t> shape) {
+  const Tensor* optional(bool wanted, const std::string& name,
+                         std::initializer_list<int64_t> shape) {
     return wanted ? weight(name, shape) : nullptr;
   }
   void bind_weights();
   int rope_for(const RopeConfig& rope);
   void attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache, Scratch& s,
-                       const std::vector<std::vector<float>>& cos, const std::vector<std::vector<float>>& sin);
+                       const std::vector<std::vector<float>>& cos,
+                       const std::vector<std::vector<float>>& sin);
   void mlp_block(const DenseLayer& layer, Scratch& s);
 
   ModelConfig config_;
@@ -120,7 +129,9 @@ void DenseTransformer::bind_weights() {
   embed_ = weight("model.embed_tokens.weight", {c.vocab_size, hidden});
   final_norm_ = weight("model.norm.weight", {hidden});
   bool has_head = store_->contains("lm_head.weight");
-  lm_head_ = (c.tie_word_embeddings && !has_head) ? embed_ : weight("lm_head.weight", {c.vocab_size, hidden});
+  lm_head_ = (c.tie_word_embeddings && !has_head)
+                 ? embed_
+                 : weight("lm_head.weight", {c.vocab_size, hidden});
   for (int i = 0; i < c.num_layers; ++i) {
     std::string p = fmt::format("model.layers.{}.", i);
     DenseLayer layer;
@@ -150,7 +161,8 @@ int DenseTransformer::rope_for(const RopeConfig& rope) {
   for (size_t i = 0; i < rope_configs_.size(); ++i) {
     const RopeConfig& known = rope_configs_[i];
     if (known.type == rope.type && known.theta == rope.theta && known.factor == rope.factor &&
-        known.low_freq_factor == rope.low_freq_factor && known.high_freq_factor == rope.high_freq_factor &&
+        known.low_freq_factor == rope.low_freq_factor &&
+        known.high_freq_factor == rope.high_freq_factor &&
         known.original_max_position_embeddings == rope.original_max_position_embeddings &&
         known.beta_fast == rope.beta_fast && known.beta_slow == rope.beta_slow &&
         known.mscale == rope.mscale && known.mscale_all_dim == rope.mscale_all_dim &&
@@ -163,8 +175,8 @@ int DenseTransformer::rope_for(const RopeConfig& rope) {
   return static_cast<int>(ropes_.size() - 1);
 }
 
-void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache, Scratch& s,
-                                       const std::vector<std::vector<float>>& cos,
+void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache,
+                                       Scratch& s, const std::vector<std::vector<float>>& cos,
                                        const std::vector<std::vector<float>>& sin) {
   const ModelConfig& c = config_;
   const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
@@ -191,7 +203,8 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
   ops_.kv_write(k_heads, v_heads, view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)], attention);
+  ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)],
+                       attention);
   ops_.matmul(s.attention.view(), *layer.o_proj, layer.o_bias, normed);
   Tensor hidden = mutable_view(s.hidden);
   ops_.add(hidden, normed);
@@ -202,7 +215,8 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   Tensor gate = mutable_view(s.gate);
   Tensor up = mutable_view(s.up);
   Tensor hidden = mutable_view(s.hidden);
-  ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm, static_cast<float>(config_.rms_norm_eps), normed);
+  ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm,
+               static_cast<float>(config_.rms_norm_eps), normed);
   ops_.matmul(normed, *layer.gate_proj, layer.gate_bias, gate);
   ops_.matmul(normed, *layer.up_proj, layer.up_bias, up);
   if (config_.activation == Activation::kSilu) {
@@ -239,8 +253,9 @@ void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float*
   FloatTensor selected({std::max<int64_t>(rows, 1), c.hidden_size});
   auto gather_logit_rows = [&] {
     for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(s.hidden.data() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * c.hidden_size,
-                  c.hidden_size, selected.data() + r * c.hidden_size);
+      std::copy_n(
+          s.hidden.data() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * c.hidden_size,
+          c.hidden_size, selected.data() + r * c.hidden_size);
     }
   };
   Tensor selected_view = mutable_view(selected);

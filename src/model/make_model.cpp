@@ -1,6 +1,7 @@
 #include "model/make_model.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <functional>
@@ -38,7 +39,8 @@ json family_config(const MakeModelOptions& o, int head_dim) {
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
   };
   auto found = kFamilies.find(o.family);
-  if (found == kFamilies.end()) fail("make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3)", o.family);
+  if (found == kFamilies.end())
+    fail("make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3)", o.family);
   json config = {
       {"architectures", {found->second.first}},
       {"model_type", found->second.second},
@@ -54,17 +56,21 @@ json family_config(const MakeModelOptions& o, int head_dim) {
       {"rms_norm_eps", 1e-5},
       {"rope_theta", o.rope_theta},
       {"tie_word_embeddings", o.tie_word_embeddings},
-      {"torch_dtype", o.dtype == DType::kBF16 ? "bfloat16" : o.dtype == DType::kF16 ? "float16" : "float32"},
+      {"torch_dtype", o.dtype == DType::kBF16  ? "bfloat16"
+                      : o.dtype == DType::kF16 ? "float16"
+                                               : "float32"},
       {"bos_token_id", 1},
       {"eos_token_id", 2},
   };
   if (!o.rope_scaling_json.empty()) {
     json scaling = json::parse(o.rope_scaling_json, nullptr, false);
-    if (scaling.is_discarded() || !scaling.is_object()) fail("make-model: --rope-scaling is not a JSON object");
+    if (scaling.is_discarded() || !scaling.is_object())
+      fail("make-model: --rope-scaling is not a JSON object");
     config["rope_scaling"] = scaling;
   }
   if (o.family == "llama") config["attention_bias"] = false;
-  if (o.family == "mistral") config["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json();
+  if (o.family == "mistral")
+    config["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json();
   if (o.family == "qwen2" || o.family == "qwen3") {
     config["use_sliding_window"] = o.sliding_window > 0;
     config["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json();
@@ -146,9 +152,11 @@ void write_json(const fs::path& path, const json& value) {
 
 void make_random_model(const MakeModelOptions& o, const fs::path& folder) {
   DI_CHECK(o.num_heads > 0 && o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0,
-           "make-model: --heads ({}) must be a positive multiple of --kv-heads ({})", o.num_heads, o.num_kv_heads);
+           "make-model: --heads ({}) must be a positive multiple of --kv-heads ({})", o.num_heads,
+           o.num_kv_heads);
   DI_CHECK(o.head_dim > 0 || o.hidden_size % o.num_heads == 0,
-           "make-model: --hidden ({}) is not a multiple of --heads ({}); pass --head-dim", o.hidden_size, o.num_heads);
+           "make-model: --hidden ({}) is not a multiple of --heads ({}); pass --head-dim",
+           o.hidden_size, o.num_heads);
   DI_CHECK(o.dtype == DType::kBF16 || o.dtype == DType::kF16 || o.dtype == DType::kF32,
            "make-model: --dtype must be bf16, f16 or f32");
   int head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
@@ -169,7 +177,19 @@ void make_random_model(const MakeModelOptions& o, const fs::path& folder) {
     shard_bytes += spec.nbytes();
     total += spec.nbytes();
   }
-  auto fill = [&](const TensorSpec& spec, void* data) { fill_random(spec, data, o.seed); };
+  // Progress on a terminal: large models take a while to generate and write.
+  bool show_progress = isatty(STDERR_FILENO) != 0;
+  size_t written = 0;
+  auto fill = [&](const TensorSpec& spec, void* data) {
+    fill_random(spec, data, o.seed);
+    written += spec.nbytes();
+    if (show_progress) {
+      fmt::print(stderr, "\rmake-model: {:3.0f}% ({:.2f} of {:.2f} GB)",
+                 100.0 * static_cast<double>(written) / static_cast<double>(total),
+                 static_cast<double>(written) / 1e9, static_cast<double>(total) / 1e9);
+      if (written == total) fmt::print(stderr, "\n");
+    }
+  };
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (shards.size() == 1) {
     write_safetensors_streaming(folder / "model.safetensors", shards[0], fill, metadata);

@@ -41,8 +41,10 @@ double yarn_correction_dim(double rotations, int dim, double base, double max_po
 
 float apply_yarn(const RopeConfig& config, int dim, std::vector<float>& frequencies) {
   double base = config.theta;
-  double low = yarn_correction_dim(config.beta_fast, dim, base, config.original_max_position_embeddings);
-  double high = yarn_correction_dim(config.beta_slow, dim, base, config.original_max_position_embeddings);
+  double low =
+      yarn_correction_dim(config.beta_fast, dim, base, config.original_max_position_embeddings);
+  double high =
+      yarn_correction_dim(config.beta_slow, dim, base, config.original_max_position_embeddings);
   if (config.truncate) {
     low = std::floor(low);
     high = std::ceil(high);
@@ -72,22 +74,25 @@ double yarn_mscale(double scale, double mscale) {
   return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
 }
 
-RotaryEmbedding::RotaryEmbedding(const RopeConfig& config, int rotary_dim) : rotary_dim_(rotary_dim) {
+RotaryEmbedding::RotaryEmbedding(const RopeConfig& config, int rotary_dim)
+    : rotary_dim_(rotary_dim) {
   switch (config.type) {
     case RopeType::kDefault:
       inverse_frequencies_ = default_frequencies(config.theta, rotary_dim);
       break;
     case RopeType::kLinear:
       inverse_frequencies_ = default_frequencies(config.theta, rotary_dim);
-      for (float& frequency : inverse_frequencies_) frequency = static_cast<float>(frequency / config.factor);
+      for (float& frequency : inverse_frequencies_)
+        frequency = static_cast<float>(frequency / config.factor);
       break;
     case RopeType::kDynamic: {
       // Static NTK scaling sized for the longest context the model serves (as vLLM does), so
       // a token's rotation never depends on how long its batch-mates are.
       double original = config.original_max_position_embeddings;
       double max_positions = original * config.factor;
-      double base = config.theta * std::pow(config.factor * max_positions / original - (config.factor - 1.0),
-                                            static_cast<double>(rotary_dim) / (rotary_dim - 2));
+      double base =
+          config.theta * std::pow(config.factor * max_positions / original - (config.factor - 1.0),
+                                  static_cast<double>(rotary_dim) / (rotary_dim - 2));
       inverse_frequencies_ = default_frequencies(base, rotary_dim);
       break;
     }
@@ -102,13 +107,16 @@ RotaryEmbedding::RotaryEmbedding(const RopeConfig& config, int rotary_dim) : rot
   }
 }
 
-void RotaryEmbedding::compute(const int32_t* positions, int64_t count, float* cos, float* sin) const {
+void RotaryEmbedding::compute(const int32_t* positions, int64_t count, float* cos,
+                              float* sin) const {
   size_t half = inverse_frequencies_.size();
   for (int64_t t = 0; t < count; ++t) {
     for (size_t i = 0; i < half; ++i) {
       float angle = inverse_frequencies_[i] * static_cast<float>(positions[t]);
-      cos[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scaling_;
-      sin[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scaling_;
+      cos[static_cast<size_t>(t) * half + i] =
+          static_cast<float>(std::cos(static_cast<double>(angle))) * attention_scaling_;
+      sin[static_cast<size_t>(t) * half + i] =
+          static_cast<float>(std::sin(static_cast<double>(angle))) * attention_scaling_;
     }
   }
 }

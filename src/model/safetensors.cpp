@@ -63,7 +63,8 @@ Tensor parse_tensor_entry(const fs::path& path, const std::string& name, const j
   tensor.rank = static_cast<int>(shape.size());
   int64_t count = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (!shape[i].is_number_unsigned()) fail("{}: tensor \"{}\" has a bad shape", path.string(), name);
+    if (!shape[i].is_number_unsigned())
+      fail("{}: tensor \"{}\" has a bad shape", path.string(), name);
     tensor.shape[i] = shape[i].get<int64_t>();
     count *= tensor.shape[i];
   }
@@ -98,7 +99,9 @@ SafetensorsFile::SafetensorsFile(const fs::path& path, LoadMode mode) : path_(pa
   struct stat info {};
   if (fstat(file.fd, &info) != 0) fail("{}: cannot stat: {}", path.string(), std::strerror(errno));
   auto file_size = static_cast<size_t>(info.st_size);
-  if (file_size < 8) fail("{}: file is {} bytes, too short for a safetensors header (truncated file?)", path.string(), file_size);
+  if (file_size < 8)
+    fail("{}: file is {} bytes, too short for a safetensors header (truncated file?)",
+         path.string(), file_size);
   uint64_t header_size = 0;
   read_fully(file.fd, &header_size, 8, 0, path);
   if (header_size > kMaxHeaderBytes || header_size > file_size - 8) {
@@ -156,7 +159,8 @@ TensorStore::TensorStore(const fs::path& folder, LoadMode mode) : folder_(folder
       fail("{}: malformed index (expected a JSON object with \"weight_map\")", index_path.string());
     }
     for (auto& [name, shard] : index["weight_map"].items()) {
-      if (!shard.is_string()) fail("{}: weight_map entry \"{}\" is not a file name", index_path.string(), name);
+      if (!shard.is_string())
+        fail("{}: weight_map entry \"{}\" is not a file name", index_path.string(), name);
       tensor_file_[name] = shard.get<std::string>();
       if (std::find(shard_names.begin(), shard_names.end(), shard) == shard_names.end()) {
         shard_names.push_back(shard.get<std::string>());
@@ -168,7 +172,8 @@ TensorStore::TensorStore(const fs::path& folder, LoadMode mode) : folder_(folder
     fail("{}: no model.safetensors or model.safetensors.index.json", folder.string());
   }
   for (const auto& shard : shard_names) {
-    if (shard.find('/') != std::string::npos) fail("{}: shard name \"{}\" leaves the folder", index_path.string(), shard);
+    if (shard.find('/') != std::string::npos)
+      fail("{}: shard name \"{}\" leaves the folder", index_path.string(), shard);
     files_.push_back(std::make_unique<SafetensorsFile>(folder / shard, mode));
     for (const auto& [name, tensor] : files_.back()->tensors()) {
       index_[name] = &tensor;
@@ -177,7 +182,8 @@ TensorStore::TensorStore(const fs::path& folder, LoadMode mode) : folder_(folder
   }
   for (const auto& [name, shard] : tensor_file_) {
     if (!index_.count(name)) {
-      fail("{}: tensor \"{}\" is listed in the index but missing from {}", folder.string(), name, shard);
+      fail("{}: tensor \"{}\" is listed in the index but missing from {}", folder.string(), name,
+           shard);
     }
   }
 }
@@ -188,7 +194,8 @@ const Tensor& TensorStore::get(const std::string& name) const {
   return *found->second;
 }
 
-const Tensor& TensorStore::get(const std::string& name, std::initializer_list<int64_t> shape) const {
+const Tensor& TensorStore::get(const std::string& name,
+                               std::initializer_list<int64_t> shape) const {
   const Tensor& tensor = get(name);
   bool matches = tensor.rank == static_cast<int>(shape.size());
   size_t axis = 0;
@@ -252,7 +259,8 @@ void write_safetensors(const fs::path& path, const std::vector<NamedTensor>& ten
                        const std::map<std::string, std::string>& metadata) {
   std::vector<const NamedTensor*> sorted;
   for (const auto& tensor : tensors) {
-    DI_CHECK(tensor.tensor.is_contiguous(), "write_safetensors: \"{}\" is not contiguous", tensor.name);
+    DI_CHECK(tensor.tensor.is_contiguous(), "write_safetensors: \"{}\" is not contiguous",
+             tensor.name);
     sorted.push_back(&tensor);
   }
   std::sort(sorted.begin(), sorted.end(),
@@ -260,7 +268,8 @@ void write_safetensors(const fs::path& path, const std::vector<NamedTensor>& ten
   std::vector<TensorSpec> specs;
   for (const NamedTensor* entry : sorted) {
     const Tensor& t = entry->tensor;
-    specs.push_back({entry->name, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.rank)});
+    specs.push_back(
+        {entry->name, t.dtype, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.rank)});
   }
   size_t next = 0;
   write_safetensors_streaming(

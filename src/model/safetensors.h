@@ -76,7 +76,8 @@ struct TensorSpec {
 
 // Writes a safetensors file whose tensors are produced one at a time by `fill` into a buffer
 // of spec.nbytes(), so files larger than memory can be written. Tensors keep the given order.
-void write_safetensors_streaming(const std::filesystem::path& path, const std::vector<TensorSpec>& specs,
+void write_safetensors_streaming(const std::filesystem::path& path,
+                                 const std::vector<TensorSpec>& specs,
                                  const std::function<void(const TensorSpec&, void*)>& fill,
                                  const std::map<std::string, std::string>& metadata = {});
 

@@ -1,8 +1,7 @@
 // The deepinfer binary end to end: what a user types and what comes back.
-#include <gtest/gtest.h>
-
 #include <fmt/core.h>
 #include <fmt/ranges.h>
+#include <gtest/gtest.h>
 
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -26,23 +25,26 @@ TEST(Cli, LogitsWritesEveryPositionMatchingTransformers) {
   SafetensorsFile reference(fixture_model("llama-gqa") / "reference.safetensors", LoadMode::kRead);
   std::vector<int32_t> ids = testing::as_ids(reference.tensors().at("case1.input_ids"));
   std::string out = (dir.path() / "logits.safetensors").string();
-  auto result = run_command(fmt::format("{} logits {} --ids {} --out {}", kBinary,
-                                        fixture_model("llama-gqa").string(), joined(ids, ","), out));
+  auto result =
+      run_command(fmt::format("{} logits {} --ids {} --out {}", kBinary,
+                              fixture_model("llama-gqa").string(), joined(ids, ","), out));
   ASSERT_EQ(result.status, 0) << result.output;
   SafetensorsFile written(out, LoadMode::kRead);
   const Tensor& logits = written.tensors().at("logits");
   EXPECT_EQ(logits.shape_string(), fmt::format("[{}, 512]", ids.size()));
   std::vector<float> expected = testing::as_floats(reference.tensors().at("case1.logits"));
-  EXPECT_LE(testing::max_abs_difference(logits.as<const float>(), expected.data(), expected.size()), 1e-3f);
+  EXPECT_LE(testing::max_abs_difference(logits.as<const float>(), expected.data(), expected.size()),
+            1e-3f);
 }
 
 TEST(Cli, GeneratePrintsGreedyIdsOnOneLine) {
   SafetensorsFile reference(fixture_model("llama-gqa") / "reference.safetensors", LoadMode::kRead);
   std::vector<int32_t> prompt = testing::as_ids(reference.tensors().at("greedy.prompt"));
   std::vector<int32_t> expected = testing::as_ids(reference.tensors().at("greedy.tokens"));
-  auto result = run_command(fmt::format("{} generate {} --prompt-ids {} --max-tokens 24 --temperature 0 --output ids "
-                                        "--ignore-eos",
-                                        kBinary, fixture_model("llama-gqa").string(), joined(prompt, ",")));
+  auto result = run_command(
+      fmt::format("{} generate {} --prompt-ids {} --max-tokens 24 --temperature 0 --output ids "
+                  "--ignore-eos",
+                  kBinary, fixture_model("llama-gqa").string(), joined(prompt, ",")));
   ASSERT_EQ(result.status, 0) << result.output;
   EXPECT_EQ(result.output, joined(expected, " ") + "\n");
 }
@@ -51,13 +53,16 @@ TEST(Cli, MakeModelWritesLoadableCheckpointsForEveryFamily) {
   TempDir dir;
   for (const char* family : {"llama", "mistral", "qwen2", "qwen3"}) {
     std::string folder = (dir.path() / family).string();
-    auto made = run_command(fmt::format("{} make-model --family {} --vocab 300 --hidden 64 --intermediate 96 --layers 2 "
-                                        "--heads 4 --kv-heads 2 --sliding-window 8 --max-shard-mib 1 {}",
-                                        kBinary, family, folder));
+    auto made = run_command(fmt::format(
+        "{} make-model --family {} --vocab 300 --hidden 64 --intermediate 96 --layers 2 "
+        "--heads 4 --kv-heads 2 --sliding-window 8 --max-shard-mib 1 {}",
+        kBinary, family, folder));
     ASSERT_EQ(made.status, 0) << made.output;
-    auto generated = run_command(fmt::format("{} generate {} --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos", kBinary, folder));
+    auto generated = run_command(fmt::format(
+        "{} generate {} --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos", kBinary, folder));
     ASSERT_EQ(generated.status, 0) << generated.output;
-    EXPECT_EQ(std::count(generated.output.begin(), generated.output.end(), ' '), 4) << generated.output;
+    EXPECT_EQ(std::count(generated.output.begin(), generated.output.end(), ' '), 4)
+        << generated.output;
   }
   // 300 x 64 bf16 tables and 2 layers exceed one 1 MiB shard only with the index path.
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "llama" / "model.safetensors") ||
@@ -67,11 +72,13 @@ TEST(Cli, MakeModelWritesLoadableCheckpointsForEveryFamily) {
 TEST(Cli, ShardedMakeModelWritesAnIndex) {
   TempDir dir;
   std::string folder = (dir.path() / "sharded").string();
-  auto made = run_command(fmt::format("{} make-model --family qwen3 --vocab 8000 --hidden 128 --intermediate 256 "
-                                      "--layers 4 --heads 4 --kv-heads 1 --max-shard-mib 1 {}",
-                                      kBinary, folder));
+  auto made = run_command(
+      fmt::format("{} make-model --family qwen3 --vocab 8000 --hidden 128 --intermediate 256 "
+                  "--layers 4 --heads 4 --kv-heads 1 --max-shard-mib 1 {}",
+                  kBinary, folder));
   ASSERT_EQ(made.status, 0) << made.output;
-  EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(folder) / "model.safetensors.index.json"));
+  EXPECT_TRUE(
+      std::filesystem::exists(std::filesystem::path(folder) / "model.safetensors.index.json"));
   auto ops = make_cpu_ops();
   auto model = load_model(folder, LoadMode::kMmap, *ops);
   EXPECT_EQ(model->config().num_kv_heads, 1);
@@ -81,11 +88,15 @@ TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
   std::string model = fixture_model("llama-gqa").string();
   auto bad_ids = run_command(fmt::format("{} generate {} --prompt-ids 1,x,3", kBinary, model));
   EXPECT_EQ(bad_ids.status, 1);
-  EXPECT_NE(bad_ids.output.find("--prompt-ids: \"x\" is not a token id"), std::string::npos) << bad_ids.output;
-  auto out_of_vocab = run_command(fmt::format("{} generate {} --prompt-ids 1,99999", kBinary, model));
+  EXPECT_NE(bad_ids.output.find("--prompt-ids: \"x\" is not a token id"), std::string::npos)
+      << bad_ids.output;
+  auto out_of_vocab =
+      run_command(fmt::format("{} generate {} --prompt-ids 1,99999", kBinary, model));
   EXPECT_EQ(out_of_vocab.status, 1);
-  EXPECT_NE(out_of_vocab.output.find("outside the vocabulary (size 512)"), std::string::npos) << out_of_vocab.output;
-  auto missing_dir = run_command(fmt::format("{} logits /nonexistent --ids 1 --out /tmp/x", kBinary));
+  EXPECT_NE(out_of_vocab.output.find("outside the vocabulary (size 512)"), std::string::npos)
+      << out_of_vocab.output;
+  auto missing_dir =
+      run_command(fmt::format("{} logits /nonexistent --ids 1 --out /tmp/x", kBinary));
   EXPECT_NE(missing_dir.status, 0);
   auto no_command = run_command(kBinary);
   EXPECT_NE(no_command.status, 0);

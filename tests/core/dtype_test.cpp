@@ -1,8 +1,9 @@
+#include "core/dtype.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "core/dtype.h"
 #include "core/error.h"
 #include "core/tensor.h"
 

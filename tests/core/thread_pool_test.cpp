@@ -1,9 +1,9 @@
+#include "core/thread_pool.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <vector>
-
-#include "core/thread_pool.h"
 
 namespace deepinfer {
 namespace {

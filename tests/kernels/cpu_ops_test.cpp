@@ -18,8 +18,10 @@ using cpu::WeightType;
 
 std::vector<const IsaKernels*> simd_tables() {
   std::vector<const IsaKernels*> tables;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) tables.push_back(cpu::avx2_kernels());
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) tables.push_back(cpu::avx512_kernels());
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    tables.push_back(cpu::avx2_kernels());
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+    tables.push_back(cpu::avx512_kernels());
   return tables;
 }
 
@@ -38,8 +40,8 @@ struct Shape {
 TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
   const IsaKernels& reference = cpu::generic_kernels();
   for (const IsaKernels* table : simd_tables()) {
-    for (Shape shape : {Shape{1, 1, 1}, Shape{1, 37, 64}, Shape{3, 9, 17}, Shape{7, 33, 130}, Shape{16, 64, 256},
-                        Shape{41, 19, 48}}) {
+    for (Shape shape : {Shape{1, 1, 1}, Shape{1, 37, 64}, Shape{3, 9, 17}, Shape{7, 33, 130},
+                        Shape{16, 64, 256}, Shape{41, 19, 48}}) {
       std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 1);
       std::vector<float> w32 = random_values(static_cast<size_t>(shape.cols * shape.depth), 2);
       std::vector<float> bias = random_values(static_cast<size_t>(shape.cols), 3);
@@ -48,22 +50,24 @@ TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
         w_bf16.push_back(f32_to_bf16(value));
         w_f16.push_back(f32_to_f16(value));
       }
-      for (auto [type, data] : {std::pair{WeightType::kF32, static_cast<const void*>(w32.data())},
-                                std::pair{WeightType::kBF16, static_cast<const void*>(w_bf16.data())},
-                                std::pair{WeightType::kF16, static_cast<const void*>(w_f16.data())}}) {
+      for (auto [type, data] :
+           {std::pair{WeightType::kF32, static_cast<const void*>(w32.data())},
+            std::pair{WeightType::kBF16, static_cast<const void*>(w_bf16.data())},
+            std::pair{WeightType::kF16, static_cast<const void*>(w_f16.data())}}) {
         std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols));
         std::vector<float> got(want.size());
-        reference.matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0, shape.cols,
-                         shape.depth, want.data(), shape.cols);
+        reference.matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0,
+                         shape.cols, shape.depth, want.data(), shape.cols);
         // Split the columns the way threads do, to cover a range that does not start at 0.
         int64_t middle = shape.cols / 2;
-        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0, middle,
-                      shape.depth, got.data(), shape.cols);
-        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, middle, shape.cols,
-                      shape.depth, got.data(), shape.cols);
-        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-4f * std::sqrt(shape.depth))
-            << table->name << " type " << static_cast<int>(type) << " " << shape.rows << "x" << shape.cols << "x"
-            << shape.depth;
+        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0,
+                      middle, shape.depth, got.data(), shape.cols);
+        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows,
+                      middle, shape.cols, shape.depth, got.data(), shape.cols);
+        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()),
+                  1e-4f * std::sqrt(shape.depth))
+            << table->name << " type " << static_cast<int>(type) << " " << shape.rows << "x"
+            << shape.cols << "x" << shape.depth;
       }
     }
   }
@@ -71,7 +75,8 @@ TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
 
 TEST(IsaKernels, Bf16DotProductsMatchReferenceOnRoundedInputs) {
   const IsaKernels* table = cpu::avx512_kernels();
-  if (!__builtin_cpu_supports("avx512bf16") || table->matmul_bf16 == nullptr) GTEST_SKIP() << "no AVX512-BF16";
+  if (!__builtin_cpu_supports("avx512bf16") || table->matmul_bf16 == nullptr)
+    GTEST_SKIP() << "no AVX512-BF16";
   for (Shape shape : {Shape{1, 5, 7}, Shape{5, 9, 33}, Shape{8, 20, 96}, Shape{13, 7, 200}}) {
     std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 12);
     std::vector<float> w = random_values(static_cast<size_t>(shape.cols * shape.depth), 13);
@@ -81,10 +86,11 @@ TEST(IsaKernels, Bf16DotProductsMatchReferenceOnRoundedInputs) {
     std::vector<float> x_rounded;
     for (uint16_t bits : x_bf16) x_rounded.push_back(bf16_to_f32(bits));
     std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols)), got(want.size());
-    cpu::generic_kernels().matmul(x_rounded.data(), shape.depth, w_bf16.data(), shape.depth, WeightType::kBF16, nullptr,
-                                  shape.rows, 0, shape.cols, shape.depth, want.data(), shape.cols);
-    table->matmul_bf16(x_bf16.data(), shape.depth, w_bf16.data(), shape.depth, nullptr, shape.rows, 0, shape.cols,
-                       shape.depth, got.data(), shape.cols);
+    cpu::generic_kernels().matmul(x_rounded.data(), shape.depth, w_bf16.data(), shape.depth,
+                                  WeightType::kBF16, nullptr, shape.rows, 0, shape.cols,
+                                  shape.depth, want.data(), shape.cols);
+    table->matmul_bf16(x_bf16.data(), shape.depth, w_bf16.data(), shape.depth, nullptr, shape.rows,
+                       0, shape.cols, shape.depth, got.data(), shape.cols);
     // Products of bf16 values are exact in f32; only the summation order differs.
     EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-4f);
   }
@@ -95,7 +101,8 @@ TEST(IsaKernels, DotAndAxpyMatchReference) {
     for (int64_t n : {1, 15, 16, 33, 200}) {
       std::vector<float> a = random_values(static_cast<size_t>(n), 4);
       std::vector<float> b = random_values(static_cast<size_t>(n), 5);
-      EXPECT_NEAR(table->dot(a.data(), b.data(), n), cpu::generic_kernels().dot(a.data(), b.data(), n), 1e-4f);
+      EXPECT_NEAR(table->dot(a.data(), b.data(), n),
+                  cpu::generic_kernels().dot(a.data(), b.data(), n), 1e-4f);
       std::vector<float> y1 = b, y2 = b;
       table->axpy(0.5f, a.data(), y1.data(), n);
       cpu::generic_kernels().axpy(0.5f, a.data(), y2.data(), n);
@@ -114,12 +121,14 @@ TEST(IsaKernels, AttentionHeadMatchesReference) {
       std::vector<float> values = random_values(keys.size(), 10);
       std::vector<float> query = random_values(static_cast<size_t>(head_dim), 11);
       for (auto [first, last] : {std::pair<int64_t, int64_t>{0, 0}, {0, 22}, {5, 17}, {13, 14}}) {
-        std::vector<float> scores(static_cast<size_t>(last - first + 1)), want(static_cast<size_t>(head_dim)),
-            got(want.size());
-        cpu::generic_kernels().attention_head(query.data(), keys.data(), values.data(), table.data(), block_size, stride,
-                                              head_dim, head_dim, first, last, 0.3f, scores.data(), want.data());
-        kernels->attention_head(query.data(), keys.data(), values.data(), table.data(), block_size, stride, head_dim,
-                                head_dim, first, last, 0.3f, scores.data(), got.data());
+        std::vector<float> scores(static_cast<size_t>(last - first + 1)),
+            want(static_cast<size_t>(head_dim)), got(want.size());
+        cpu::generic_kernels().attention_head(query.data(), keys.data(), values.data(),
+                                              table.data(), block_size, stride, head_dim, head_dim,
+                                              first, last, 0.3f, scores.data(), want.data());
+        kernels->attention_head(query.data(), keys.data(), values.data(), table.data(), block_size,
+                                stride, head_dim, head_dim, first, last, 0.3f, scores.data(),
+                                got.data());
         EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-5f)
             << kernels->name << " head_dim " << head_dim << " tokens " << first << ".." << last;
       }
@@ -129,8 +138,8 @@ TEST(IsaKernels, AttentionHeadMatchesReference) {
 
 // Plain attention over contiguous K/V of one sequence: the formula, written out.
 std::vector<float> contiguous_attention(const std::vector<float>& q, const std::vector<float>& k,
-                                        const std::vector<float>& v, int new_tokens, int context, int heads,
-                                        int kv_heads, int dim, float scale, int window) {
+                                        const std::vector<float>& v, int new_tokens, int context,
+                                        int heads, int kv_heads, int dim, float scale, int window) {
   std::vector<float> out(static_cast<size_t>(new_tokens * heads * dim), 0.0f);
   for (int t = 0; t < new_tokens; ++t) {
     int position = context - new_tokens + t;
@@ -141,15 +150,20 @@ std::vector<float> contiguous_attention(const std::vector<float>& q, const std::
       for (int j = 0; j <= position; ++j) {
         double score = 0;
         bool visible = window == 0 || position - j < window;
-        for (int d = 0; d < dim; ++d) score += q[static_cast<size_t>((t * heads + h) * dim + d)] * k[static_cast<size_t>((j * kv_heads + kvh) * dim + d)];
+        for (int d = 0; d < dim; ++d)
+          score += q[static_cast<size_t>((t * heads + h) * dim + d)] *
+                   k[static_cast<size_t>((j * kv_heads + kvh) * dim + d)];
         weights.push_back(visible ? score * scale : -1e30);
         max_score = std::max(max_score, weights.back());
       }
       double total = 0;
-      for (double& weight : weights) total += (weight = weight <= -1e29 ? 0.0 : std::exp(weight - max_score));
+      for (double& weight : weights)
+        total += (weight = weight <= -1e29 ? 0.0 : std::exp(weight - max_score));
       for (int j = 0; j <= position; ++j) {
         for (int d = 0; d < dim; ++d) {
-          out[static_cast<size_t>((t * heads + h) * dim + d)] += static_cast<float>(weights[static_cast<size_t>(j)] / total * v[static_cast<size_t>((j * kv_heads + kvh) * dim + d)]);
+          out[static_cast<size_t>((t * heads + h) * dim + d)] +=
+              static_cast<float>(weights[static_cast<size_t>(j)] / total *
+                                 v[static_cast<size_t>((j * kv_heads + kvh) * dim + d)]);
         }
       }
     }
@@ -170,35 +184,48 @@ TEST(CpuOps, PagedAttentionMatchesContiguousAttention) {
   std::vector<float> value_cache(key_cache.size());
   std::vector<int64_t> slots;
   for (int position = 0; position < context; ++position) {
-    slots.push_back(int64_t{table[static_cast<size_t>(position / block_size)]} * block_size + position % block_size);
+    slots.push_back(int64_t{table[static_cast<size_t>(position / block_size)]} * block_size +
+                    position % block_size);
   }
   PagedKvView cache{key_cache.data(), value_cache.data(), block_size, kv_heads, dim};
   std::vector<int32_t> query_start = {0, context};
   std::vector<int32_t> context_lens = {context};
-  AttentionBatch all{1, query_start.data(), context_lens.data(), table.data(), static_cast<int>(table.size()), slots.data()};
+  AttentionBatch all{1,
+                     query_start.data(),
+                     context_lens.data(),
+                     table.data(),
+                     static_cast<int>(table.size()),
+                     slots.data()};
   ops->kv_write(Tensor::contiguous(k.data(), DType::kF32, {context, kv_heads, dim}),
                 Tensor::contiguous(v.data(), DType::kF32, {context, kv_heads, dim}), all, cache);
   std::vector<int32_t> new_start = {0, new_tokens};
-  AttentionBatch step{1, new_start.data(), context_lens.data(), table.data(), static_cast<int>(table.size()),
+  AttentionBatch step{1,
+                      new_start.data(),
+                      context_lens.data(),
+                      table.data(),
+                      static_cast<int>(table.size()),
                       slots.data() + context - new_tokens};
   for (int window : {0, 3, 8}) {
     std::vector<float> out(q.size());
     Tensor out_view = Tensor::contiguous(out.data(), DType::kF32, {new_tokens, heads, dim});
-    ops->paged_attention(Tensor::contiguous(q.data(), DType::kF32, {new_tokens, heads, dim}), step, cache, 0.25f,
-                         window, out_view);
-    std::vector<float> want = contiguous_attention(q, k, v, new_tokens, context, heads, kv_heads, dim, 0.25f, window);
-    EXPECT_LE(testing::max_abs_difference(out.data(), want.data(), out.size()), 1e-5f) << "window " << window;
+    ops->paged_attention(Tensor::contiguous(q.data(), DType::kF32, {new_tokens, heads, dim}), step,
+                         cache, 0.25f, window, out_view);
+    std::vector<float> want =
+        contiguous_attention(q, k, v, new_tokens, context, heads, kv_heads, dim, 0.25f, window);
+    EXPECT_LE(testing::max_abs_difference(out.data(), want.data(), out.size()), 1e-5f)
+        << "window " << window;
   }
 }
 
 TEST(CpuOps, RmsnormRopeAndGatedActivations) {
   auto ops = make_cpu_ops();
   std::vector<float> x = {1.0f, -2.0f, 3.0f, 4.0f};
-  std::vector<uint16_t> weight = {f32_to_bf16(1.0f), f32_to_bf16(0.5f), f32_to_bf16(2.0f), f32_to_bf16(1.0f)};
+  std::vector<uint16_t> weight = {f32_to_bf16(1.0f), f32_to_bf16(0.5f), f32_to_bf16(2.0f),
+                                  f32_to_bf16(1.0f)};
   std::vector<float> y(4);
   Tensor y_view = Tensor::contiguous(y.data(), DType::kF32, {1, 4});
-  ops->rmsnorm(Tensor::contiguous(x.data(), DType::kF32, {1, 4}), Tensor::contiguous(weight.data(), DType::kBF16, {4}),
-               0.0f, y_view);
+  ops->rmsnorm(Tensor::contiguous(x.data(), DType::kF32, {1, 4}),
+               Tensor::contiguous(weight.data(), DType::kBF16, {4}), 0.0f, y_view);
   float rms = std::sqrt((1 + 4 + 9 + 16) / 4.0f);
   EXPECT_NEAR(y[1], -2.0f / rms * 0.5f, 1e-6f);
   EXPECT_NEAR(y[2], 3.0f / rms * 2.0f, 1e-6f);
@@ -215,8 +242,8 @@ TEST(CpuOps, RmsnormRopeAndGatedActivations) {
 
   std::vector<float> gate = {0.0f, 1.0f}, up = {3.0f, 2.0f}, out(2);
   Tensor out_view = Tensor::contiguous(out.data(), DType::kF32, {1, 2});
-  ops->silu_mul(Tensor::contiguous(gate.data(), DType::kF32, {1, 2}), Tensor::contiguous(up.data(), DType::kF32, {1, 2}),
-                out_view);
+  ops->silu_mul(Tensor::contiguous(gate.data(), DType::kF32, {1, 2}),
+                Tensor::contiguous(up.data(), DType::kF32, {1, 2}), out_view);
   EXPECT_NEAR(out[0], 0.0f, 1e-7f);
   EXPECT_NEAR(out[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
 }
@@ -229,7 +256,8 @@ TEST(CpuOps, EmbeddingRejectsIdsOutsideTheVocabulary) {
   int32_t good = 2, bad = 3;
   ops->embedding(Tensor::contiguous(table.data(), DType::kF32, {3, 2}), &good, out_view);
   EXPECT_EQ(out, (std::vector<float>{5, 6}));
-  EXPECT_THROW(ops->embedding(Tensor::contiguous(table.data(), DType::kF32, {3, 2}), &bad, out_view), Error);
+  EXPECT_THROW(
+      ops->embedding(Tensor::contiguous(table.data(), DType::kF32, {3, 2}), &bad, out_view), Error);
 }
 
 }  // namespace

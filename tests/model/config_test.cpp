@@ -1,7 +1,8 @@
+#include "model/config.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "model/config.h"
 
 namespace deepinfer {
 namespace {
@@ -9,7 +10,8 @@ namespace {
 std::string llama_config(const std::string& extra) {
   return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 64,
              "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "max_position_embeddings": 2048)" + extra + "}";
+             "num_key_value_heads": 2, "max_position_embeddings": 2048)" +
+         extra + "}";
 }
 
 std::string parse_error(const std::string& text) {
@@ -32,11 +34,13 @@ TEST(Config, DefaultsFollowTransformers) {
 
 TEST(Config, HubAndNewerRopeStylesAgree) {
   ModelConfig hub = parse_model_config(
-      llama_config(R"(, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+      llama_config(
+          R"(, "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
                    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
       "config.json");
   ModelConfig newer = parse_model_config(
-      llama_config(R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+      llama_config(
+          R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
                    "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"),
       "config.json");
   for (const ModelConfig* config : {&hub, &newer}) {
@@ -48,33 +52,41 @@ TEST(Config, HubAndNewerRopeStylesAgree) {
 }
 
 TEST(Config, LegacyTypeKeyAndEveryRopeType) {
-  ModelConfig linear = parse_model_config(llama_config(R"(, "rope_scaling": {"type": "linear", "factor": 2.0})"), "c");
+  ModelConfig linear = parse_model_config(
+      llama_config(R"(, "rope_scaling": {"type": "linear", "factor": 2.0})"), "c");
   EXPECT_EQ(linear.layer_rope[0].type, RopeType::kLinear);
-  ModelConfig dynamic = parse_model_config(llama_config(R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0})"), "c");
+  ModelConfig dynamic = parse_model_config(
+      llama_config(R"(, "rope_scaling": {"type": "dynamic", "factor": 2.0})"), "c");
   EXPECT_EQ(dynamic.layer_rope[0].type, RopeType::kDynamic);
   EXPECT_EQ(dynamic.layer_rope[0].original_max_position_embeddings, 2048);
   ModelConfig yarn = parse_model_config(
-      llama_config(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
+      llama_config(
+          R"(, "rope_scaling": {"rope_type": "yarn", "factor": 40, "beta_fast": 32, "beta_slow": 1,
                    "mscale": 1.0, "mscale_all_dim": 1.0, "original_max_position_embeddings": 4096})"),
       "c");
   EXPECT_EQ(yarn.layer_rope[0].type, RopeType::kYarn);
   EXPECT_EQ(yarn.layer_rope[0].mscale_all_dim, 1.0);
-  EXPECT_NE(parse_error(llama_config(R"(, "rope_scaling": {"rope_type": "longrope", "factor": 2.0})"))
-                .find("unsupported rope type \"longrope\""),
-            std::string::npos);
-  EXPECT_NE(parse_error(llama_config(R"(, "rope_scaling": {"rope_type": "linear"})")).find("rope_scaling.factor"),
+  EXPECT_NE(
+      parse_error(llama_config(R"(, "rope_scaling": {"rope_type": "longrope", "factor": 2.0})"))
+          .find("unsupported rope type \"longrope\""),
+      std::string::npos);
+  EXPECT_NE(parse_error(llama_config(R"(, "rope_scaling": {"rope_type": "linear"})"))
+                .find("rope_scaling.factor"),
             std::string::npos);
 }
 
 TEST(Config, SlidingWindowsPerFamily) {
-  std::string mistral = R"({"architectures": ["MistralForCausalLM"], "vocab_size": 10, "hidden_size": 8,
+  std::string mistral =
+      R"({"architectures": ["MistralForCausalLM"], "vocab_size": 10, "hidden_size": 8,
       "intermediate_size": 16, "num_hidden_layers": 3, "num_attention_heads": 2, "sliding_window": 4})";
   EXPECT_EQ(parse_model_config(mistral, "c").layer_window, (std::vector<int>{4, 4, 4}));
-  std::string qwen_off = R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 10, "hidden_size": 8,
+  std::string qwen_off =
+      R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 10, "hidden_size": 8,
       "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "sliding_window": 4,
       "use_sliding_window": false})";
   EXPECT_FALSE(parse_model_config(qwen_off, "c").any_sliding());
-  std::string qwen_hybrid = R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 10, "hidden_size": 8,
+  std::string qwen_hybrid =
+      R"({"architectures": ["Qwen3ForCausalLM"], "vocab_size": 10, "hidden_size": 8,
       "intermediate_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2, "sliding_window": 4,
       "use_sliding_window": true, "layer_types": ["sliding_attention", "full_attention"]})";
   ModelConfig hybrid = parse_model_config(qwen_hybrid, "c");
@@ -83,7 +95,8 @@ TEST(Config, SlidingWindowsPerFamily) {
 }
 
 TEST(Config, EosListsAndNullBos) {
-  ModelConfig config = parse_model_config(llama_config(R"(, "eos_token_id": [5, 6], "bos_token_id": null)"), "c");
+  ModelConfig config =
+      parse_model_config(llama_config(R"(, "eos_token_id": [5, 6], "bos_token_id": null)"), "c");
   EXPECT_EQ(config.eos_token_ids, (std::vector<int>{5, 6}));
   EXPECT_EQ(config.bos_token_id, -1);
 }
@@ -94,7 +107,8 @@ TEST(Config, ErrorsNameFileAndField) {
   EXPECT_EQ(parse_error("[1]"), "config.json: expected a JSON object");
   EXPECT_EQ(parse_error("{\"vocab_size\": 3}"),
             "config.json: missing field \"architectures\" (a list naming the model class)");
-  EXPECT_NE(parse_error(llama_config(R"(, "hidden_act": "relu2")")).find("unsupported activation \"relu2\""),
+  EXPECT_NE(parse_error(llama_config(R"(, "hidden_act": "relu2")"))
+                .find("unsupported activation \"relu2\""),
             std::string::npos);
 }
 

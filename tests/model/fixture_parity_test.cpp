@@ -22,7 +22,9 @@ constexpr float kMarginTolerance = 1e-3f;
 // matmuls (shared/tools/train_demo_models.py sets allow_tf32 = True); TF32 keeps 10 mantissa
 // bits, so that reference itself is only good to about 1e-2 on logits of magnitude ~20.
 // Every other fixture was made with TF32 off and is held to 1e-3.
-float logit_tolerance(const std::string& fixture) { return fixture == "demo-code-target" ? 2e-2f : kLogitTolerance; }
+float logit_tolerance(const std::string& fixture) {
+  return fixture == "demo-code-target" ? 2e-2f : kLogitTolerance;
+}
 
 class FixtureParity : public ::testing::TestWithParam<std::string> {
  protected:
@@ -30,7 +32,8 @@ class FixtureParity : public ::testing::TestWithParam<std::string> {
     folder_ = fixture_model(GetParam());
     ops_ = make_cpu_ops();
     model_ = load_model(folder_, LoadMode::kMmap, *ops_);
-    reference_ = std::make_unique<SafetensorsFile>(folder_ / "reference.safetensors", LoadMode::kRead);
+    reference_ =
+        std::make_unique<SafetensorsFile>(folder_ / "reference.safetensors", LoadMode::kRead);
   }
   const Tensor& ref(const std::string& name) const { return reference_->tensors().at(name); }
   bool has_ref(const std::string& name) const { return reference_->tensors().count(name) != 0; }
@@ -50,7 +53,8 @@ TEST_P(FixtureParity, LogitsMatchAtEveryPosition) {
     std::vector<float> logits = runner.feed(ids, true);
     std::vector<float> expected = as_floats(ref(name + ".logits"));
     ASSERT_EQ(logits.size(), expected.size());
-    EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()), logit_tolerance(GetParam()))
+    EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()),
+              logit_tolerance(GetParam()))
         << name << " (" << ids.size() << " tokens)";
   }
   EXPECT_GT(cases, 0);
@@ -66,7 +70,8 @@ TEST_P(FixtureParity, HiddenStatesMatchEveryLayer) {
   runner.feed(ids, true, [&](int index, const Tensor& hidden) {
     ASSERT_EQ(hidden.numel(), per_layer);
     const float* want = expected.as<const float>() + index * per_layer;
-    EXPECT_LE(max_abs_difference(hidden.as<const float>(), want, static_cast<size_t>(per_layer)), kHiddenTolerance)
+    EXPECT_LE(max_abs_difference(hidden.as<const float>(), want, static_cast<size_t>(per_layer)),
+              kHiddenTolerance)
         << "hidden state " << index;
     ++seen;
   });
@@ -91,7 +96,8 @@ TEST_P(FixtureParity, GreedyTokensMatchUpToTheMargin) {
 // The same prompt fed in uneven chunks through the paged cache gives the one-shot logits.
 TEST_P(FixtureParity, ChunkedPrefillMatchesOneShot) {
   std::string last = "case0";
-  for (int i = 1; has_ref("case" + std::to_string(i) + ".input_ids"); ++i) last = "case" + std::to_string(i);
+  for (int i = 1; has_ref("case" + std::to_string(i) + ".input_ids"); ++i)
+    last = "case" + std::to_string(i);
   std::vector<int32_t> ids = as_ids(ref(last + ".input_ids"));
   std::vector<float> expected = as_floats(ref(last + ".logits"));
   int64_t vocab = model_->config().vocab_size;
@@ -100,10 +106,13 @@ TEST_P(FixtureParity, ChunkedPrefillMatchesOneShot) {
   size_t chunk = 1;
   while (start < ids.size()) {
     size_t end = std::min(ids.size(), start + chunk);
-    std::vector<int32_t> piece(ids.begin() + static_cast<std::ptrdiff_t>(start), ids.begin() + static_cast<std::ptrdiff_t>(end));
+    std::vector<int32_t> piece(ids.begin() + static_cast<std::ptrdiff_t>(start),
+                               ids.begin() + static_cast<std::ptrdiff_t>(end));
     std::vector<float> logits = runner.feed(piece, true);
-    EXPECT_LE(max_abs_difference(logits.data(), expected.data() + start * static_cast<size_t>(vocab), logits.size()),
-              logit_tolerance(GetParam()))
+    EXPECT_LE(
+        max_abs_difference(logits.data(), expected.data() + start * static_cast<size_t>(vocab),
+                           logits.size()),
+        logit_tolerance(GetParam()))
         << "chunk at " << start;
     start = end;
     chunk = chunk * 2 + 1;
@@ -111,8 +120,9 @@ TEST_P(FixtureParity, ChunkedPrefillMatchesOneShot) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseFamilies, FixtureParity,
-                         ::testing::Values("llama-gqa", "llama3-rope-tied", "qwen2-mqa-bias-f32", "qwen3-qknorm",
-                                           "qwen3-hybrid-swa", "mistral-swa", "tiny-qwen3-chat", "tiny-llama3-chat",
+                         ::testing::Values("llama-gqa", "llama3-rope-tied", "qwen2-mqa-bias-f32",
+                                           "qwen3-qknorm", "qwen3-hybrid-swa", "mistral-swa",
+                                           "tiny-qwen3-chat", "tiny-llama3-chat",
                                            "demo-code-target"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            std::string name = param_info.param;

@@ -1,8 +1,8 @@
+#include "model/rope.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-
-#include "model/rope.h"
 
 namespace deepinfer {
 namespace {

@@ -89,7 +89,8 @@ TEST(Checkpoint, MalformedSafetensorsHeaderIsNamed) {
   out << garbage;
   out.close();
   std::string error = load_error(folder);
-  EXPECT_NE(error.find("model.safetensors: malformed safetensors header"), std::string::npos) << error;
+  EXPECT_NE(error.find("model.safetensors: malformed safetensors header"), std::string::npos)
+      << error;
 }
 
 TEST(Checkpoint, MalformedConfigJsonIsNamed) {
@@ -112,7 +113,8 @@ TEST(Checkpoint, MissingTensorIsNamed) {
     write_safetensors(folder / "model.safetensors", kept);
   }
   std::string error = load_error(folder);
-  EXPECT_NE(error.find("missing tensor \"model.layers.1.mlp.up_proj.weight\""), std::string::npos) << error;
+  EXPECT_NE(error.find("missing tensor \"model.layers.1.mlp.up_proj.weight\""), std::string::npos)
+      << error;
 }
 
 TEST(Checkpoint, WrongShapeNamesTensorAndShapes) {
@@ -122,8 +124,9 @@ TEST(Checkpoint, WrongShapeNamesTensorAndShapes) {
   config["intermediate_size"] = 96;
   write_text(folder / "config.json", config.dump());
   std::string error = load_error(folder);
-  EXPECT_NE(error.find("tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [128, 64] but the config "
-                       "implies [96, 64]"),
+  EXPECT_NE(error.find(
+                "tensor \"model.layers.0.mlp.gate_proj.weight\" has shape [128, 64] but the config "
+                "implies [96, 64]"),
             std::string::npos)
       << error;
 }
@@ -136,7 +139,8 @@ TEST(Checkpoint, UnknownArchitectureIsNamed) {
   write_text(folder / "config.json", config.dump());
   std::string error = load_error(folder);
   EXPECT_NE(error.find("unknown architecture \"FalconForCausalLM\""), std::string::npos) << error;
-  EXPECT_NE(error.find("LlamaForCausalLM"), std::string::npos) << "lists what is supported: " << error;
+  EXPECT_NE(error.find("LlamaForCausalLM"), std::string::npos)
+      << "lists what is supported: " << error;
 }
 
 TEST(Checkpoint, MissingAndMistypedFieldsAreNamed) {
@@ -148,7 +152,9 @@ TEST(Checkpoint, MissingAndMistypedFieldsAreNamed) {
   EXPECT_NE(load_error(folder).find("missing field \"hidden_size\""), std::string::npos);
   config["hidden_size"] = "64";
   write_text(folder / "config.json", config.dump());
-  EXPECT_NE(load_error(folder).find("field \"hidden_size\" must be a positive integer (got \"64\")"), std::string::npos);
+  EXPECT_NE(
+      load_error(folder).find("field \"hidden_size\" must be a positive integer (got \"64\")"),
+      std::string::npos);
 }
 
 TEST(Checkpoint, ShardMissingFromIndexIsNamed) {
@@ -156,14 +162,16 @@ TEST(Checkpoint, ShardMissingFromIndexIsNamed) {
   fs::path folder = copy_fixture(dir, "demo-code-target");
   fs::remove(folder / "model-00002-of-00002.safetensors");
   std::string error = load_error(folder);
-  EXPECT_NE(error.find("model-00002-of-00002.safetensors: cannot open"), std::string::npos) << error;
+  EXPECT_NE(error.find("model-00002-of-00002.safetensors: cannot open"), std::string::npos)
+      << error;
 }
 
 TEST(Checkpoint, FolderWithoutWeightsIsNamed) {
   TempDir dir;
   fs::path folder = copy_fixture(dir, "llama-gqa");
   fs::remove(folder / "model.safetensors");
-  EXPECT_NE(load_error(folder).find("no model.safetensors or model.safetensors.index.json"), std::string::npos);
+  EXPECT_NE(load_error(folder).find("no model.safetensors or model.safetensors.index.json"),
+            std::string::npos);
 }
 
 TEST(Safetensors, WriteThenReadRoundTrips) {

@@ -13,11 +13,14 @@ namespace deepinfer::testing {
 
 namespace fs = std::filesystem;
 
-fs::path fixture_model(const std::string& name) { return fs::path(DEEPINFER_FIXTURES) / "models" / name; }
+fs::path fixture_model(const std::string& name) {
+  return fs::path(DEEPINFER_FIXTURES) / "models" / name;
+}
 
 TempDir::TempDir() {
   std::random_device device;
-  path_ = fs::temp_directory_path() / ("deepinfer-test-" + std::to_string(device()) + std::to_string(device()));
+  path_ = fs::temp_directory_path() /
+          ("deepinfer-test-" + std::to_string(device()) + std::to_string(device()));
   fs::create_directories(path_);
 }
 
@@ -34,7 +37,8 @@ std::vector<float> as_floats(const Tensor& tensor) {
 std::vector<int32_t> as_ids(const Tensor& tensor) {
   DI_CHECK(tensor.dtype == DType::kI64, "expected I64");
   std::vector<int32_t> ids;
-  for (int64_t i = 0; i < tensor.numel(); ++i) ids.push_back(static_cast<int32_t>(tensor.as<const int64_t>()[i]));
+  for (int64_t i = 0; i < tensor.numel(); ++i)
+    ids.push_back(static_cast<int32_t>(tensor.as<const int64_t>()[i]));
   return ids;
 }
 

@@ -43,11 +43,14 @@ float element_as_f32(const Tensor& tensor, int64_t index) {
 // Widens a 1-D parameter (norm weight, bias) to f32; they are small and reused per row.
 std::vector<float> widen(const Tensor& tensor) {
   std::vector<float> values(static_cast<size_t>(tensor.numel()));
-  for (int64_t i = 0; i < tensor.numel(); ++i) values[static_cast<size_t>(i)] = element_as_f32(tensor, i);
+  for (int64_t i = 0; i < tensor.numel(); ++i)
+    values[static_cast<size_t>(i)] = element_as_f32(tensor, i);
   return values;
 }
 
-int64_t rows_of(const Tensor& tensor) { return tensor.numel() / tensor.dim(-1); }
+int64_t rows_of(const Tensor& tensor) {
+  return tensor.numel() / tensor.dim(-1);
+}
 
 class CpuOps final : public Ops {
  public:
@@ -60,19 +63,22 @@ class CpuOps final : public Ops {
     int64_t depth = x.dim(-1);
     int64_t rows = rows_of(x);
     int64_t cols = weight.dim(0);
-    DI_CHECK(weight.rank == 2 && weight.dim(1) == depth, "matmul: weight {} does not match input depth {}", weight.shape_string(), depth);
-    DI_CHECK(y.dim(-1) == cols && rows_of(y) == rows, "matmul: output {} is not [{}, {}]", y.shape_string(), rows, cols);
+    DI_CHECK(weight.rank == 2 && weight.dim(1) == depth,
+             "matmul: weight {} does not match input depth {}", weight.shape_string(), depth);
+    DI_CHECK(y.dim(-1) == cols && rows_of(y) == rows, "matmul: output {} is not [{}, {}]",
+             y.shape_string(), rows, cols);
     std::vector<float> bias_values = bias ? widen(*bias) : std::vector<float>();
     const float* bias_data = bias ? bias_values.data() : nullptr;
     WeightType type = weight_type(weight);
-    if (precision_ == MatmulPrecision::kBf16 && type == WeightType::kBF16 && rows > 1 && isa_.matmul_bf16) {
+    if (precision_ == MatmulPrecision::kBf16 && type == WeightType::kBF16 && rows > 1 &&
+        isa_.matmul_bf16) {
       matmul_bf16_activations(x, weight, bias_data, y);
       return;
     }
-    // Threads split the output columns so each weight row is read by exactly one thread.
-    pool_.parallel_for(cols, 16, [&](int64_t begin, int64_t end) {
-      isa_.matmul(x.as<const float>(), depth, weight.data, depth, type, bias_data, rows, begin,
-                  end, depth, y.as<float>(), cols);
+    // Threads take chunks of output columns, so each weight row is read by exactly one thread.
+    pool_.parallel_for_dynamic(cols, column_chunk(cols), [&](int64_t begin, int64_t end) {
+      isa_.matmul(x.as<const float>(), depth, weight.data, depth, type, bias_data, rows, begin, end,
+                  depth, y.as<float>(), cols);
     });
   }
 
@@ -81,7 +87,8 @@ class CpuOps final : public Ops {
     int64_t vocab = table.dim(0);
     int64_t count = rows_of(out);
     for (int64_t i = 0; i < count; ++i) {
-      DI_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary (size {})", ids[i], vocab);
+      DI_CHECK(ids[i] >= 0 && ids[i] < vocab, "token id {} is outside the vocabulary (size {})",
+               ids[i], vocab);
     }
     pool_.parallel_for(count, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
@@ -93,7 +100,8 @@ class CpuOps final : public Ops {
 
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) override {
     int64_t width = x.dim(-1);
-    DI_CHECK(weight.numel() == width, "rmsnorm: weight has {} values for rows of {}", weight.numel(), width);
+    DI_CHECK(weight.numel() == width, "rmsnorm: weight has {} values for rows of {}",
+             weight.numel(), width);
     std::vector<float> scale = widen(weight);
     int64_t rows = rows_of(x);
     pool_.parallel_for(rows, 4, [&](int64_t begin, int64_t end) {
@@ -102,7 +110,8 @@ class CpuOps final : public Ops {
         float* out = y.as<float>() + r * width;
         float sum_squares = isa_.dot(in, in, width);
         float inverse_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(width) + eps);
-        for (int64_t j = 0; j < width; ++j) out[j] = scale[static_cast<size_t>(j)] * (in[j] * inverse_rms);
+        for (int64_t j = 0; j < width; ++j)
+          out[j] = scale[static_cast<size_t>(j)] * (in[j] * inverse_rms);
       }
     });
   }
@@ -114,7 +123,8 @@ class CpuOps final : public Ops {
     for (int64_t i = 0; i < count; ++i) out[i] += in[i];
   }
 
-  void rope(Tensor& x, const float* cos, const float* sin, int rotary_dim, bool interleaved) override {
+  void rope(Tensor& x, const float* cos, const float* sin, int rotary_dim,
+            bool interleaved) override {
     int64_t tokens = x.dim(0);
     int64_t heads = x.dim(1);
     int64_t head_dim = x.dim(2);
@@ -173,19 +183,27 @@ class CpuOps final : public Ops {
     });
   }
 
-  void matmul_bf16_activations(const Tensor& x, const Tensor& weight, const float* bias, Tensor& y) {
+  void matmul_bf16_activations(const Tensor& x, const Tensor& weight, const float* bias,
+                               Tensor& y) {
     int64_t depth = x.dim(-1);
     int64_t rows = rows_of(x);
     int64_t cols = weight.dim(0);
     rounded_.resize(static_cast<size_t>(rows * depth));
     const float* input = x.as<const float>();
     pool_.parallel_for(rows * depth, 1024, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) rounded_[static_cast<size_t>(i)] = f32_to_bf16(input[i]);
+      for (int64_t i = begin; i < end; ++i)
+        rounded_[static_cast<size_t>(i)] = f32_to_bf16(input[i]);
     });
-    pool_.parallel_for(cols, 16, [&](int64_t begin, int64_t end) {
-      isa_.matmul_bf16(rounded_.data(), depth, weight.as<const uint16_t>(), depth, bias, rows, begin, end, depth,
-                       y.as<float>(), cols);
+    pool_.parallel_for_dynamic(cols, column_chunk(cols), [&](int64_t begin, int64_t end) {
+      isa_.matmul_bf16(rounded_.data(), depth, weight.as<const uint16_t>(), depth, bias, rows,
+                       begin, end, depth, y.as<float>(), cols);
     });
+  }
+
+  // About eight chunks per thread, in multiples of 16 columns (the kernels' tile widths).
+  int64_t column_chunk(int64_t cols) const {
+    int64_t chunk = cols / (int64_t{pool_.size()} * 8);
+    return std::max<int64_t>(16, (chunk + 15) / 16 * 16);
   }
 
   const IsaKernels& isa_;
@@ -204,7 +222,8 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
   // Map each query row to its sequence once, so work can be split over (row, head) pairs.
   std::vector<int> row_seq(static_cast<size_t>(tokens));
   for (int s = 0; s < batch.num_seqs; ++s) {
-    for (int32_t r = batch.query_start[s]; r < batch.query_start[s + 1]; ++r) row_seq[static_cast<size_t>(r)] = s;
+    for (int32_t r = batch.query_start[s]; r < batch.query_start[s + 1]; ++r)
+      row_seq[static_cast<size_t>(r)] = s;
   }
   pool_.parallel_for(tokens * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores;
@@ -216,16 +235,19 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
       int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
       int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
       scores.resize(static_cast<size_t>(position - first + 1));
-      isa_.attention_head(q.as<const float>() + (row * heads + head) * head_dim, cache.keys, cache.values,
-                          batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq, cache.block_size,
-                          token_stride, int64_t{head / group} * cache.head_dim, cache.head_dim, first, position,
-                          scale, scores.data(), out.as<float>() + (row * heads + head) * head_dim);
+      isa_.attention_head(
+          q.as<const float>() + (row * heads + head) * head_dim, cache.keys, cache.values,
+          batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq, cache.block_size,
+          token_stride, int64_t{head / group} * cache.head_dim, cache.head_dim, first, position,
+          scale, scores.data(), out.as<float>() + (row * heads + head) * head_dim);
     }
   });
 }
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision) { return std::make_unique<CpuOps>(precision); }
+std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision) {
+  return std::make_unique<CpuOps>(precision);
+}
 
 }  // namespace deepinfer

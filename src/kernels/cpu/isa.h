@@ -23,17 +23,19 @@ struct IsaKernels {
   // (token t lives in block block_table[t / block_size] at offset t % block_size);
   // `token_stride` is the floats between consecutive token slots, `head_offset` this KV head's
   // offset inside a slot. `scores` needs room for last - first + 1 values.
-  void (*attention_head)(const float* query, const float* keys, const float* values, const int32_t* block_table,
-                         int block_size, int64_t token_stride, int64_t head_offset, int head_dim, int64_t first,
-                         int64_t last, float scale, float* scores, float* out);
+  void (*attention_head)(const float* query, const float* keys, const float* values,
+                         const int32_t* block_table, int block_size, int64_t token_stride,
+                         int64_t head_offset, int head_dim, int64_t first, int64_t last,
+                         float scale, float* scores, float* out);
   // Independent FMA chains for `iterations` rounds: the peak-FLOP/s probe. Returns a value
   // the caller must consume. FLOPs = iterations * fma_probe_flops_per_iteration.
   float (*fma_probe)(int64_t iterations);
   int64_t fma_probe_flops_per_iteration;
   // bf16 x bf16 -> f32 dot products (AVX512-BF16), or nullptr where the CPU lacks them. Same
   // contract as matmul with x already rounded to bf16 and bf16 weights.
-  void (*matmul_bf16)(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias,
-                      int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth, float* y, int64_t ldy);
+  void (*matmul_bf16)(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                      const float* bias, int64_t rows, int64_t n_begin, int64_t n_end,
+                      int64_t depth, float* y, int64_t ldy);
 };
 
 const IsaKernels& generic_kernels();

@@ -17,10 +17,18 @@ constexpr int kColsPerTile = 4;
 constexpr bool kDecodeSequential = true;
 constexpr int kDecodeCols = 4;
 
-inline Vec vzero() { return _mm256_setzero_ps(); }
-inline Vec vbroadcast(float value) { return _mm256_set1_ps(value); }
-inline Vec load_f32(const float* p) { return _mm256_loadu_ps(p); }
-inline void store_f32(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec vzero() {
+  return _mm256_setzero_ps();
+}
+inline Vec vbroadcast(float value) {
+  return _mm256_set1_ps(value);
+}
+inline Vec load_f32(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+inline void store_f32(float* p, Vec v) {
+  _mm256_storeu_ps(p, v);
+}
 inline Vec load_bf16(const uint16_t* p) {
   __m256i widened = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm256_castsi256_ps(_mm256_slli_epi32(widened, 16));
@@ -28,8 +36,12 @@ inline Vec load_bf16(const uint16_t* p) {
 inline Vec load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-inline Vec vadd(Vec a, Vec b) { return _mm256_add_ps(a, b); }
-inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec vadd(Vec a, Vec b) {
+  return _mm256_add_ps(a, b);
+}
+inline Vec fmadd(Vec a, Vec b, Vec c) {
+  return _mm256_fmadd_ps(a, b, c);
+}
 inline float hsum(Vec v) {
   __m128 sum = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
@@ -42,8 +54,14 @@ inline float hsum(Vec v) {
 }  // namespace avx2
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels table{"avx2", avx2::matmul, avx2::dot, avx2::axpy, avx2::attention_head,
-                                 avx2::fma_probe, avx2::kProbeFlopsPerIteration, nullptr};
+  static const IsaKernels table{"avx2",
+                                avx2::matmul,
+                                avx2::dot,
+                                avx2::axpy,
+                                avx2::attention_head,
+                                avx2::fma_probe,
+                                avx2::kProbeFlopsPerIteration,
+                                nullptr};
   return &table;
 }
 

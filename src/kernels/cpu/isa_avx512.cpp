@@ -22,10 +22,18 @@ constexpr int kColsPerTile = 4;
 constexpr bool kDecodeSequential = true;
 constexpr int kDecodeCols = 8;
 
-inline Vec vzero() { return _mm512_setzero_ps(); }
-inline Vec vbroadcast(float value) { return _mm512_set1_ps(value); }
-inline Vec load_f32(const float* p) { return _mm512_loadu_ps(p); }
-inline void store_f32(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec vzero() {
+  return _mm512_setzero_ps();
+}
+inline Vec vbroadcast(float value) {
+  return _mm512_set1_ps(value);
+}
+inline Vec load_f32(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+inline void store_f32(float* p, Vec v) {
+  _mm512_storeu_ps(p, v);
+}
 inline Vec load_bf16(const uint16_t* p) {
   __m512i widened = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(widened, 16));
@@ -33,17 +41,23 @@ inline Vec load_bf16(const uint16_t* p) {
 inline Vec load_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
-inline Vec vadd(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-inline Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline float hsum(Vec v) { return _mm512_reduce_add_ps(v); }
+inline Vec vadd(Vec a, Vec b) {
+  return _mm512_add_ps(a, b);
+}
+inline Vec fmadd(Vec a, Vec b, Vec c) {
+  return _mm512_fmadd_ps(a, b, c);
+}
+inline float hsum(Vec v) {
+  return _mm512_reduce_add_ps(v);
+}
 
 #include "kernels/cpu/simd_kernels.inc"
 
 // bf16 x bf16 dot products: 32 products per instruction, twice the f32 FMA rate. A 4 x 4
 // tile as in the f32 kernel; both operands are loaded as-is (no widening).
 template <int ROWS, int COLS>
-void bf16_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t depth, const float* bias,
-               float* y, int64_t ldy) {
+void bf16_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, int64_t depth,
+               const float* bias, float* y, int64_t ldy) {
   Vec acc[ROWS][COLS];
   for (int r = 0; r < ROWS; ++r)
     for (int c = 0; c < COLS; ++c) acc[r][c] = vzero();
@@ -77,17 +91,21 @@ void bf16_tile(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, i
 }
 
 template <int ROWS>
-void bf16_row_block(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias,
-                    int64_t n_begin, int64_t n_end, int64_t depth, float* y, int64_t ldy) {
+void bf16_row_block(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
+                    const float* bias, int64_t n_begin, int64_t n_end, int64_t depth, float* y,
+                    int64_t ldy) {
   int64_t n = n_begin;
   for (; n + kColsPerTile <= n_end; n += kColsPerTile) {
-    bf16_tile<ROWS, kColsPerTile>(x, ldx, w + n * ldw, ldw, depth, bias ? bias + n : nullptr, y + n, ldy);
+    bf16_tile<ROWS, kColsPerTile>(x, ldx, w + n * ldw, ldw, depth, bias ? bias + n : nullptr, y + n,
+                                  ldy);
   }
-  for (; n < n_end; ++n) bf16_tile<ROWS, 1>(x, ldx, w + n * ldw, ldw, depth, bias ? bias + n : nullptr, y + n, ldy);
+  for (; n < n_end; ++n)
+    bf16_tile<ROWS, 1>(x, ldx, w + n * ldw, ldw, depth, bias ? bias + n : nullptr, y + n, ldy);
 }
 
-void matmul_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias, int64_t rows,
-                 int64_t n_begin, int64_t n_end, int64_t depth, float* y, int64_t ldy) {
+void matmul_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias,
+                 int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth, float* y,
+                 int64_t ldy) {
   constexpr int64_t kColsPerPass = 64;
   const int64_t rows_per_block = depth >= 4096 ? 32 : 64;
   for (int64_t r0 = 0; r0 < rows; r0 += rows_per_block) {
@@ -96,9 +114,11 @@ void matmul_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
       int64_t c1 = c0 + kColsPerPass < n_end ? c0 + kColsPerPass : n_end;
       int64_t r = r0;
       for (; r + kRowsPerTile <= r1; r += kRowsPerTile) {
-        bf16_row_block<kRowsPerTile>(x + r * ldx, ldx, w, ldw, bias, c0, c1, depth, y + r * ldy, ldy);
+        bf16_row_block<kRowsPerTile>(x + r * ldx, ldx, w, ldw, bias, c0, c1, depth, y + r * ldy,
+                                     ldy);
       }
-      for (; r < r1; ++r) bf16_row_block<1>(x + r * ldx, ldx, w, ldw, bias, c0, c1, depth, y + r * ldy, ldy);
+      for (; r < r1; ++r)
+        bf16_row_block<1>(x + r * ldx, ldx, w, ldw, bias, c0, c1, depth, y + r * ldy, ldy);
     }
   }
 }
@@ -106,10 +126,15 @@ void matmul_bf16(const uint16_t* x, int64_t ldx, const uint16_t* w, int64_t ldw,
 }  // namespace avx512
 
 const IsaKernels* avx512_kernels() {
-  static const IsaKernels table{"avx512",          avx512::matmul,   avx512::dot,
-                                avx512::axpy,      avx512::attention_head, avx512::fma_probe,
-                                avx512::kProbeFlopsPerIteration,
-                                __builtin_cpu_supports("avx512bf16") ? avx512::matmul_bf16 : nullptr};
+  static const IsaKernels table{
+      "avx512",
+      avx512::matmul,
+      avx512::dot,
+      avx512::axpy,
+      avx512::attention_head,
+      avx512::fma_probe,
+      avx512::kProbeFlopsPerIteration,
+      __builtin_cpu_supports("avx512bf16") ? avx512::matmul_bf16 : nullptr};
   return &table;
 }
 

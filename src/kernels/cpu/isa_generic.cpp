@@ -47,11 +47,14 @@ void generic_axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-void generic_attention_head(const float* query, const float* keys, const float* values, const int32_t* block_table,
-                            int block_size, int64_t token_stride, int64_t head_offset, int head_dim, int64_t first,
-                            int64_t last, float scale, float* scores, float* out) {
+void generic_attention_head(const float* query, const float* keys, const float* values,
+                            const int32_t* block_table, int block_size, int64_t token_stride,
+                            int64_t head_offset, int head_dim, int64_t first, int64_t last,
+                            float scale, float* scores, float* out) {
   auto slot = [&](const float* base, int64_t token) {
-    return base + (int64_t{block_table[token / block_size]} * block_size + token % block_size) * token_stride +
+    return base +
+           (int64_t{block_table[token / block_size]} * block_size + token % block_size) *
+               token_stride +
            head_offset;
   };
   float max_score = -INFINITY;
@@ -82,8 +85,14 @@ float generic_fma_probe(int64_t iterations) {
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{"generic", generic_matmul, generic_dot, generic_axpy, generic_attention_head,
-                                generic_fma_probe, 8, nullptr};
+  static const IsaKernels table{"generic",
+                                generic_matmul,
+                                generic_dot,
+                                generic_axpy,
+                                generic_attention_head,
+                                generic_fma_probe,
+                                8,
+                                nullptr};
   return table;
 }
 
