@@ -39,6 +39,12 @@ inline Vec load_f16(const uint16_t* p) {
 inline Vec vadd(Vec a, Vec b) {
   return _mm256_add_ps(a, b);
 }
+// 16 bf16 values as two f32 vectors: elements 0, 2, 4, ... and 1, 3, 5, ...
+inline void load_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
 inline Vec fmadd(Vec a, Vec b, Vec c) {
   return _mm256_fmadd_ps(a, b, c);
 }

@@ -44,6 +44,12 @@ inline Vec load_f16(const uint16_t* p) {
 inline Vec vadd(Vec a, Vec b) {
   return _mm512_add_ps(a, b);
 }
+// 32 bf16 values as two f32 vectors: elements 0, 2, 4, ... and 1, 3, 5, ...
+inline void load_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
+  __m512i raw = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
 inline Vec fmadd(Vec a, Vec b, Vec c) {
   return _mm512_fmadd_ps(a, b, c);
 }
