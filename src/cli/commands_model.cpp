@@ -64,10 +64,18 @@ LoadedModel open_model(const ModelOptions& options) {
 
 namespace {
 
-void check_ids_fit(const std::vector<int32_t>& ids, const ModelConfig& config, const char* flag) {
+// Checked before any work: ids inside the vocabulary, and the whole sequence (prompt plus
+// what will be generated) inside the model's context length.
+void check_ids_fit(const std::vector<int32_t>& ids, int64_t new_tokens, const ModelConfig& config,
+                   const char* flag) {
   for (int32_t id : ids) {
     if (id >= config.vocab_size)
       fail("{}: token id {} is outside the vocabulary (size {})", flag, id, config.vocab_size);
+  }
+  int64_t total = static_cast<int64_t>(ids.size()) + new_tokens;
+  if (total > config.max_position_embeddings) {
+    fail("{}: {} prompt tokens + {} new tokens exceed the model's context length of {}", flag,
+         ids.size(), new_tokens, config.max_position_embeddings);
   }
 }
 
@@ -80,7 +88,7 @@ void run_logits(const LogitsArgs& args) {
   LoadedModel loaded = open_model(args.model);
   CausalLM* model = loaded.model.get();
   std::vector<int32_t> ids = parse_id_list(args.ids, "--ids");
-  check_ids_fit(ids, model->config(), "--ids");
+  check_ids_fit(ids, 0, model->config(), "--ids");
   SequenceRunner runner(*model, static_cast<int64_t>(ids.size()));
   std::vector<float> logits = runner.feed(ids, true);
   auto rows = static_cast<int64_t>(ids.size());
@@ -106,7 +114,7 @@ void run_generate(const GenerateArgs& args) {
   LoadedModel loaded = open_model(args.model);
   CausalLM* model = loaded.model.get();
   std::vector<int32_t> prompt = parse_id_list(args.prompt_ids, "--prompt-ids");
-  check_ids_fit(prompt, model->config(), "--prompt-ids");
+  check_ids_fit(prompt, args.max_tokens, model->config(), "--prompt-ids");
   GreedyOptions options;
   options.max_new_tokens = args.max_tokens;
   options.stop_at_eos = !args.ignore_eos;
