@@ -46,10 +46,6 @@ struct Scratch {
   FloatTensor hidden, normed, q, k, v, attention, gate, up;
 };
 
-Tensor mutable_view(const FloatTensor& tensor) {
-  return tensor.view();
-}
-
 Tensor heads_view(const FloatTensor& tensor, int heads, int head_dim) {
   return Tensor::contiguous(tensor.data(), DType::kF32, {tensor.dim(0), heads, head_dim});
 }
@@ -180,10 +176,10 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
                                        const std::vector<std::vector<float>>& sin) {
   const ModelConfig& c = config_;
   const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
-  Tensor normed = mutable_view(s.normed);
-  Tensor q = mutable_view(s.q);
-  Tensor k = mutable_view(s.k);
-  Tensor v = mutable_view(s.v);
+  Tensor normed = s.normed.view();
+  Tensor q = s.q.view();
+  Tensor k = s.k.view();
+  Tensor v = s.v.view();
   ops_.rmsnorm(s.hidden.view(), *layer.input_norm, static_cast<float>(c.rms_norm_eps), normed);
   ops_.matmul(normed, *layer.q_proj, layer.q_bias, q);
   ops_.matmul(normed, *layer.k_proj, layer.k_bias, k);
@@ -206,15 +202,15 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
   ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)],
                        attention);
   ops_.matmul(s.attention.view(), *layer.o_proj, layer.o_bias, normed);
-  Tensor hidden = mutable_view(s.hidden);
+  Tensor hidden = s.hidden.view();
   ops_.add(hidden, normed);
 }
 
 void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
-  Tensor normed = mutable_view(s.normed);
-  Tensor gate = mutable_view(s.gate);
-  Tensor up = mutable_view(s.up);
-  Tensor hidden = mutable_view(s.hidden);
+  Tensor normed = s.normed.view();
+  Tensor gate = s.gate.view();
+  Tensor up = s.up.view();
+  Tensor hidden = s.hidden.view();
   ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm,
                static_cast<float>(config_.rms_norm_eps), normed);
   ops_.matmul(normed, *layer.gate_proj, layer.gate_bias, gate);
@@ -234,7 +230,7 @@ void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float*
   int64_t tokens = batch.num_tokens();
   DI_CHECK(tokens > 0, "forward: empty batch");
   Scratch s(c, tokens);
-  Tensor hidden = mutable_view(s.hidden);
+  Tensor hidden = s.hidden.view();
   ops_.embedding(*embed_, batch.tokens.data(), hidden);
   if (hidden_sink) hidden_sink(0, hidden);
   std::vector<std::vector<float>> cos(ropes_.size()), sin(ropes_.size());
@@ -258,7 +254,7 @@ void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float*
           c.hidden_size, selected.data() + r * c.hidden_size);
     }
   };
-  Tensor selected_view = mutable_view(selected);
+  Tensor selected_view = selected.view();
   auto eps = static_cast<float>(c.rms_norm_eps);
   if (hidden_sink) {
     // Every row's final-norm output is wanted, not only the rows that produce logits.
