@@ -266,6 +266,16 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   model.head_dim = fields.int_or("head_dim", model.hidden_size / model.num_heads);
   if (model.head_dim % 2 != 0)
     fail("{}: field \"head_dim\" must be even for rotary embeddings", source);
+  // Bounds far above any real model, so a corrupt config fails here rather than in a huge
+  // allocation later.
+  constexpr int kMaxLayers = 4096;
+  constexpr int kMaxHeads = 4096;
+  if (model.num_layers > kMaxLayers)
+    fail("{}: num_hidden_layers {} exceeds {}", source, model.num_layers, kMaxLayers);
+  if (model.num_heads > kMaxHeads || model.head_dim > kMaxHeads) {
+    fail("{}: num_attention_heads {} or head_dim {} exceeds {}", source, model.num_heads,
+         model.head_dim, kMaxHeads);
+  }
   model.max_position_embeddings = fields.int_or("max_position_embeddings", 4096);
   model.rms_norm_eps = fields.number_or("rms_norm_eps", 1e-6);
   model.tie_word_embeddings = fields.boolean_or("tie_word_embeddings", false);

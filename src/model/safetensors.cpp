@@ -66,7 +66,10 @@ Tensor parse_tensor_entry(const fs::path& path, const std::string& name, const j
     if (!shape[i].is_number_unsigned())
       fail("{}: tensor \"{}\" has a bad shape", path.string(), name);
     tensor.shape[i] = shape[i].get<int64_t>();
-    count *= tensor.shape[i];
+    if (tensor.shape[i] < 0 || __builtin_mul_overflow(count, tensor.shape[i], &count) ||
+        count > (int64_t{1} << 48)) {
+      fail("{}: tensor \"{}\" has an impossibly large shape", path.string(), name);
+    }
   }
   int64_t stride = 1;
   for (int i = tensor.rank - 1; i >= 0; --i) {

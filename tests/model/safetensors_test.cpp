@@ -93,6 +93,23 @@ TEST(Checkpoint, MalformedSafetensorsHeaderIsNamed) {
       << error;
 }
 
+TEST(Checkpoint, OverflowingShapeIsRejected) {
+  TempDir dir;
+  fs::path folder = copy_fixture(dir, "llama-gqa");
+  // 2^32 x 2^32 elements wrap to zero bytes in 64-bit arithmetic; it must not pass as empty.
+  std::string header =
+      R"({"model.norm.weight": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}})";
+  uint64_t size = header.size();
+  std::ofstream out(folder / "model.safetensors", std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&size), 8);
+  out << header;
+  out.close();
+  std::string error = load_error(folder);
+  EXPECT_NE(error.find("tensor \"model.norm.weight\" has an impossibly large shape"),
+            std::string::npos)
+      << error;
+}
+
 TEST(Checkpoint, MalformedConfigJsonIsNamed) {
   TempDir dir;
   fs::path folder = copy_fixture(dir, "llama-gqa");
