@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -32,6 +33,13 @@ struct AttentionBatch {
       nullptr;  // [tokens]: block * block_size + offset for each new token
 };
 
+// One of several matmuls that read the same input.
+struct MatmulJob {
+  const Tensor* weight;
+  const Tensor* bias;  // may be null
+  Tensor* out;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -39,6 +47,9 @@ class Ops {
 
   // y[T, N] = x[T, K] * weight[N, K]^T (+ bias[N]). weight is f32, bf16 or f16.
   virtual void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
+  // Several matmuls of the same x (q/k/v, gate/up) as one parallel pass, so decode pays one
+  // thread-pool round trip instead of one per matrix. Same results as separate calls.
+  virtual void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) = 0;
   // out[i] = table[ids[i]] widened to f32.
   virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
   // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.

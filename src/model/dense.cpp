@@ -181,9 +181,9 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
   Tensor k = s.k.view();
   Tensor v = s.v.view();
   ops_.rmsnorm(s.hidden.view(), *layer.input_norm, static_cast<float>(c.rms_norm_eps), normed);
-  ops_.matmul(normed, *layer.q_proj, layer.q_bias, q);
-  ops_.matmul(normed, *layer.k_proj, layer.k_bias, k);
-  ops_.matmul(normed, *layer.v_proj, layer.v_bias, v);
+  ops_.matmuls(normed, {{layer.q_proj, layer.q_bias, &q},
+                        {layer.k_proj, layer.k_bias, &k},
+                        {layer.v_proj, layer.v_bias, &v}});
   Tensor q_heads = heads_view(s.q, c.num_heads, c.head_dim);
   Tensor k_heads = heads_view(s.k, c.num_kv_heads, c.head_dim);
   Tensor v_heads = heads_view(s.v, c.num_kv_heads, c.head_dim);
@@ -213,8 +213,8 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   Tensor hidden = s.hidden.view();
   ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm,
                static_cast<float>(config_.rms_norm_eps), normed);
-  ops_.matmul(normed, *layer.gate_proj, layer.gate_bias, gate);
-  ops_.matmul(normed, *layer.up_proj, layer.up_bias, up);
+  ops_.matmuls(normed,
+               {{layer.gate_proj, layer.gate_bias, &gate}, {layer.up_proj, layer.up_bias, &up}});
   if (config_.activation == Activation::kSilu) {
     ops_.silu_mul(gate, up, gate);
   } else {

@@ -82,6 +82,50 @@ class CpuOps final : public Ops {
     });
   }
 
+  void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) override {
+    int64_t depth = x.dim(-1);
+    int64_t rows = rows_of(x);
+    bool bf16_path = precision_ == MatmulPrecision::kBf16 && rows > 1 && isa_.matmul_bf16;
+    if (jobs.size() == 1 || bf16_path) {
+      for (const MatmulJob& job : jobs) matmul(x, *job.weight, job.bias, *job.out);
+      return;
+    }
+    struct Piece {
+      size_t job;
+      int64_t begin, end;
+    };
+    std::vector<std::vector<float>> biases(jobs.size());
+    int64_t total_cols = 0;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const MatmulJob& job = jobs[j];
+      DI_CHECK(job.weight->rank == 2 && job.weight->dim(1) == depth &&
+                   job.out->dim(-1) == job.weight->dim(0) && rows_of(*job.out) == rows,
+               "matmuls: weight {} / output {} do not fit input depth {}",
+               job.weight->shape_string(), job.out->shape_string(), depth);
+      if (job.bias) biases[j] = widen(*job.bias);
+      total_cols += job.weight->dim(0);
+    }
+    int64_t chunk = column_chunk(total_cols);
+    std::vector<Piece> pieces;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      for (int64_t begin = 0; begin < jobs[j].weight->dim(0); begin += chunk) {
+        pieces.push_back({j, begin, std::min(jobs[j].weight->dim(0), begin + chunk)});
+      }
+    }
+    pool_.parallel_for_dynamic(
+        static_cast<int64_t>(pieces.size()), 1, [&](int64_t first, int64_t last) {
+          for (int64_t p = first; p < last; ++p) {
+            const Piece& piece = pieces[static_cast<size_t>(p)];
+            const MatmulJob& job = jobs[piece.job];
+            const float* bias = job.bias ? biases[piece.job].data() : nullptr;
+            int64_t cols = job.weight->dim(0);
+            isa_.matmul(x.as<const float>(), depth, job.weight->data, depth,
+                        weight_type(*job.weight), bias, rows, piece.begin, piece.end, depth,
+                        job.out->as<float>(), cols);
+          }
+        });
+  }
+
   void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
     int64_t width = table.dim(1);
     int64_t vocab = table.dim(0);
