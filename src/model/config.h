@@ -27,6 +27,8 @@ struct RopeConfig {
   double mscale_all_dim = 0.0;
   double attention_factor = 0.0;  // yarn; 0 means derive from factor
   bool truncate = true;           // yarn
+
+  bool operator==(const RopeConfig&) const = default;
 };
 
 enum class Activation { kSilu, kGeluTanh };

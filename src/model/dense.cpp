@@ -154,17 +154,9 @@ void DenseTransformer::bind_weights() {
 }
 
 int DenseTransformer::rope_for(const RopeConfig& rope) {
+  // Layers that share a rope configuration share one cos/sin table per forward.
   for (size_t i = 0; i < rope_configs_.size(); ++i) {
-    const RopeConfig& known = rope_configs_[i];
-    if (known.type == rope.type && known.theta == rope.theta && known.factor == rope.factor &&
-        known.low_freq_factor == rope.low_freq_factor &&
-        known.high_freq_factor == rope.high_freq_factor &&
-        known.original_max_position_embeddings == rope.original_max_position_embeddings &&
-        known.beta_fast == rope.beta_fast && known.beta_slow == rope.beta_slow &&
-        known.mscale == rope.mscale && known.mscale_all_dim == rope.mscale_all_dim &&
-        known.attention_factor == rope.attention_factor && known.truncate == rope.truncate) {
-      return static_cast<int>(i);
-    }
+    if (rope_configs_[i] == rope) return static_cast<int>(i);
   }
   rope_configs_.push_back(rope);
   ropes_.emplace_back(rope, config_.head_dim);

@@ -96,17 +96,13 @@ TEST(IsaKernels, Bf16DotProductsMatchReferenceOnRoundedInputs) {
   }
 }
 
-TEST(IsaKernels, DotAndAxpyMatchReference) {
+TEST(IsaKernels, DotMatchesReference) {
   for (const IsaKernels* table : simd_tables()) {
     for (int64_t n : {1, 15, 16, 33, 200}) {
       std::vector<float> a = random_values(static_cast<size_t>(n), 4);
       std::vector<float> b = random_values(static_cast<size_t>(n), 5);
       EXPECT_NEAR(table->dot(a.data(), b.data(), n),
                   cpu::generic_kernels().dot(a.data(), b.data(), n), 1e-4f);
-      std::vector<float> y1 = b, y2 = b;
-      table->axpy(0.5f, a.data(), y1.data(), n);
-      cpu::generic_kernels().axpy(0.5f, a.data(), y2.data(), n);
-      EXPECT_LE(testing::max_abs_difference(y1.data(), y2.data(), y1.size()), 1e-6f);
     }
   }
 }

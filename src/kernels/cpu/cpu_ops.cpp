@@ -60,51 +60,35 @@ class CpuOps final : public Ops {
   std::string name() const override { return std::string("cpu-") + isa_.name; }
 
   void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
-    int64_t depth = x.dim(-1);
-    int64_t rows = rows_of(x);
-    int64_t cols = weight.dim(0);
-    DI_CHECK(weight.rank == 2 && weight.dim(1) == depth,
-             "matmul: weight {} does not match input depth {}", weight.shape_string(), depth);
-    DI_CHECK(y.dim(-1) == cols && rows_of(y) == rows, "matmul: output {} is not [{}, {}]",
-             y.shape_string(), rows, cols);
-    std::vector<float> bias_values = bias ? widen(*bias) : std::vector<float>();
-    const float* bias_data = bias ? bias_values.data() : nullptr;
-    WeightType type = weight_type(weight);
-    if (precision_ == MatmulPrecision::kBf16 && type == WeightType::kBF16 && rows > 1 &&
-        isa_.matmul_bf16) {
-      matmul_bf16_activations(x, weight, bias_data, y);
-      return;
-    }
-    // Threads take chunks of output columns, so each weight row is read by exactly one thread.
-    pool_.parallel_for_dynamic(cols, column_chunk(cols), [&](int64_t begin, int64_t end) {
-      isa_.matmul(x.as<const float>(), depth, weight.data, depth, type, bias_data, rows, begin, end,
-                  depth, y.as<float>(), cols);
-    });
+    matmuls(x, {{&weight, bias, &y}});
   }
 
+  // Every job's output columns are cut into chunks and handed out from one counter, so each
+  // weight row is read by exactly one thread and the whole group costs one dispatch.
   void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) override {
     int64_t depth = x.dim(-1);
     int64_t rows = rows_of(x);
-    bool bf16_path = precision_ == MatmulPrecision::kBf16 && rows > 1 && isa_.matmul_bf16;
-    if (jobs.size() == 1 || bf16_path) {
-      for (const MatmulJob& job : jobs) matmul(x, *job.weight, job.bias, *job.out);
-      return;
-    }
     struct Piece {
       size_t job;
       int64_t begin, end;
     };
     std::vector<std::vector<float>> biases(jobs.size());
+    std::vector<WeightType> types;
     int64_t total_cols = 0;
     for (size_t j = 0; j < jobs.size(); ++j) {
       const MatmulJob& job = jobs[j];
-      DI_CHECK(job.weight->rank == 2 && job.weight->dim(1) == depth &&
-                   job.out->dim(-1) == job.weight->dim(0) && rows_of(*job.out) == rows,
-               "matmuls: weight {} / output {} do not fit input depth {}",
-               job.weight->shape_string(), job.out->shape_string(), depth);
+      DI_CHECK(job.weight->rank == 2 && job.weight->dim(1) == depth,
+               "matmul: weight {} does not match input depth {}", job.weight->shape_string(),
+               depth);
+      DI_CHECK(job.out->dim(-1) == job.weight->dim(0) && rows_of(*job.out) == rows,
+               "matmul: output {} is not [{}, {}]", job.out->shape_string(), rows,
+               job.weight->dim(0));
       if (job.bias) biases[j] = widen(*job.bias);
+      types.push_back(weight_type(*job.weight));
       total_cols += job.weight->dim(0);
     }
+    bool bf16_activations = precision_ == MatmulPrecision::kBf16 && rows > 1 && isa_.matmul_bf16;
+    if (bf16_activations) round_to_bf16(x);
     int64_t chunk = column_chunk(total_cols);
     std::vector<Piece> pieces;
     for (size_t j = 0; j < jobs.size(); ++j) {
@@ -119,9 +103,14 @@ class CpuOps final : public Ops {
             const MatmulJob& job = jobs[piece.job];
             const float* bias = job.bias ? biases[piece.job].data() : nullptr;
             int64_t cols = job.weight->dim(0);
-            isa_.matmul(x.as<const float>(), depth, job.weight->data, depth,
-                        weight_type(*job.weight), bias, rows, piece.begin, piece.end, depth,
-                        job.out->as<float>(), cols);
+            if (bf16_activations && types[piece.job] == WeightType::kBF16) {
+              isa_.matmul_bf16(rounded_.data(), depth, job.weight->as<const uint16_t>(), depth,
+                               bias, rows, piece.begin, piece.end, depth, job.out->as<float>(),
+                               cols);
+            } else {
+              isa_.matmul(x.as<const float>(), depth, job.weight->data, depth, types[piece.job],
+                          bias, rows, piece.begin, piece.end, depth, job.out->as<float>(), cols);
+            }
           }
         });
   }
@@ -227,20 +216,13 @@ class CpuOps final : public Ops {
     });
   }
 
-  void matmul_bf16_activations(const Tensor& x, const Tensor& weight, const float* bias,
-                               Tensor& y) {
-    int64_t depth = x.dim(-1);
-    int64_t rows = rows_of(x);
-    int64_t cols = weight.dim(0);
-    rounded_.resize(static_cast<size_t>(rows * depth));
+  // Fills rounded_ with x rounded to bf16, for the bf16 dot-product kernels.
+  void round_to_bf16(const Tensor& x) {
+    rounded_.resize(static_cast<size_t>(x.numel()));
     const float* input = x.as<const float>();
-    pool_.parallel_for(rows * depth, 1024, [&](int64_t begin, int64_t end) {
+    pool_.parallel_for(x.numel(), 1024, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         rounded_[static_cast<size_t>(i)] = f32_to_bf16(input[i]);
-    });
-    pool_.parallel_for_dynamic(cols, column_chunk(cols), [&](int64_t begin, int64_t end) {
-      isa_.matmul_bf16(rounded_.data(), depth, weight.as<const uint16_t>(), depth, bias, rows,
-                       begin, end, depth, y.as<float>(), cols);
     });
   }
 

@@ -16,8 +16,6 @@ struct IsaKernels {
                  const float* bias, int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth,
                  float* y, int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
-  // y += alpha * x
-  void (*axpy)(float alpha, const float* x, float* y, int64_t n);
   // One query head attending to cached tokens [first, last] of one KV head: scores, softmax
   // and the weighted sum of values into out[head_dim]. Tokens are found through `block_table`
   // (token t lives in block block_table[t / block_size] at offset t % block_size);

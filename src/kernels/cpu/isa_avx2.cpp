@@ -14,8 +14,6 @@ constexpr int kLanes = 8;
 // 16 registers: a 2 x 4 tile leaves room for the 4 weight and 1 activation registers.
 constexpr int kRowsPerTile = 2;
 constexpr int kColsPerTile = 4;
-constexpr bool kDecodeSequential = true;
-constexpr int kDecodeCols = 4;
 
 inline Vec vzero() {
   return _mm256_setzero_ps();
@@ -43,7 +41,8 @@ inline Vec vadd(Vec a, Vec b) {
 inline void load_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
   __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-  odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  odd =
+      _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 inline Vec fmadd(Vec a, Vec b, Vec c) {
   return _mm256_fmadd_ps(a, b, c);
@@ -63,7 +62,7 @@ const IsaKernels* avx2_kernels() {
   static const IsaKernels table{"avx2",
                                 avx2::matmul,
                                 avx2::dot,
-                                avx2::axpy,
+
                                 avx2::attention_head,
                                 avx2::fma_probe,
                                 avx2::kProbeFlopsPerIteration,

@@ -18,9 +18,6 @@ constexpr int kLanes = 16;
 // 4 x 4 tile: 16 accumulators + 4 weight + 1 activation registers of the 32.
 constexpr int kRowsPerTile = 4;
 constexpr int kColsPerTile = 4;
-// Decode streams 8 weight rows at once to keep enough loads in flight.
-constexpr bool kDecodeSequential = true;
-constexpr int kDecodeCols = 8;
 
 inline Vec vzero() {
   return _mm512_setzero_ps();
@@ -48,7 +45,8 @@ inline Vec vadd(Vec a, Vec b) {
 inline void load_bf16_pairs(const uint16_t* p, Vec& even, Vec& odd) {
   __m512i raw = _mm512_loadu_si512(p);
   even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
-  odd = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  odd =
+      _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 inline Vec fmadd(Vec a, Vec b, Vec c) {
   return _mm512_fmadd_ps(a, b, c);
@@ -136,7 +134,7 @@ const IsaKernels* avx512_kernels() {
       "avx512",
       avx512::matmul,
       avx512::dot,
-      avx512::axpy,
+
       avx512::attention_head,
       avx512::fma_probe,
       avx512::kProbeFlopsPerIteration,

@@ -85,14 +85,9 @@ float generic_fma_probe(int64_t iterations) {
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{"generic",
-                                generic_matmul,
-                                generic_dot,
-                                generic_axpy,
-                                generic_attention_head,
-                                generic_fma_probe,
-                                8,
-                                nullptr};
+  static const IsaKernels table{
+      "generic", generic_matmul, generic_dot, generic_attention_head, generic_fma_probe,
+      8,         nullptr};
   return table;
 }
 
