@@ -244,6 +244,53 @@ TEST(CpuOps, RmsnormRopeAndGatedActivations) {
   EXPECT_NEAR(out[1], 2.0f / (1.0f + std::exp(-1.0f)), 1e-6f);
 }
 
+TEST(CpuOps, GroupedMatmulsMatchSeparateCallsInBothPrecisions) {
+  const int64_t rows = 5, depth = 96;
+  std::vector<float> x = random_values(static_cast<size_t>(rows * depth), 14);
+  Tensor x_view = Tensor::contiguous(x.data(), DType::kF32, {rows, depth});
+  std::vector<std::vector<uint16_t>> weights;
+  std::vector<float> bias = random_values(40, 15);
+  for (int64_t cols : {40, 24, 72}) {
+    std::vector<float> values =
+        random_values(static_cast<size_t>(cols * depth), 16 + static_cast<uint32_t>(cols));
+    weights.emplace_back();
+    for (float value : values) weights.back().push_back(f32_to_bf16(value));
+  }
+  Tensor bias_view = Tensor::contiguous(bias.data(), DType::kF32, {40});
+  for (MatmulPrecision precision : {MatmulPrecision::kF32, MatmulPrecision::kBf16}) {
+    auto ops = make_cpu_ops(precision);
+    std::vector<std::vector<float>> grouped, separate;
+    std::vector<Tensor> weight_views, grouped_views, separate_views;
+    for (const auto& w : weights) {
+      int64_t cols = static_cast<int64_t>(w.size()) / depth;
+      weight_views.push_back(
+          Tensor::contiguous(const_cast<uint16_t*>(w.data()), DType::kBF16, {cols, depth}));
+      grouped.emplace_back(static_cast<size_t>(rows * cols));
+      separate.emplace_back(static_cast<size_t>(rows * cols));
+    }
+    for (size_t j = 0; j < weights.size(); ++j) {
+      grouped_views.push_back(
+          Tensor::contiguous(grouped[j].data(), DType::kF32, {rows, weight_views[j].dim(0)}));
+      separate_views.push_back(
+          Tensor::contiguous(separate[j].data(), DType::kF32, {rows, weight_views[j].dim(0)}));
+    }
+    ops->matmuls(x_view, {{&weight_views[0], &bias_view, &grouped_views[0]},
+                          {&weight_views[1], nullptr, &grouped_views[1]},
+                          {&weight_views[2], nullptr, &grouped_views[2]}});
+    for (size_t j = 0; j < weights.size(); ++j) {
+      ops->matmul(x_view, weight_views[j], j == 0 ? &bias_view : nullptr, separate_views[j]);
+      EXPECT_EQ(grouped[j], separate[j]) << "job " << j;
+    }
+    // bf16 activations round x to 8 mantissa bits: results stay close to the f32 ones.
+    auto exact = make_cpu_ops(MatmulPrecision::kF32);
+    std::vector<float> reference(grouped[2].size());
+    Tensor reference_view = Tensor::contiguous(reference.data(), DType::kF32, {rows, 72});
+    exact->matmul(x_view, weight_views[2], nullptr, reference_view);
+    EXPECT_LE(testing::max_abs_difference(reference.data(), grouped[2].data(), reference.size()),
+              precision == MatmulPrecision::kF32 ? 0.0f : 2e-2f);
+  }
+}
+
 TEST(CpuOps, EmbeddingRejectsIdsOutsideTheVocabulary) {
   auto ops = make_cpu_ops();
   std::vector<float> table = {1, 2, 3, 4, 5, 6};
