@@ -10,6 +10,25 @@
 
 namespace deepinfer {
 
+Tensor Tensor::strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                       std::initializer_list<int64_t> strides, Device device) {
+  DI_CHECK(shape.size() == strides.size(), "tensor shape and strides differ in rank");
+  Tensor tensor = contiguous(data, dtype, shape, device);
+  int axis = 0;
+  for (int64_t stride : strides) tensor.strides[static_cast<size_t>(axis++)] = stride;
+  return tensor;
+}
+
+int64_t Tensor::row_offset(int64_t index) const {
+  int64_t offset = 0;
+  for (int axis = rank - 2; axis >= 0; --axis) {
+    auto a = static_cast<size_t>(axis);
+    offset += index % shape[a] * strides[a];
+    index /= shape[a];
+  }
+  return offset;
+}
+
 Tensor Tensor::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
                           Device device) {
   DI_CHECK(shape.size() <= kMaxDims, "tensor rank {} exceeds {}", shape.size(), kMaxDims);

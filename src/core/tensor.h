@@ -15,6 +15,16 @@ enum class Device : uint8_t { kCpu, kCuda };
 
 constexpr int kMaxDims = 4;
 
+// The scales of a block-quantized weight [N, K] (DeepSeek's FP8 `weight_scale_inv`): element
+// (n, k) is stored * data[(n / block_rows) * cols + k / block_cols]; data is [rows, cols].
+struct BlockScales {
+  const float* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int block_rows = 0;
+  int block_cols = 0;
+};
+
 // A view: pointer, dtype, shape and strides (in elements). It never owns memory; whoever
 // made it (a mapped checkpoint, a Buffer, the KV pool) keeps the storage alive.
 struct Tensor {
@@ -24,10 +34,16 @@ struct Tensor {
   int rank = 0;
   std::array<int64_t, kMaxDims> shape{};
   std::array<int64_t, kMaxDims> strides{};
+  // Set for block-quantized weights; owned by whoever owns the data.
+  const BlockScales* block_scales = nullptr;
 
   // A contiguous (row-major) view.
   static Tensor contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape,
                            Device device = Device::kCpu);
+
+  // A view with explicit strides (in elements); the last axis is normally 1.
+  static Tensor strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                        std::initializer_list<int64_t> strides, Device device = Device::kCpu);
 
   int64_t dim(int axis) const { return shape[static_cast<size_t>(axis < 0 ? rank + axis : axis)]; }
   int64_t numel() const;
@@ -39,6 +55,8 @@ struct Tensor {
   T* as() const {
     return static_cast<T*>(data);
   }
+  // Element offset of row `index` when every axis but the last is flattened into rows.
+  int64_t row_offset(int64_t index) const;
   // Row `index` of the outermost axis, as a view of rank-1 lower.
   Tensor row(int64_t index) const;
 };
@@ -67,6 +85,10 @@ class FloatTensor {
   float* data() const { return static_cast<float*>(buffer_.data()); }
   const Tensor& view() const { return view_; }
   int64_t numel() const { return view_.numel(); }
+  // A view with explicit strides (in elements); the last axis is normally 1.
+  static Tensor strided(void* data, DType dtype, std::initializer_list<int64_t> shape,
+                        std::initializer_list<int64_t> strides, Device device = Device::kCpu);
+
   int64_t dim(int axis) const { return view_.dim(axis); }
 
  private:

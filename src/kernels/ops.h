@@ -1,5 +1,6 @@
 // The op seam: every computation a model needs, behind one interface per backend.
-// Activations are f32; weights are read in their stored dtype (f32, bf16, f16).
+// Activations are f32; weights are read in their stored dtype (f32, bf16, f16, and FP8 e4m3
+// with block scales).
 #pragma once
 
 #include <cstdint>
@@ -11,13 +12,22 @@
 
 namespace deepinfer {
 
-// Paged KV storage of one layer: [num_blocks, block_size, num_kv_heads, head_dim] for K and V.
+// Paged KV storage of one layer: keys [num_blocks, block_size, num_kv_heads, key_dim] and
+// values [..., value_dim]. With values_in_keys the value of a token is the first value_dim
+// floats of its key (MLA's latent cache: one 576-wide "head" whose first 512 are the value).
 struct PagedKvView {
   float* keys = nullptr;
-  float* values = nullptr;
+  float* values = nullptr;  // == keys when values_in_keys
   int block_size = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;
+  int key_dim = 0;
+  int value_dim = 0;
+  bool values_in_keys = false;
+
+  int64_t key_stride() const { return int64_t{num_kv_heads} * key_dim; }
+  int64_t value_stride() const {
+    return values_in_keys ? key_stride() : int64_t{num_kv_heads} * value_dim;
+  }
 };
 
 // The sequences of a flattened batch, as attention sees them. Sequence s owns query rows
@@ -33,11 +43,21 @@ struct AttentionBatch {
       nullptr;  // [tokens]: block * block_size + offset for each new token
 };
 
-// One of several matmuls that read the same input.
+// One of several matmuls run as one parallel pass. They read the call's shared input unless
+// the job names its own (MoE experts each read their own tokens).
 struct MatmulJob {
   const Tensor* weight;
   const Tensor* bias;  // may be null
   Tensor* out;
+  const Tensor* input = nullptr;
+};
+
+// Per-head products with row slices of one weight W [rows, K]: head h uses rows
+// [h * head_stride + row_begin, ... + rows). MLA keeps W_UK and W_UV inside kv_b_proj this way.
+struct HeadSlices {
+  int64_t head_stride = 0;
+  int64_t row_begin = 0;
+  int64_t rows = 0;
 };
 
 class Ops {
@@ -45,11 +65,21 @@ class Ops {
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
 
-  // y[T, N] = x[T, K] * weight[N, K]^T (+ bias[N]). weight is f32, bf16 or f16.
+  // y[T, N] = x[T, K] * weight[N, K]^T (+ bias[N]). weight is f32, bf16, f16 or block-scaled
+  // FP8.
   virtual void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) = 0;
   // Several matmuls of the same x (q/k/v, gate/up) as one parallel pass, so decode pays one
   // thread-pool round trip instead of one per matrix. Same results as separate calls.
   virtual void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) = 0;
+  // x [T, H, *] and out [T, H, *] may be strided views (last axis contiguous).
+  //   transposed = false: out[t, h, :rows] = x[t, h, :K] * W_h^T     (W_h = the head's rows)
+  //   transposed = true:  out[t, h, :K]    = x[t, h, :rows] * W_h
+  virtual void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices,
+                           bool transposed, Tensor& out) = 0;
+  // out[i] = x[rows[i]]; and y[rows[i]] += scales[i] * x[i] (rows may repeat).
+  virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
+  virtual void add_scaled_rows(Tensor& y, const std::vector<int32_t>& rows,
+                               const std::vector<float>& scales, const Tensor& x) = 0;
   // out[i] = table[ids[i]] widened to f32.
   virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
   // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.
@@ -63,11 +93,16 @@ class Ops {
   // out = act(gate) * up, elementwise; out may alias gate.
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   virtual void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
-  // Writes k, v [T, num_kv_heads, head_dim] into the cache slots batch.slot_mapping names.
-  virtual void kv_write(const Tensor& k, const Tensor& v, const AttentionBatch& batch,
+  // Writes k [T, num_kv_heads, key_dim] and v [T, num_kv_heads, value_dim] (null when the
+  // cache keeps values inside keys) into the slots batch.slot_mapping names.
+  virtual void kv_write(const Tensor& k, const Tensor* v, const AttentionBatch& batch,
                         const PagedKvView& cache) = 0;
-  // Causal attention of q [T, heads, head_dim] over each sequence's cached keys; `window` > 0
-  // limits each query to itself and the window-1 keys before it.
+  // Copies the keys of cached tokens [0, count) of one sequence into keys [count, key width].
+  virtual void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count,
+                            Tensor& keys) = 0;
+  // Causal attention of q [T, heads, key_dim] over each sequence's cached keys into
+  // out [T, heads, value_dim]; `window` > 0 limits each query to itself and the window-1 keys
+  // before it.
   virtual void paged_attention(const Tensor& q, const AttentionBatch& batch,
                                const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
 };

@@ -4,20 +4,34 @@
 
 namespace deepinfer {
 
-size_t KvCacheShape::bytes_per_block() const {
-  return 2 * sizeof(float) * static_cast<size_t>(num_layers) * static_cast<size_t>(block_size) *
-         static_cast<size_t>(num_kv_heads) * static_cast<size_t>(head_dim);
+KvCacheShape KvCacheShape::heads(int num_layers, int num_kv_heads, int head_dim,
+                                 int block_size) {
+  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false};
+}
+
+int64_t KvCacheShape::floats_per_token_layer() const {
+  int64_t keys = int64_t{num_kv_heads} * key_dim;
+  return values_in_keys ? keys : keys + int64_t{num_kv_heads} * value_dim;
+}
+
+size_t KvCacheShape::bytes_per_token() const {
+  return sizeof(float) * static_cast<size_t>(num_layers) *
+         static_cast<size_t>(floats_per_token_layer());
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
     : shape_(shape), num_blocks_(num_blocks) {
   DI_CHECK(num_blocks > 0, "KV cache needs at least one block");
-  size_t layer_bytes =
-      sizeof(float) * static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size) *
-      static_cast<size_t>(shape.num_kv_heads) * static_cast<size_t>(shape.head_dim);
+  DI_CHECK(!shape.values_in_keys || shape.value_dim <= shape.key_dim,
+           "KV cache: values inside keys need value_dim <= key_dim");
+  auto slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size);
+  size_t key_bytes = sizeof(float) * slots * static_cast<size_t>(shape.num_kv_heads) *
+                     static_cast<size_t>(shape.key_dim);
+  size_t value_bytes = sizeof(float) * slots * static_cast<size_t>(shape.num_kv_heads) *
+                       static_cast<size_t>(shape.value_dim);
   for (int layer = 0; layer < shape.num_layers; ++layer) {
-    keys_.emplace_back(layer_bytes);
-    values_.emplace_back(layer_bytes);
+    keys_.emplace_back(key_bytes);
+    values_.emplace_back(shape.values_in_keys ? 0 : value_bytes);
   }
   free_.reserve(static_cast<size_t>(num_blocks));
   for (int64_t block = num_blocks - 1; block >= 0; --block)
@@ -27,10 +41,14 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
 PagedKvView KvCache::layer(int index) const {
   PagedKvView view;
   view.keys = static_cast<float*>(keys_[static_cast<size_t>(index)].data());
-  view.values = static_cast<float*>(values_[static_cast<size_t>(index)].data());
+  view.values = shape_.values_in_keys
+                    ? view.keys
+                    : static_cast<float*>(values_[static_cast<size_t>(index)].data());
   view.block_size = shape_.block_size;
   view.num_kv_heads = shape_.num_kv_heads;
-  view.head_dim = shape_.head_dim;
+  view.key_dim = shape_.key_dim;
+  view.value_dim = shape_.value_dim;
+  view.values_in_keys = shape_.values_in_keys;
   return view;
 }
 

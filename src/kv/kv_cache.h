@@ -9,14 +9,23 @@
 
 namespace deepinfer {
 
+// What one token stores per layer: num_kv_heads keys of key_dim floats and values of
+// value_dim floats, or (values_in_keys) keys only, whose first value_dim floats are the value.
 struct KvCacheShape {
   int num_layers = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;
+  int key_dim = 0;
+  int value_dim = 0;
   int block_size = 16;
+  bool values_in_keys = false;
 
-  // Bytes one block takes across all layers (K and V, f32).
-  size_t bytes_per_block() const;
+  // A cache of separate K and V heads of one size (Llama, Qwen, Mistral).
+  static KvCacheShape heads(int num_layers, int num_kv_heads, int head_dim, int block_size);
+  // Floats one token takes in one layer.
+  int64_t floats_per_token_layer() const;
+  // Bytes one token takes across all layers, and one block.
+  size_t bytes_per_token() const;
+  size_t bytes_per_block() const { return bytes_per_token() * static_cast<size_t>(block_size); }
 };
 
 // Owns the K/V storage of every layer and hands out blocks from a free list. The prefix

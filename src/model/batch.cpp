@@ -35,7 +35,13 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t 
 
 size_t CausalLM::weight_bytes_per_token() const {
   size_t bytes = 0;
-  for (const Tensor* tensor : weights_read_per_token()) bytes += tensor->nbytes();
+  for (const Tensor* tensor : weights_read_per_token()) {
+    bytes += tensor->nbytes();
+    if (tensor->block_scales) {
+      bytes += sizeof(float) * static_cast<size_t>(tensor->block_scales->rows *
+                                                   tensor->block_scales->cols);
+    }
+  }
   return bytes;
 }
 

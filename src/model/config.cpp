@@ -21,6 +21,8 @@ constexpr Architecture kArchitectures[] = {
     {"MistralForCausalLM", ModelFamily::kMistral},
     {"Qwen2ForCausalLM", ModelFamily::kQwen2},
     {"Qwen3ForCausalLM", ModelFamily::kQwen3},
+    {"DeepseekV2ForCausalLM", ModelFamily::kDeepseekV2},
+    {"DeepseekV3ForCausalLM", ModelFamily::kDeepseekV3},
 };
 
 // Typed field access with errors that name the file and field.
@@ -222,6 +224,91 @@ void parse_layer_ropes(const json& config, const Fields& fields, ModelConfig& mo
   }
 }
 
+void parse_mla(const Fields& fields, ModelConfig& model) {
+  MlaConfig& mla = model.mla;
+  mla.q_lora_rank = fields.int_or("q_lora_rank", 0);
+  mla.kv_lora_rank = fields.positive_int("kv_lora_rank");
+  mla.qk_nope_head_dim = fields.positive_int("qk_nope_head_dim");
+  mla.qk_rope_head_dim = fields.positive_int("qk_rope_head_dim");
+  mla.v_head_dim = fields.positive_int("v_head_dim");
+  if (mla.qk_rope_head_dim % 2 != 0) fields.bad("qk_rope_head_dim", "even");
+  constexpr int kMaxWidth = 65536;
+  for (int width : {mla.q_lora_rank, mla.kv_lora_rank, mla.qk_head_dim(), mla.v_head_dim}) {
+    if (width > kMaxWidth) fields.bad("kv_lora_rank", "within the supported sizes");
+  }
+  model.head_dim = mla.qk_head_dim();
+}
+
+void parse_moe(const Fields& fields, ModelConfig& model, const std::string& source) {
+  MoeConfig& moe = model.moe;
+  moe.num_experts = fields.int_or("n_routed_experts", 0);
+  if (moe.num_experts == 0) return;
+  constexpr int kMaxExperts = 4096;
+  if (moe.num_experts > kMaxExperts) fields.bad("n_routed_experts", "at most 4096");
+  moe.num_shared_experts = fields.non_negative_int_or("n_shared_experts", 0);
+  moe.experts_per_token = fields.positive_int("num_experts_per_tok");
+  moe.expert_intermediate_size = fields.positive_int("moe_intermediate_size");
+  moe.first_dense_layers = fields.non_negative_int_or("first_k_dense_replace", 0);
+  moe.layer_frequency = fields.int_or("moe_layer_freq", 1);
+  moe.num_groups = fields.int_or("n_group", 1);
+  moe.topk_groups = fields.int_or("topk_group", moe.num_groups);
+  moe.normalize_weights = fields.boolean_or("norm_topk_prob", false);
+  moe.routed_scaling_factor = fields.number_or("routed_scaling_factor", 1.0);
+  std::string scoring = fields.string_or("scoring_func", "softmax");
+  if (scoring == "softmax") {
+    moe.scoring = ExpertScoring::kSoftmax;
+  } else if (scoring == "sigmoid") {
+    moe.scoring = ExpertScoring::kSigmoid;
+  } else {
+    fields.bad("scoring_func", "\"softmax\" or \"sigmoid\"");
+  }
+  std::string method = fields.string_or("topk_method", "greedy");
+  if (method == "greedy") {
+    moe.selection = ExpertSelection::kGreedy;
+  } else if (method == "group_limited_greedy") {
+    moe.selection = ExpertSelection::kGroupLimitedGreedy;
+  } else if (method == "noaux_tc") {
+    moe.selection = ExpertSelection::kNoAuxTc;
+  } else {
+    fields.bad("topk_method", "\"greedy\", \"group_limited_greedy\" or \"noaux_tc\"");
+  }
+  if (moe.experts_per_token > moe.num_experts)
+    fields.bad("num_experts_per_tok", "at most n_routed_experts");
+  if (moe.num_experts % moe.num_groups != 0 || moe.topk_groups > moe.num_groups) {
+    fail("{}: n_group ({}) must divide n_routed_experts ({}) and be at least topk_group ({})",
+         source, moe.num_groups, moe.num_experts, moe.topk_groups);
+  }
+  int per_group = moe.num_experts / moe.num_groups;
+  if (moe.selection == ExpertSelection::kNoAuxTc && per_group < 2)
+    fail("{}: noaux_tc needs at least 2 experts per group", source);
+  if (moe.experts_per_token > moe.topk_groups * per_group)
+    fail("{}: num_experts_per_tok exceeds the experts of topk_group groups", source);
+}
+
+// Block-scaled FP8 (DeepSeek-V3, Qwen3-FP8); other schemes are refused by name.
+void parse_quantization(const json& config, ModelConfig& model, const std::string& source) {
+  if (!config.contains("quantization_config") || config.at("quantization_config").is_null())
+    return;
+  const json& quant = config.at("quantization_config");
+  if (!quant.is_object()) fail("{}: field \"quantization_config\" must be an object", source);
+  Fields fields(quant, source, "quantization_config.");
+  std::string method = fields.string_or("quant_method", "");
+  if (method != "fp8")
+    fail("{}: quantization method \"{}\" is not supported (supported: fp8)", source, method);
+  if (fields.string_or("fmt", "e4m3") != "e4m3") fields.bad("fmt", "\"e4m3\"");
+  if (!fields.has("weight_block_size"))
+    fail("{}: FP8 without \"weight_block_size\" (per-tensor scales) is not supported", source);
+  const json& block = quant.at("weight_block_size");
+  if (!block.is_array() || block.size() != 2 || !block[0].is_number_integer() ||
+      !block[1].is_number_integer() || block[0].get<int64_t>() <= 0 ||
+      block[1].get<int64_t>() <= 0 || block[0].get<int64_t>() > 65536 ||
+      block[1].get<int64_t>() > 65536) {
+    fields.bad("weight_block_size", "two positive integers");
+  }
+  model.weight_block_rows = block[0].get<int>();
+  model.weight_block_cols = block[1].get<int>();
+}
+
 }  // namespace
 
 bool ModelConfig::any_sliding() const {
@@ -257,13 +344,15 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
          model.num_heads, model.num_kv_heads);
   }
-  if (!fields.has("head_dim") && model.hidden_size % model.num_heads != 0) {
+  bool deepseek = model.family == ModelFamily::kDeepseekV2 || model.family == ModelFamily::kDeepseekV3;
+  if (!deepseek && !fields.has("head_dim") && model.hidden_size % model.num_heads != 0) {
     fail(
         "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not "
         "set",
         source, model.hidden_size, model.num_heads);
   }
   model.head_dim = fields.int_or("head_dim", model.hidden_size / model.num_heads);
+  if (deepseek) parse_mla(fields, model);
   if (model.head_dim % 2 != 0)
     fail("{}: field \"head_dim\" must be even for rotary embeddings", source);
   // Bounds far above any real model, so a corrupt config fails here rather than in a huge
@@ -298,6 +387,12 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   std::vector<std::string> layer_types;
   parse_layer_windows(config, fields, model, source, layer_types);
   parse_layer_ropes(config, fields, model, source, layer_types);
+  if (deepseek) {
+    parse_moe(fields, model, source);
+    model.num_mtp_layers = fields.non_negative_int_or("num_nextn_predict_layers", 0);
+    model.num_kv_heads = model.num_heads;
+  }
+  parse_quantization(config, model, source);
   model.eos_token_ids = parse_token_ids(config, "eos_token_id", source);
   std::vector<int> bos = parse_token_ids(config, "bos_token_id", source);
   model.bos_token_id = bos.empty() ? -1 : bos.front();

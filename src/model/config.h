@@ -8,7 +8,7 @@
 
 namespace deepinfer {
 
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3 };
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kDeepseekV2, kDeepseekV3 };
 
 enum class RopeType { kDefault, kLinear, kDynamic, kLlama3, kYarn };
 
@@ -32,6 +32,42 @@ struct RopeConfig {
 };
 
 enum class Activation { kSilu, kGeluTanh };
+
+// Multi-head latent attention (DeepSeek-V2/V3).
+struct MlaConfig {
+  int q_lora_rank = 0;  // 0: queries come straight from q_proj
+  int kv_lora_rank = 0;
+  int qk_nope_head_dim = 0;
+  int qk_rope_head_dim = 0;
+  int v_head_dim = 0;
+
+  int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
+};
+
+enum class ExpertScoring { kSoftmax, kSigmoid };
+// greedy: top-k of all experts. group_limited_greedy (V2): groups ranked by their best expert.
+// noaux_tc (V3): groups ranked by the sum of their top-2 biased scores; the bias
+// (e_score_correction_bias) only chooses, the unbiased scores weight.
+enum class ExpertSelection { kGreedy, kGroupLimitedGreedy, kNoAuxTc };
+
+struct MoeConfig {
+  int num_experts = 0;  // 0: every layer is dense
+  int num_shared_experts = 0;
+  int experts_per_token = 0;
+  int expert_intermediate_size = 0;
+  int first_dense_layers = 0;  // first_k_dense_replace
+  int layer_frequency = 1;     // moe_layer_freq
+  ExpertScoring scoring = ExpertScoring::kSoftmax;
+  ExpertSelection selection = ExpertSelection::kGreedy;
+  int num_groups = 1;
+  int topk_groups = 1;
+  bool normalize_weights = false;  // norm_topk_prob
+  double routed_scaling_factor = 1.0;
+
+  bool is_moe_layer(int layer) const {
+    return num_experts > 0 && layer >= first_dense_layers && layer % layer_frequency == 0;
+  }
+};
 
 struct ModelConfig {
   std::string architecture;  // "LlamaForCausalLM"
@@ -58,8 +94,17 @@ struct ModelConfig {
   std::vector<RopeConfig> layer_rope;
   std::vector<int> eos_token_ids;
   int bos_token_id = -1;
+  MlaConfig mla;  // DeepSeek families only
+  MoeConfig moe;
+  int num_mtp_layers = 0;  // num_nextn_predict_layers: extra layers after the last
+  // quantization_config of block-scaled FP8 checkpoints: the scale block, 0 when unquantized.
+  int weight_block_rows = 0;
+  int weight_block_cols = 0;
 
   bool any_sliding() const;
+  bool is_deepseek() const {
+    return family == ModelFamily::kDeepseekV2 || family == ModelFamily::kDeepseekV3;
+  }
 };
 
 // Parses config.json text. `source` names the file in errors: every error is one line naming

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/layers.h"
 #include "model/model.h"
 #include "model/rope.h"
 
@@ -64,7 +65,8 @@ class DenseTransformer final : public CausalLM {
   const ModelConfig& config() const override { return config_; }
 
   KvCacheShape kv_shape(int block_size) const override {
-    return KvCacheShape{config_.num_layers, config_.num_kv_heads, config_.head_dim, block_size};
+    return KvCacheShape::heads(config_.num_layers, config_.num_kv_heads, config_.head_dim,
+                               block_size);
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override {
@@ -86,13 +88,7 @@ class DenseTransformer final : public CausalLM {
 
  private:
   const Tensor* weight(const std::string& name, std::initializer_list<int64_t> shape) {
-    const Tensor& tensor = store_->get(name, shape);
-    if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 &&
-        tensor.dtype != DType::kF16) {
-      fail("tensor \"{}\" has dtype {}; dense layers need F32, BF16 or F16", name,
-           dtype_name(tensor.dtype));
-    }
-    return &tensor;
+    return layer_weight(*store_, name, shape);
   }
   const Tensor* optional(bool wanted, const std::string& name,
                          std::initializer_list<int64_t> shape) {
@@ -188,7 +184,7 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
   ops_.rope(k_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
   AttentionBatch view = batch.attention_view();
   PagedKvView kv = cache.layer(layer_index);
-  ops_.kv_write(k_heads, v_heads, view, kv);
+  ops_.kv_write(k_heads, &v_heads, view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)],
@@ -237,37 +233,14 @@ void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float*
     mlp_block(layers_[static_cast<size_t>(i)], s);
     if (hidden_sink && i + 1 < c.num_layers) hidden_sink(i + 1, hidden);
   }
-  auto rows = static_cast<int64_t>(batch.logit_rows.size());
-  FloatTensor selected({std::max<int64_t>(rows, 1), c.hidden_size});
-  auto gather_logit_rows = [&] {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(
-          s.hidden.data() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * c.hidden_size,
-          c.hidden_size, selected.data() + r * c.hidden_size);
-    }
-  };
-  Tensor selected_view = selected.view();
-  auto eps = static_cast<float>(c.rms_norm_eps);
-  if (hidden_sink) {
-    // Every row's final-norm output is wanted, not only the rows that produce logits.
-    ops_.rmsnorm(hidden, *final_norm_, eps, hidden);
-    hidden_sink(c.num_layers, hidden);
-    gather_logit_rows();
-  } else {
-    gather_logit_rows();
-    ops_.rmsnorm(selected_view, *final_norm_, eps, selected_view);
-  }
-  if (rows == 0) return;
-  Tensor logits_view = Tensor::contiguous(logits, DType::kF32, {rows, c.vocab_size});
-  selected_view.shape[0] = rows;
-  ops_.matmul(selected_view, *lm_head_, nullptr, logits_view);
+  final_logits(ops_, batch, hidden, *final_norm_, *lm_head_, static_cast<float>(c.rms_norm_eps),
+               c.num_layers, logits, hidden_sink);
 }
 
 }  // namespace
 
-std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder, LoadMode mode, Ops& ops) {
-  ModelConfig config = load_model_config(folder);
-  auto store = std::make_unique<TensorStore>(folder, mode);
+std::unique_ptr<CausalLM> make_dense_model(ModelConfig config, std::unique_ptr<TensorStore> store,
+                                           Ops& ops) {
   return std::make_unique<DenseTransformer>(std::move(config), std::move(store), ops);
 }
 

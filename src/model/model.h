@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -38,6 +39,22 @@ struct ForwardBatch {
 // index the final-norm output (transformers' output_hidden_states convention).
 using HiddenStateSink = std::function<void(int index, const Tensor& hidden)>;
 
+// How DeepSeek's multi-head latent attention keeps its cache.
+//   kLatent: per token and layer only the normalised latent and the rope key
+//            (kv_lora_rank + qk_rope_head_dim values); decode runs in the absorbed form.
+//   kExpanded: per-head keys and values, as a plain multi-head model would (the reference
+//            the latent form is tested against; ~70x the bytes for DeepSeek-V3).
+enum class MlaCache { kLatent, kExpanded };
+
+struct ModelLoadOptions {
+  LoadMode mode = LoadMode::kMmap;
+  MlaCache mla_cache = MlaCache::kLatent;
+  // With the latent cache, a sequence adding at least this many tokens in one forward expands
+  // its cached latents into per-head keys and values (cheaper for long prompts); fewer tokens
+  // use the absorbed form. 0 picks the point where both cost the same arithmetic.
+  int mla_expand_min_tokens = 0;
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -50,9 +67,18 @@ class CausalLM {
   // Runs the batch: writes its K/V into `cache` and logits [logit_rows, vocab] into `logits`.
   virtual void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                        const HiddenStateSink& hidden_sink = nullptr) = 0;
+  // Multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers), loaded for
+  // speculative decoding: each module's tensors by their name inside the module
+  // ("eh_proj.weight", "self_attn.kv_b_proj.weight", ...).
+  virtual int num_mtp_modules() const { return 0; }
+  virtual std::map<std::string, const Tensor*> mtp_module_weights(int /*index*/) const {
+    return {};
+  }
 };
 
 // Loads a Hugging Face model folder. Weights stay in their stored dtype.
+std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder,
+                                     const ModelLoadOptions& options, Ops& ops);
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder, LoadMode mode, Ops& ops);
 
 }  // namespace deepinfer

@@ -211,6 +211,40 @@ const Tensor& TensorStore::get(const std::string& name,
   return tensor;
 }
 
+void TensorStore::attach_block_scales(int block_rows, int block_cols) {
+  for (auto& [name, tensor] : index_) {
+    if (tensor->dtype != DType::kF8E4M3) continue;
+    std::string scale_name = name + "_scale_inv";
+    auto found = index_.find(scale_name);
+    if (found == index_.end())
+      fail("{}: FP8 tensor \"{}\" has no \"{}\"", folder_.string(), name, scale_name);
+    const Tensor& scales = *found->second;
+    if (tensor->rank != 2) fail("{}: FP8 tensor \"{}\" is not a matrix", folder_.string(), name);
+    int64_t rows = (tensor->dim(0) + block_rows - 1) / block_rows;
+    int64_t cols = (tensor->dim(1) + block_cols - 1) / block_cols;
+    if (scales.rank != 2 || scales.dim(0) != rows || scales.dim(1) != cols) {
+      fail("{}: tensor \"{}\" has shape {} but {} blocks of {}x{} need [{}, {}]", folder_.string(),
+           scale_name, scales.shape_string(), tensor->shape_string(), block_rows, block_cols, rows,
+           cols);
+    }
+    BlockScales block{nullptr, rows, cols, block_rows, block_cols};
+    if (scales.dtype == DType::kF32) {
+      block.data = scales.as<const float>();
+    } else if (scales.dtype == DType::kBF16) {
+      std::vector<float>& widened = widened_scales_.emplace_back(static_cast<size_t>(rows * cols));
+      for (size_t i = 0; i < widened.size(); ++i)
+        widened[i] = bf16_to_f32(scales.as<const uint16_t>()[i]);
+      block.data = widened.data();
+    } else {
+      fail("{}: tensor \"{}\" has dtype {}; scales must be F32 or BF16", folder_.string(),
+           scale_name, dtype_name(scales.dtype));
+    }
+    Tensor& scaled = scaled_[name] = *tensor;
+    scaled.block_scales = &block_scales_.emplace_back(block);
+    tensor = &scaled;
+  }
+}
+
 std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> result;
   for (const auto& entry : index_) result.push_back(entry.first);

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,9 +53,16 @@ class TensorStore {
   const Tensor& get(const std::string& name, std::initializer_list<int64_t> shape) const;
   std::vector<std::string> names() const;
   size_t total_bytes() const;
+  // Gives every F8_E4M3 tensor "X" the block scales stored beside it as "X_scale_inv"
+  // ([ceil(rows / block_rows), ceil(cols / block_cols)], F32 or BF16). An FP8 tensor without
+  // them, or scales of the wrong shape, is an Error naming the tensor.
+  void attach_block_scales(int block_rows, int block_cols);
 
  private:
   std::filesystem::path folder_;
+  std::map<std::string, Tensor> scaled_;  // FP8 tensors with their scales attached
+  std::list<BlockScales> block_scales_;
+  std::list<std::vector<float>> widened_scales_;  // BF16 scales as f32
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const Tensor*> index_;
   std::map<std::string, std::string> tensor_file_;

@@ -37,37 +37,115 @@ struct Shape {
   int64_t rows, cols, depth;
 };
 
+// A weight in every stored type the kernels read, from the same f32 values. FP8 gets block
+// scales of `block_rows` x `block_cols` (small, so blocks split rows and vectors).
+struct TypedWeights {
+  std::vector<float> f32;
+  std::vector<uint16_t> bf16, f16;
+  std::vector<uint8_t> fp8;
+  std::vector<float> fp8_scales;
+  std::vector<cpu::WeightMatrix> matrices;
+
+  TypedWeights(int64_t rows, int64_t cols, uint32_t seed, int block_rows, int block_cols)
+      : f32(random_values(static_cast<size_t>(rows * cols), seed)) {
+    for (float value : f32) {
+      bf16.push_back(f32_to_bf16(value));
+      f16.push_back(f32_to_f16(value));
+    }
+    int64_t scale_rows = (rows + block_rows - 1) / block_rows;
+    int64_t scale_cols = (cols + block_cols - 1) / block_cols;
+    fp8_scales.resize(static_cast<size_t>(scale_rows * scale_cols));
+    for (size_t i = 0; i < fp8_scales.size(); ++i) fp8_scales[i] = 0.002f * static_cast<float>(i + 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        float scale = fp8_scales[static_cast<size_t>(r / block_rows * scale_cols + c / block_cols)];
+        fp8.push_back(f32_to_f8e4m3(f32[static_cast<size_t>(r * cols + c)] / scale));
+      }
+    }
+    matrices = {{f32.data(), cols, WeightType::kF32},
+                {bf16.data(), cols, WeightType::kBF16},
+                {f16.data(), cols, WeightType::kF16},
+                {fp8.data(), cols, WeightType::kF8E4M3, fp8_scales.data(), scale_cols, block_rows,
+                 block_cols}};
+  }
+};
+
 TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
   const IsaKernels& reference = cpu::generic_kernels();
   for (const IsaKernels* table : simd_tables()) {
     for (Shape shape : {Shape{1, 1, 1}, Shape{1, 37, 64}, Shape{3, 9, 17}, Shape{7, 33, 130},
-                        Shape{16, 64, 256}, Shape{41, 19, 48}}) {
+                        Shape{16, 64, 256}, Shape{41, 19, 48}, Shape{1, 40, 300},
+                        Shape{5, 21, 160}}) {
       std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 1);
-      std::vector<float> w32 = random_values(static_cast<size_t>(shape.cols * shape.depth), 2);
       std::vector<float> bias = random_values(static_cast<size_t>(shape.cols), 3);
-      std::vector<uint16_t> w_bf16, w_f16;
-      for (float value : w32) {
-        w_bf16.push_back(f32_to_bf16(value));
-        w_f16.push_back(f32_to_f16(value));
+      for (auto [block_rows, block_cols] : {std::pair{16, 32}, std::pair{128, 128}, std::pair{3, 7}}) {
+        TypedWeights weights(shape.cols, shape.depth, 2, block_rows, block_cols);
+        for (const cpu::WeightMatrix& w : weights.matrices) {
+          std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols));
+          std::vector<float> got(want.size());
+          reference.matmul(x.data(), shape.depth, w, bias.data(), shape.rows, 0, shape.cols,
+                           shape.depth, want.data(), shape.cols);
+          // Split the columns the way threads do, to cover a range that does not start at 0.
+          int64_t middle = shape.cols / 2;
+          table->matmul(x.data(), shape.depth, w, bias.data(), shape.rows, 0, middle, shape.depth,
+                        got.data(), shape.cols);
+          table->matmul(x.data(), shape.depth, w, bias.data(), shape.rows, middle, shape.cols,
+                        shape.depth, got.data(), shape.cols);
+          EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()),
+                    1e-4f * std::sqrt(shape.depth))
+              << table->name << " type " << static_cast<int>(w.type) << " " << shape.rows << "x"
+              << shape.cols << "x" << shape.depth << " blocks " << block_rows << "x" << block_cols;
+        }
       }
-      for (auto [type, data] :
-           {std::pair{WeightType::kF32, static_cast<const void*>(w32.data())},
-            std::pair{WeightType::kBF16, static_cast<const void*>(w_bf16.data())},
-            std::pair{WeightType::kF16, static_cast<const void*>(w_f16.data())}}) {
-        std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols));
-        std::vector<float> got(want.size());
-        reference.matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0,
-                         shape.cols, shape.depth, want.data(), shape.cols);
-        // Split the columns the way threads do, to cover a range that does not start at 0.
-        int64_t middle = shape.cols / 2;
-        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows, 0,
-                      middle, shape.depth, got.data(), shape.cols);
-        table->matmul(x.data(), shape.depth, data, shape.depth, type, bias.data(), shape.rows,
-                      middle, shape.cols, shape.depth, got.data(), shape.cols);
-        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()),
-                  1e-4f * std::sqrt(shape.depth))
-            << table->name << " type " << static_cast<int>(type) << " " << shape.rows << "x"
-            << shape.cols << "x" << shape.depth;
+    }
+  }
+}
+
+TEST(IsaKernels, Fp8MatmulEqualsWidenedWeights) {
+  // The FP8 kernels must equal an f32 matmul over the dequantized weights, in every ISA.
+  Shape shape{6, 24, 272};
+  TypedWeights weights(shape.cols, shape.depth, 21, 16, 128);
+  const cpu::WeightMatrix& fp8 = weights.matrices.back();
+  std::vector<float> widened;
+  for (int64_t r = 0; r < shape.cols; ++r) {
+    for (int64_t c = 0; c < shape.depth; ++c) {
+      widened.push_back(f8e4m3_to_f32(weights.fp8[static_cast<size_t>(r * shape.depth + c)]) *
+                        fp8.scale(r, c));
+    }
+  }
+  cpu::WeightMatrix f32{widened.data(), shape.depth, WeightType::kF32};
+  std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 22);
+  std::vector<const IsaKernels*> tables = simd_tables();
+  tables.push_back(&cpu::generic_kernels());
+  for (const IsaKernels* table : tables) {
+    for (int64_t rows : {int64_t{1}, shape.rows}) {
+      std::vector<float> want(static_cast<size_t>(rows * shape.cols)), got(want.size());
+      table->matmul(x.data(), shape.depth, f32, nullptr, rows, 0, shape.cols, shape.depth,
+                    want.data(), shape.cols);
+      table->matmul(x.data(), shape.depth, fp8, nullptr, rows, 0, shape.cols, shape.depth,
+                    got.data(), shape.cols);
+      EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-4f)
+          << table->name << " rows " << rows;
+    }
+  }
+}
+
+TEST(IsaKernels, ColumnMatmulMatchesReferenceForEveryWeightType) {
+  // y = x * W with W [depth, cols]: the orientation MLA's absorbed queries use.
+  for (const IsaKernels* table : simd_tables()) {
+    for (Shape shape : {Shape{1, 48, 16}, Shape{2, 37, 9}, Shape{3, 160, 20}}) {
+      std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 31);
+      TypedWeights weights(shape.depth, shape.cols, 32, 8, 32);
+      for (const cpu::WeightMatrix& w : weights.matrices) {
+        std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols)), got(want.size());
+        cpu::generic_kernels().matmul_columns(x.data(), shape.depth, w, shape.rows, 0, shape.cols,
+                                              shape.depth, want.data(), shape.cols);
+        table->matmul_columns(x.data(), shape.depth, w, shape.rows, 0, 5, shape.depth, got.data(),
+                              shape.cols);
+        table->matmul_columns(x.data(), shape.depth, w, shape.rows, 5, shape.cols, shape.depth,
+                              got.data(), shape.cols);
+        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-4f)
+            << table->name << " type " << static_cast<int>(w.type);
       }
     }
   }
@@ -86,9 +164,9 @@ TEST(IsaKernels, Bf16DotProductsMatchReferenceOnRoundedInputs) {
     std::vector<float> x_rounded;
     for (uint16_t bits : x_bf16) x_rounded.push_back(bf16_to_f32(bits));
     std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols)), got(want.size());
-    cpu::generic_kernels().matmul(x_rounded.data(), shape.depth, w_bf16.data(), shape.depth,
-                                  WeightType::kBF16, nullptr, shape.rows, 0, shape.cols,
-                                  shape.depth, want.data(), shape.cols);
+    cpu::generic_kernels().matmul(x_rounded.data(), shape.depth,
+                                  {w_bf16.data(), shape.depth, WeightType::kBF16}, nullptr,
+                                  shape.rows, 0, shape.cols, shape.depth, want.data(), shape.cols);
     table->matmul_bf16(x_bf16.data(), shape.depth, w_bf16.data(), shape.depth, nullptr, shape.rows,
                        0, shape.cols, shape.depth, got.data(), shape.cols);
     // Products of bf16 values are exact in f32; only the summation order differs.
@@ -110,23 +188,48 @@ TEST(IsaKernels, DotMatchesReference) {
 TEST(IsaKernels, AttentionHeadMatchesReference) {
   const int block_size = 4, kv_heads = 2, blocks = 6;
   std::vector<int32_t> table = {3, 0, 5, 1, 4, 2};
+  // (key_dim, value_dim): equal as in Llama, 192/128-like as expanded MLA, and values inside
+  // keys as the latent MLA cache (value_dim < key_dim, same storage).
+  struct Dims {
+    int key_dim, value_dim;
+    bool values_in_keys;
+  };
   for (const IsaKernels* kernels : simd_tables()) {
-    for (int head_dim : {8, 16, 40, 64}) {
-      int64_t stride = int64_t{kv_heads} * head_dim;
-      std::vector<float> keys = random_values(static_cast<size_t>(blocks * block_size * stride), 9);
-      std::vector<float> values = random_values(keys.size(), 10);
-      std::vector<float> query = random_values(static_cast<size_t>(head_dim), 11);
+    for (Dims dims : {Dims{8, 8, false}, Dims{16, 16, false}, Dims{40, 40, false},
+                      Dims{64, 64, false}, Dims{24, 16, false}, Dims{40, 32, true}}) {
+      int64_t key_stride = int64_t{kv_heads} * dims.key_dim;
+      int64_t value_stride = dims.values_in_keys ? key_stride : int64_t{kv_heads} * dims.value_dim;
+      std::vector<float> keys =
+          random_values(static_cast<size_t>(blocks * block_size * key_stride), 9);
+      std::vector<float> values =
+          random_values(static_cast<size_t>(blocks * block_size * value_stride), 10);
+      std::vector<float> query = random_values(static_cast<size_t>(dims.key_dim), 11);
       for (auto [first, last] : {std::pair<int64_t, int64_t>{0, 0}, {0, 22}, {5, 17}, {13, 14}}) {
         std::vector<float> scores(static_cast<size_t>(last - first + 1)),
-            want(static_cast<size_t>(head_dim)), got(want.size());
-        cpu::generic_kernels().attention_head(query.data(), keys.data(), values.data(),
-                                              table.data(), block_size, stride, head_dim, head_dim,
-                                              first, last, 0.3f, scores.data(), want.data());
-        kernels->attention_head(query.data(), keys.data(), values.data(), table.data(), block_size,
-                                stride, head_dim, head_dim, first, last, 0.3f, scores.data(),
-                                got.data());
+            want(static_cast<size_t>(dims.value_dim)), got(want.size());
+        cpu::AttentionHeadTask task;
+        task.query = query.data();
+        task.keys = keys.data();
+        task.values = dims.values_in_keys ? keys.data() : values.data();
+        task.block_table = table.data();
+        task.block_size = block_size;
+        task.key_stride = key_stride;
+        task.key_offset = dims.key_dim;  // the second KV head
+        task.value_stride = value_stride;
+        task.value_offset = dims.values_in_keys ? dims.key_dim : dims.value_dim;
+        task.key_dim = dims.key_dim;
+        task.value_dim = dims.value_dim;
+        task.first = first;
+        task.last = last;
+        task.scale = 0.3f;
+        task.scores = scores.data();
+        task.out = want.data();
+        cpu::generic_kernels().attention_head(task);
+        task.out = got.data();
+        kernels->attention_head(task);
         EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-5f)
-            << kernels->name << " head_dim " << head_dim << " tokens " << first << ".." << last;
+            << kernels->name << " dims " << dims.key_dim << "/" << dims.value_dim << " tokens "
+            << first << ".." << last;
       }
     }
   }
@@ -183,7 +286,7 @@ TEST(CpuOps, PagedAttentionMatchesContiguousAttention) {
     slots.push_back(int64_t{table[static_cast<size_t>(position / block_size)]} * block_size +
                     position % block_size);
   }
-  PagedKvView cache{key_cache.data(), value_cache.data(), block_size, kv_heads, dim};
+  PagedKvView cache{key_cache.data(), value_cache.data(), block_size, kv_heads, dim, dim};
   std::vector<int32_t> query_start = {0, context};
   std::vector<int32_t> context_lens = {context};
   AttentionBatch all{1,
@@ -192,8 +295,9 @@ TEST(CpuOps, PagedAttentionMatchesContiguousAttention) {
                      table.data(),
                      static_cast<int>(table.size()),
                      slots.data()};
-  ops->kv_write(Tensor::contiguous(k.data(), DType::kF32, {context, kv_heads, dim}),
-                Tensor::contiguous(v.data(), DType::kF32, {context, kv_heads, dim}), all, cache);
+  Tensor v_view = Tensor::contiguous(v.data(), DType::kF32, {context, kv_heads, dim});
+  ops->kv_write(Tensor::contiguous(k.data(), DType::kF32, {context, kv_heads, dim}), &v_view, all,
+                cache);
   std::vector<int32_t> new_start = {0, new_tokens};
   AttentionBatch step{1,
                       new_start.data(),

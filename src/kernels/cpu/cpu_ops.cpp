@@ -14,17 +14,58 @@ namespace {
 using cpu::IsaKernels;
 using cpu::WeightType;
 
-WeightType weight_type(const Tensor& weight) {
+using cpu::WeightMatrix;
+
+size_t weight_element_size(WeightType type) {
+  switch (type) {
+    case WeightType::kF32:
+      return 4;
+    case WeightType::kBF16:
+    case WeightType::kF16:
+      return 2;
+    case WeightType::kF8E4M3:
+      return 1;
+  }
+  return 0;
+}
+
+// The kernels' view of a weight: its stored type, and the block scales of an FP8 weight.
+WeightMatrix weight_matrix(const Tensor& weight) {
+  WeightMatrix matrix;
+  matrix.data = weight.data;
+  matrix.ld = weight.dim(-1);
   switch (weight.dtype) {
     case DType::kF32:
-      return WeightType::kF32;
+      matrix.type = WeightType::kF32;
+      break;
     case DType::kBF16:
-      return WeightType::kBF16;
+      matrix.type = WeightType::kBF16;
+      break;
     case DType::kF16:
-      return WeightType::kF16;
+      matrix.type = WeightType::kF16;
+      break;
+    case DType::kF8E4M3:
+      if (!weight.block_scales)
+        fail("matmul: FP8 weight {} has no block scales", weight.shape_string());
+      matrix.type = WeightType::kF8E4M3;
+      matrix.scales = weight.block_scales->data;
+      matrix.scale_ld = weight.block_scales->cols;
+      matrix.block_rows = weight.block_scales->block_rows;
+      matrix.block_cols = weight.block_scales->block_cols;
+      break;
     default:
       fail("matmul: weights of dtype {} are not supported", dtype_name(weight.dtype));
   }
+  return matrix;
+}
+
+// The rows [first, first + count) of a weight, keeping the scale lookup of the whole matrix.
+WeightMatrix weight_rows(const WeightMatrix& whole, int64_t first) {
+  WeightMatrix slice = whole;
+  slice.data = static_cast<const char*>(whole.data) +
+               first * whole.ld * static_cast<int64_t>(weight_element_size(whole.type));
+  slice.first_row = whole.first_row + first;
+  return slice;
 }
 
 float element_as_f32(const Tensor& tensor, int64_t index) {
@@ -52,6 +93,15 @@ int64_t rows_of(const Tensor& tensor) {
   return tensor.numel() / tensor.dim(-1);
 }
 
+// Distance between consecutive rows of a matmul operand: a 2-D view may be strided (a slice of
+// a wider activation); higher ranks must be contiguous.
+int64_t leading_dimension(const Tensor& tensor) {
+  if (tensor.rank == 2) return tensor.strides[0];
+  DI_CHECK(tensor.is_contiguous(), "matmul: operand {} must be 2-D or contiguous",
+           tensor.shape_string());
+  return tensor.dim(-1);
+}
+
 class CpuOps final : public Ops {
  public:
   explicit CpuOps(MatmulPrecision precision)
@@ -66,28 +116,31 @@ class CpuOps final : public Ops {
   // Every job's output columns are cut into chunks and handed out from one counter, so each
   // weight row is read by exactly one thread and the whole group costs one dispatch.
   void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) override {
-    int64_t depth = x.dim(-1);
-    int64_t rows = rows_of(x);
     struct Piece {
       size_t job;
       int64_t begin, end;
     };
     std::vector<std::vector<float>> biases(jobs.size());
-    std::vector<WeightType> types;
+    std::vector<WeightMatrix> weights;
     int64_t total_cols = 0;
+    bool any_shared_input = false;
     for (size_t j = 0; j < jobs.size(); ++j) {
       const MatmulJob& job = jobs[j];
-      DI_CHECK(job.weight->rank == 2 && job.weight->dim(1) == depth,
+      const Tensor& input = job.input ? *job.input : x;
+      any_shared_input |= job.input == nullptr;
+      DI_CHECK(job.weight->rank == 2 && job.weight->dim(1) == input.dim(-1),
                "matmul: weight {} does not match input depth {}", job.weight->shape_string(),
-               depth);
-      DI_CHECK(job.out->dim(-1) == job.weight->dim(0) && rows_of(*job.out) == rows,
-               "matmul: output {} is not [{}, {}]", job.out->shape_string(), rows,
+               input.dim(-1));
+      DI_CHECK(job.out->dim(-1) == job.weight->dim(0) && rows_of(*job.out) == rows_of(input),
+               "matmul: output {} is not [{}, {}]", job.out->shape_string(), rows_of(input),
                job.weight->dim(0));
       if (job.bias) biases[j] = widen(*job.bias);
-      types.push_back(weight_type(*job.weight));
+      weights.push_back(weight_matrix(*job.weight));
       total_cols += job.weight->dim(0);
     }
-    bool bf16_activations = precision_ == MatmulPrecision::kBf16 && rows > 1 && isa_.matmul_bf16;
+    bool bf16_activations = any_shared_input && precision_ == MatmulPrecision::kBf16 &&
+                            rows_of(x) > 1 && isa_.matmul_bf16;
+    bf16_activations = bf16_activations && x.is_contiguous();
     if (bf16_activations) round_to_bf16(x);
     int64_t chunk = column_chunk(total_cols);
     std::vector<Piece> pieces;
@@ -101,18 +154,75 @@ class CpuOps final : public Ops {
           for (int64_t p = first; p < last; ++p) {
             const Piece& piece = pieces[static_cast<size_t>(p)];
             const MatmulJob& job = jobs[piece.job];
+            const Tensor& input = job.input ? *job.input : x;
+            const WeightMatrix& weight = weights[piece.job];
             const float* bias = job.bias ? biases[piece.job].data() : nullptr;
-            int64_t cols = job.weight->dim(0);
-            if (bf16_activations && types[piece.job] == WeightType::kBF16) {
+            int64_t depth = input.dim(-1);
+            if (bf16_activations && !job.input && weight.type == WeightType::kBF16) {
               isa_.matmul_bf16(rounded_.data(), depth, job.weight->as<const uint16_t>(), depth,
-                               bias, rows, piece.begin, piece.end, depth, job.out->as<float>(),
-                               cols);
+                               bias, rows_of(input), piece.begin, piece.end, depth,
+                               job.out->as<float>(), leading_dimension(*job.out));
             } else {
-              isa_.matmul(x.as<const float>(), depth, job.weight->data, depth, types[piece.job],
-                          bias, rows, piece.begin, piece.end, depth, job.out->as<float>(), cols);
+              isa_.matmul(input.as<const float>(), leading_dimension(input), weight, bias,
+                          rows_of(input), piece.begin, piece.end, depth, job.out->as<float>(),
+                          leading_dimension(*job.out));
             }
           }
         });
+  }
+
+  void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices,
+                   bool transposed, Tensor& out) override {
+    DI_CHECK(x.rank == 3 && out.rank == 3 && x.dim(0) == out.dim(0) && x.dim(1) == out.dim(1),
+             "head_matmul: x {} and out {} must be [T, H, *]", x.shape_string(),
+             out.shape_string());
+    int64_t tokens = x.dim(0);
+    int64_t heads = x.dim(1);
+    int64_t in_width = transposed ? slices.rows : weight.dim(1);
+    int64_t out_width = transposed ? weight.dim(1) : slices.rows;
+    DI_CHECK(x.dim(2) == in_width && out.dim(2) == out_width &&
+                 (heads - 1) * slices.head_stride + slices.row_begin + slices.rows <= weight.dim(0),
+             "head_matmul: x {} / out {} do not fit weight {}", x.shape_string(),
+             out.shape_string(), weight.shape_string());
+    WeightMatrix whole = weight_matrix(weight);
+    // One task per (head, column chunk): every head reads only its own rows of the weight.
+    int64_t chunk = transposed ? std::max<int64_t>(16, out_width / 4 / 16 * 16) : out_width;
+    int64_t chunks = (out_width + chunk - 1) / chunk;
+    pool_.parallel_for_dynamic(heads * chunks, 1, [&](int64_t first, int64_t last) {
+      for (int64_t item = first; item < last; ++item) {
+        int64_t h = item / chunks;
+        int64_t begin = item % chunks * chunk;
+        int64_t end = std::min(out_width, begin + chunk);
+        WeightMatrix rows = weight_rows(whole, h * slices.head_stride + slices.row_begin);
+        const float* in = x.as<const float>() + h * x.strides[1];
+        float* result = out.as<float>() + h * out.strides[1];
+        if (transposed) {
+          isa_.matmul_columns(in, x.strides[0], rows, tokens, begin, end, in_width, result,
+                              out.strides[0]);
+        } else {
+          isa_.matmul(in, x.strides[0], rows, nullptr, tokens, begin, end, in_width, result,
+                      out.strides[0]);
+        }
+      }
+    });
+  }
+
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
+    int64_t width = x.dim(-1);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::copy_n(x.as<const float>() + int64_t{rows[i]} * width, width,
+                  out.as<float>() + static_cast<int64_t>(i) * width);
+    }
+  }
+
+  void add_scaled_rows(Tensor& y, const std::vector<int32_t>& rows,
+                       const std::vector<float>& scales, const Tensor& x) override {
+    int64_t width = y.dim(-1);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      float* target = y.as<float>() + int64_t{rows[i]} * width;
+      const float* source = x.as<const float>() + static_cast<int64_t>(i) * width;
+      for (int64_t j = 0; j < width; ++j) target[j] += scales[i] * source[j];
+    }
   }
 
   void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
@@ -139,8 +249,8 @@ class CpuOps final : public Ops {
     int64_t rows = rows_of(x);
     pool_.parallel_for(rows, 4, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
-        const float* in = x.as<const float>() + r * width;
-        float* out = y.as<float>() + r * width;
+        const float* in = x.as<const float>() + x.row_offset(r);
+        float* out = y.as<float>() + y.row_offset(r);
         float sum_squares = isa_.dot(in, in, width);
         float inverse_rms = 1.0f / std::sqrt(sum_squares / static_cast<float>(width) + eps);
         for (int64_t j = 0; j < width; ++j)
@@ -160,13 +270,14 @@ class CpuOps final : public Ops {
             bool interleaved) override {
     int64_t tokens = x.dim(0);
     int64_t heads = x.dim(1);
-    int64_t head_dim = x.dim(2);
+    DI_CHECK(rotary_dim <= x.dim(2), "rope: rotary_dim {} exceeds head size {}", rotary_dim,
+             x.dim(2));
     int half = rotary_dim / 2;
     for (int64_t t = 0; t < tokens; ++t) {
       const float* c = cos + t * half;
       const float* s = sin + t * half;
       for (int64_t h = 0; h < heads; ++h) {
-        float* v = x.as<float>() + (t * heads + h) * head_dim;
+        float* v = x.as<float>() + t * x.strides[0] + h * x.strides[1];
         for (int i = 0; i < half; ++i) {
           int first = interleaved ? 2 * i : i;
           int second = interleaved ? 2 * i + 1 : i + half;
@@ -190,14 +301,34 @@ class CpuOps final : public Ops {
     });
   }
 
-  void kv_write(const Tensor& k, const Tensor& v, const AttentionBatch& batch,
+  void kv_write(const Tensor& k, const Tensor* v, const AttentionBatch& batch,
                 const PagedKvView& cache) override {
-    int64_t width = static_cast<int64_t>(cache.num_kv_heads) * cache.head_dim;
+    int64_t key_width = cache.key_stride();
+    int64_t value_width = int64_t{cache.num_kv_heads} * cache.value_dim;
+    DI_CHECK(k.numel() == k.dim(0) * key_width, "kv_write: keys {} do not match the cache",
+             k.shape_string());
+    DI_CHECK(cache.values_in_keys == (v == nullptr),
+             "kv_write: values must be given exactly when the cache stores them apart");
     int64_t tokens = k.dim(0);
     for (int64_t t = 0; t < tokens; ++t) {
       int64_t slot = batch.slot_mapping[t];
-      std::copy_n(k.as<const float>() + t * width, width, cache.keys + slot * width);
-      std::copy_n(v.as<const float>() + t * width, width, cache.values + slot * width);
+      std::copy_n(k.as<const float>() + t * key_width, key_width, cache.keys + slot * key_width);
+      if (v) {
+        std::copy_n(v->as<const float>() + t * value_width, value_width,
+                    cache.values + slot * value_width);
+      }
+    }
+  }
+
+  void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count,
+                    Tensor& keys) override {
+    int64_t width = cache.key_stride();
+    DI_CHECK(keys.numel() >= count * width, "kv_read_keys: output {} holds fewer than {} tokens",
+             keys.shape_string(), count);
+    for (int64_t t = 0; t < count; ++t) {
+      int64_t slot = int64_t{block_table[t / cache.block_size]} * cache.block_size +
+                     t % cache.block_size;
+      std::copy_n(cache.keys + slot * width, width, keys.as<float>() + t * width);
     }
   }
 
@@ -242,9 +373,10 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
                              float scale, int window, Tensor& out) {
   int64_t tokens = q.dim(0);
   int heads = static_cast<int>(q.dim(1));
-  int64_t head_dim = q.dim(2);
+  DI_CHECK(q.dim(2) == cache.key_dim && out.dim(2) == cache.value_dim,
+           "paged_attention: q {} / out {} do not match key size {} and value size {}",
+           q.shape_string(), out.shape_string(), cache.key_dim, cache.value_dim);
   int group = heads / cache.num_kv_heads;
-  int64_t token_stride = int64_t{cache.num_kv_heads} * cache.head_dim;
   // Map each query row to its sequence once, so work can be split over (row, head) pairs.
   std::vector<int> row_seq(static_cast<size_t>(tokens));
   for (int s = 0; s < batch.num_seqs; ++s) {
@@ -261,11 +393,25 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
       int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
       int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
       scores.resize(static_cast<size_t>(position - first + 1));
-      isa_.attention_head(
-          q.as<const float>() + (row * heads + head) * head_dim, cache.keys, cache.values,
-          batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq, cache.block_size,
-          token_stride, int64_t{head / group} * cache.head_dim, cache.head_dim, first, position,
-          scale, scores.data(), out.as<float>() + (row * heads + head) * head_dim);
+      int kv_head = head / group;
+      cpu::AttentionHeadTask task;
+      task.query = q.as<const float>() + (row * heads + head) * cache.key_dim;
+      task.keys = cache.keys;
+      task.values = cache.values;
+      task.block_table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
+      task.block_size = cache.block_size;
+      task.key_stride = cache.key_stride();
+      task.key_offset = int64_t{kv_head} * cache.key_dim;
+      task.value_stride = cache.value_stride();
+      task.value_offset = cache.values_in_keys ? task.key_offset : int64_t{kv_head} * cache.value_dim;
+      task.key_dim = cache.key_dim;
+      task.value_dim = cache.value_dim;
+      task.first = first;
+      task.last = position;
+      task.scale = scale;
+      task.scores = scores.data();
+      task.out = out.as<float>() + (row * heads + head) * cache.value_dim;
+      isa_.attention_head(task);
     }
   });
 }

@@ -5,26 +5,64 @@
 
 namespace deepinfer::cpu {
 
-enum class WeightType { kF32, kBF16, kF16 };
+enum class WeightType { kF32, kBF16, kF16, kF8E4M3 };
+
+// A weight matrix [rows, ld] in its stored type. FP8 weights carry one f32 scale per
+// block_rows x block_cols block (DeepSeek's weight_scale_inv: value = fp8 * scale), found at
+// scales[(row / block_rows) * scale_ld + col / block_cols] where `row` counts from the whole
+// matrix's first row: `first_row` says which row `data` starts at, so slices keep their scales.
+struct WeightMatrix {
+  const void* data = nullptr;
+  int64_t ld = 0;
+  WeightType type = WeightType::kF32;
+  const float* scales = nullptr;
+  int64_t scale_ld = 0;
+  int block_rows = 0;
+  int block_cols = 0;
+  int64_t first_row = 0;
+
+  float scale(int64_t row, int64_t col) const {
+    return scales[(first_row + row) / block_rows * scale_ld + col / block_cols];
+  }
+};
+
+// One query head attending to cached tokens [first, last]: scores, softmax and the weighted
+// sum of values into out[value_dim]. Token t lives in block block_table[t / block_size] at
+// offset t % block_size; its key starts key_stride * slot + key_offset floats into `keys` (the
+// same for values). `scores` needs room for last - first + 1 values.
+struct AttentionHeadTask {
+  const float* query = nullptr;
+  const float* keys = nullptr;
+  const float* values = nullptr;
+  const int32_t* block_table = nullptr;
+  int block_size = 0;
+  int64_t key_stride = 0;
+  int64_t key_offset = 0;
+  int64_t value_stride = 0;
+  int64_t value_offset = 0;
+  int key_dim = 0;
+  int value_dim = 0;
+  int64_t first = 0;
+  int64_t last = 0;
+  float scale = 1.0f;
+  float* scores = nullptr;
+  float* out = nullptr;
+};
 
 // The inner loops that differ per instruction set; everything else is shared C++.
 struct IsaKernels {
   const char* name;
-  // y[t * ldy + n] = sum_k x[t * ldx + k] * w[n * ldw + k] (+ bias[n]) for t < rows, n in
-  // [n_begin, n_end). Reads w in its stored type.
-  void (*matmul)(const float* x, int64_t ldx, const void* w, int64_t ldw, WeightType type,
-                 const float* bias, int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth,
-                 float* y, int64_t ldy);
+  // y[t * ldy + n] = sum_k x[t * ldx + k] * w[n, k] (+ bias[n]) for t < rows, n in
+  // [n_begin, n_end). Reads w in its stored type, FP8 block by block.
+  void (*matmul)(const float* x, int64_t ldx, const WeightMatrix& w, const float* bias,
+                 int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth, float* y,
+                 int64_t ldy);
+  // The other orientation: y[t * ldy + c] = sum_k x[t * ldx + k] * w[k, c] for t < rows and
+  // c in [c_begin, c_end), w's rows k < depth (MLA folds kv_b_proj into queries this way).
+  void (*matmul_columns)(const float* x, int64_t ldx, const WeightMatrix& w, int64_t rows,
+                         int64_t c_begin, int64_t c_end, int64_t depth, float* y, int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
-  // One query head attending to cached tokens [first, last] of one KV head: scores, softmax
-  // and the weighted sum of values into out[head_dim]. Tokens are found through `block_table`
-  // (token t lives in block block_table[t / block_size] at offset t % block_size);
-  // `token_stride` is the floats between consecutive token slots, `head_offset` this KV head's
-  // offset inside a slot. `scores` needs room for last - first + 1 values.
-  void (*attention_head)(const float* query, const float* keys, const float* values,
-                         const int32_t* block_table, int block_size, int64_t token_stride,
-                         int64_t head_offset, int head_dim, int64_t first, int64_t last,
-                         float scale, float* scores, float* out);
+  void (*attention_head)(const AttentionHeadTask& task);
   // Independent FMA chains for `iterations` rounds: the peak-FLOP/s probe. Returns a value
   // the caller must consume. FLOPs = iterations * fma_probe_flops_per_iteration.
   float (*fma_probe)(int64_t iterations);

@@ -2,6 +2,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/isa.h"
@@ -34,6 +35,13 @@ inline Vec load_bf16(const uint16_t* p) {
 inline Vec load_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+// 8 e4m3 bytes -> f32 / 256: sign-extend to 16 bits, shift sign, exponent and mantissa into
+// the f16 layout (bit 14 cleared), widen as f16.
+inline Vec load_fp8(const uint8_t* p) {
+  __m128i words = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  words = _mm_and_si128(_mm_slli_epi16(words, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+  return _mm256_cvtph_ps(words);
+}
 inline Vec vadd(Vec a, Vec b) {
   return _mm256_add_ps(a, b);
 }
@@ -61,8 +69,8 @@ inline float hsum(Vec v) {
 const IsaKernels* avx2_kernels() {
   static const IsaKernels table{"avx2",
                                 avx2::matmul,
+                                avx2::matmul_columns,
                                 avx2::dot,
-
                                 avx2::attention_head,
                                 avx2::fma_probe,
                                 avx2::kProbeFlopsPerIteration,

@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/isa.h"
@@ -37,6 +38,13 @@ inline Vec load_bf16(const uint16_t* p) {
 }
 inline Vec load_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// 16 e4m3 bytes -> f32 / 256: sign-extend to 16 bits, shift sign, exponent and mantissa into
+// the f16 layout (bit 14 cleared), widen as f16.
+inline Vec load_fp8(const uint8_t* p) {
+  __m256i words = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  words = _mm256_and_si256(_mm256_slli_epi16(words, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  return _mm512_cvtph_ps(words);
 }
 inline Vec vadd(Vec a, Vec b) {
   return _mm512_add_ps(a, b);
@@ -133,8 +141,8 @@ const IsaKernels* avx512_kernels() {
   static const IsaKernels table{
       "avx512",
       avx512::matmul,
+      avx512::matmul_columns,
       avx512::dot,
-
       avx512::attention_head,
       avx512::fma_probe,
       avx512::kProbeFlopsPerIteration,

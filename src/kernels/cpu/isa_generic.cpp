@@ -13,26 +13,40 @@
 namespace deepinfer::cpu {
 namespace {
 
-float weight_at(const void* w, WeightType type, int64_t index) {
-  switch (type) {
+float weight_at(const WeightMatrix& w, int64_t row, int64_t col) {
+  int64_t index = row * w.ld + col;
+  switch (w.type) {
     case WeightType::kF32:
-      return static_cast<const float*>(w)[index];
+      return static_cast<const float*>(w.data)[index];
     case WeightType::kBF16:
-      return bf16_to_f32(static_cast<const uint16_t*>(w)[index]);
+      return bf16_to_f32(static_cast<const uint16_t*>(w.data)[index]);
     case WeightType::kF16:
-      return f16_to_f32(static_cast<const uint16_t*>(w)[index]);
+      return f16_to_f32(static_cast<const uint16_t*>(w.data)[index]);
+    case WeightType::kF8E4M3:
+      return f8e4m3_to_f32(static_cast<const uint8_t*>(w.data)[index]) * w.scale(row, col);
   }
   return 0.0f;
 }
 
-void generic_matmul(const float* x, int64_t ldx, const void* w, int64_t ldw, WeightType type,
-                    const float* bias, int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth,
-                    float* y, int64_t ldy) {
+void generic_matmul(const float* x, int64_t ldx, const WeightMatrix& w, const float* bias,
+                    int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth, float* y,
+                    int64_t ldy) {
   for (int64_t n = n_begin; n < n_end; ++n) {
     for (int64_t r = 0; r < rows; ++r) {
       float sum = 0.0f;
-      for (int64_t k = 0; k < depth; ++k) sum += x[r * ldx + k] * weight_at(w, type, n * ldw + k);
+      for (int64_t k = 0; k < depth; ++k) sum += x[r * ldx + k] * weight_at(w, n, k);
       y[r * ldy + n] = sum + (bias ? bias[n] : 0.0f);
+    }
+  }
+}
+
+void generic_matmul_columns(const float* x, int64_t ldx, const WeightMatrix& w, int64_t rows,
+                            int64_t c_begin, int64_t c_end, int64_t depth, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < depth; ++k) sum += x[r * ldx + k] * weight_at(w, k, c);
+      y[r * ldy + c] = sum;
     }
   }
 }
@@ -43,34 +57,29 @@ float generic_dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-void generic_axpy(float alpha, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
-void generic_attention_head(const float* query, const float* keys, const float* values,
-                            const int32_t* block_table, int block_size, int64_t token_stride,
-                            int64_t head_offset, int head_dim, int64_t first, int64_t last,
-                            float scale, float* scores, float* out) {
-  auto slot = [&](const float* base, int64_t token) {
-    return base +
-           (int64_t{block_table[token / block_size]} * block_size + token % block_size) *
-               token_stride +
-           head_offset;
+void generic_attention_head(const AttentionHeadTask& task) {
+  auto slot = [&](int64_t token) {
+    return int64_t{task.block_table[token / task.block_size]} * task.block_size +
+           token % task.block_size;
   };
   float max_score = -INFINITY;
-  for (int64_t token = first; token <= last; ++token) {
-    float score = generic_dot(query, slot(keys, token), head_dim) * scale;
-    scores[token - first] = score;
+  for (int64_t token = task.first; token <= task.last; ++token) {
+    const float* key = task.keys + slot(token) * task.key_stride + task.key_offset;
+    float score = generic_dot(task.query, key, task.key_dim) * task.scale;
+    task.scores[token - task.first] = score;
     max_score = std::max(max_score, score);
   }
   float total = 0.0f;
-  for (int64_t token = first; token <= last; ++token) {
-    scores[token - first] = std::exp(scores[token - first] - max_score);
-    total += scores[token - first];
+  for (int64_t token = task.first; token <= task.last; ++token) {
+    float& score = task.scores[token - task.first];
+    score = std::exp(score - max_score);
+    total += score;
   }
-  std::fill_n(out, head_dim, 0.0f);
-  for (int64_t token = first; token <= last; ++token) {
-    generic_axpy(scores[token - first] / total, slot(values, token), out, head_dim);
+  std::fill_n(task.out, task.value_dim, 0.0f);
+  for (int64_t token = task.first; token <= task.last; ++token) {
+    const float* value = task.values + slot(token) * task.value_stride + task.value_offset;
+    float weight = task.scores[token - task.first] / total;
+    for (int d = 0; d < task.value_dim; ++d) task.out[d] += weight * value[d];
   }
 }
 
@@ -86,8 +95,8 @@ float generic_fma_probe(int64_t iterations) {
 
 const IsaKernels& generic_kernels() {
   static const IsaKernels table{
-      "generic", generic_matmul, generic_dot, generic_attention_head, generic_fma_probe,
-      8,         nullptr};
+      "generic",         generic_matmul, generic_matmul_columns, generic_dot, generic_attention_head,
+      generic_fma_probe, 8,              nullptr};
   return table;
 }
 

@@ -1,0 +1,71 @@
+#include "model/layers.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+const Tensor* layer_weight(const TensorStore& store, const std::string& name,
+                           std::initializer_list<int64_t> shape) {
+  const Tensor& tensor = store.get(name, shape);
+  bool block_fp8 = tensor.dtype == DType::kF8E4M3 && tensor.block_scales;
+  if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 &&
+      tensor.dtype != DType::kF16 && !block_fp8) {
+    fail("tensor \"{}\" has dtype {}; layers need F32, BF16, F16 or block-scaled F8_E4M3", name,
+         dtype_name(tensor.dtype));
+  }
+  return &tensor;
+}
+
+GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int64_t hidden,
+                        int64_t intermediate) {
+  GatedMlp mlp;
+  mlp.gate = layer_weight(store, prefix + "gate_proj.weight", {intermediate, hidden});
+  mlp.up = layer_weight(store, prefix + "up_proj.weight", {intermediate, hidden});
+  mlp.down = layer_weight(store, prefix + "down_proj.weight", {hidden, intermediate});
+  return mlp;
+}
+
+void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out) {
+  int64_t tokens = x.dim(0);
+  FloatTensor gate({tokens, mlp.gate->dim(0)});
+  FloatTensor up({tokens, mlp.up->dim(0)});
+  Tensor gate_view = gate.view();
+  Tensor up_view = up.view();
+  ops.matmuls(x, {{mlp.gate, nullptr, &gate_view}, {mlp.up, nullptr, &up_view}});
+  ops.silu_mul(gate_view, up_view, gate_view);
+  ops.matmul(gate_view, *mlp.down, nullptr, out);
+}
+
+void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
+                  const Tensor& lm_head, float eps, int num_layers, float* logits,
+                  const HiddenStateSink& hidden_sink) {
+  int64_t width = hidden.dim(-1);
+  auto rows = static_cast<int64_t>(batch.logit_rows.size());
+  FloatTensor selected({std::max<int64_t>(rows, 1), width});
+  auto gather_logit_rows = [&] {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(hidden.as<const float>() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * width,
+                  width, selected.data() + r * width);
+    }
+  };
+  Tensor selected_view = selected.view();
+  if (hidden_sink) {
+    // Every row's final-norm output is wanted, not only the rows that produce logits.
+    ops.rmsnorm(hidden, final_norm, eps, hidden);
+    hidden_sink(num_layers, hidden);
+    gather_logit_rows();
+  } else {
+    gather_logit_rows();
+    ops.rmsnorm(selected_view, final_norm, eps, selected_view);
+  }
+  if (rows == 0) return;
+  Tensor logits_view = Tensor::contiguous(logits, DType::kF32, {rows, lm_head.dim(0)});
+  selected_view.shape[0] = rows;
+  ops.matmul(selected_view, lm_head, nullptr, logits_view);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,43 @@
+// Building blocks the model families share (internal to the model module).
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "kernels/ops.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace deepinfer {
+
+// The tensor `name` with the given shape, checked to be in a dtype the kernels read (F32,
+// BF16, F16, or F8_E4M3 with block scales attached).
+const Tensor* layer_weight(const TensorStore& store, const std::string& name,
+                           std::initializer_list<int64_t> shape);
+
+// gate_proj / up_proj / down_proj under `prefix` ("model.layers.3.mlp.").
+struct GatedMlp {
+  const Tensor* gate = nullptr;
+  const Tensor* up = nullptr;
+  const Tensor* down = nullptr;
+};
+GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int64_t hidden,
+                        int64_t intermediate);
+
+// out [T, hidden] = down(silu(gate(x)) * up(x)); gate and up run as one parallel pass.
+void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out);
+
+// The end of every forward: final norm and lm_head over the batch's logit rows. With a sink,
+// every row's final-norm output is reported first (index num_layers).
+void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
+                  const Tensor& lm_head, float eps, int num_layers, float* logits,
+                  const HiddenStateSink& hidden_sink);
+
+// The family constructors load_model dispatches to.
+std::unique_ptr<CausalLM> make_dense_model(ModelConfig config, std::unique_ptr<TensorStore> store,
+                                           Ops& ops);
+std::unique_ptr<CausalLM> make_deepseek_model(ModelConfig config,
+                                              std::unique_ptr<TensorStore> store,
+                                              const ModelLoadOptions& options, Ops& ops);
+
+}  // namespace deepinfer

@@ -1,0 +1,40 @@
+// Mixture-of-experts feed-forward (DeepSeek-V2/V3): routing and expert-grouped compute.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "model/config.h"
+#include "model/layers.h"
+
+namespace deepinfer {
+
+struct MoeWeights {
+  const Tensor* router = nullptr;             // mlp.gate.weight [experts, hidden]
+  std::vector<float> correction_bias;         // e_score_correction_bias (noaux_tc), widened
+  std::vector<GatedMlp> experts;
+  GatedMlp shared;                            // all null without shared experts
+};
+
+MoeWeights bind_moe(const TensorStore& store, const std::string& prefix, const ModelConfig& config);
+
+// The experts each token goes to and their weights: token t's choices are entries
+// [t * k, (t + 1) * k) of both vectors, k = experts_per_token.
+struct ExpertChoice {
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+// Scores router_logits [tokens, experts] as config.moe says (softmax or sigmoid; greedy,
+// group-limited or noaux_tc choice; normalisation; routed scaling factor).
+ExpertChoice route_tokens(const MoeConfig& moe, const float* router_logits,
+                          const std::vector<float>& correction_bias, int64_t tokens);
+
+// out [T, hidden] = the routed experts' weighted outputs plus the shared experts' output for
+// normed [T, hidden]. Each expert runs once over the tokens routed to it; experts nobody chose
+// are skipped, and all experts' matmuls share two parallel passes.
+void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
+             Tensor& out);
+
+}  // namespace deepinfer
