@@ -1,4 +1,7 @@
-// Every dense fixture against what Hugging Face transformers computed from the same weights.
+// Every fixture against what Hugging Face transformers computed from the same weights. DeepSeek
+// fixtures run once per MLA cache form: the latent cache with the automatic absorbed/expanded
+// choice, with every step absorbed, with every step expanding the latents, and the expanded
+// (per-head) cache.
 #include <gtest/gtest.h>
 
 #include "engine/sequence_runner.h"
@@ -26,18 +29,38 @@ float logit_tolerance(const std::string& fixture) {
   return fixture == "demo-code-target" ? 2e-2f : kLogitTolerance;
 }
 
+// A fixture name, optionally followed by "@mode" choosing how DeepSeek's MLA runs.
+struct FixtureCase {
+  std::string fixture;
+  ModelLoadOptions options;
+};
+
+FixtureCase parse_case(const std::string& param) {
+  FixtureCase result;
+  size_t at = param.find('@');
+  result.fixture = param.substr(0, at);
+  std::string mode = at == std::string::npos ? "" : param.substr(at + 1);
+  if (mode == "absorbed") result.options.mla_expand_min_tokens = 1 << 30;
+  if (mode == "expanding") result.options.mla_expand_min_tokens = 1;
+  if (mode == "expanded_cache") result.options.mla_cache = MlaCache::kExpanded;
+  return result;
+}
+
 class FixtureParity : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    folder_ = fixture_model(GetParam());
+    FixtureCase fixture_case = parse_case(GetParam());
+    fixture_ = fixture_case.fixture;
+    folder_ = fixture_model(fixture_);
     ops_ = make_cpu_ops();
-    model_ = load_model(folder_, LoadMode::kMmap, *ops_);
+    model_ = load_model(folder_, fixture_case.options, *ops_);
     reference_ =
         std::make_unique<SafetensorsFile>(folder_ / "reference.safetensors", LoadMode::kRead);
   }
   const Tensor& ref(const std::string& name) const { return reference_->tensors().at(name); }
   bool has_ref(const std::string& name) const { return reference_->tensors().count(name) != 0; }
 
+  std::string fixture_;
   std::filesystem::path folder_;
   std::unique_ptr<Ops> ops_;
   std::unique_ptr<CausalLM> model_;
@@ -54,7 +77,7 @@ TEST_P(FixtureParity, LogitsMatchAtEveryPosition) {
     std::vector<float> expected = as_floats(ref(name + ".logits"));
     ASSERT_EQ(logits.size(), expected.size());
     EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()),
-              logit_tolerance(GetParam()))
+              logit_tolerance(fixture_))
         << name << " (" << ids.size() << " tokens)";
   }
   EXPECT_GT(cases, 0);
@@ -112,11 +135,19 @@ TEST_P(FixtureParity, ChunkedPrefillMatchesOneShot) {
     EXPECT_LE(
         max_abs_difference(logits.data(), expected.data() + start * static_cast<size_t>(vocab),
                            logits.size()),
-        logit_tolerance(GetParam()))
+        logit_tolerance(fixture_))
         << "chunk at " << start;
     start = end;
     chunk = chunk * 2 + 1;
   }
+}
+
+std::string case_name(const ::testing::TestParamInfo<std::string>& param_info) {
+  std::string name = param_info.param;
+  for (char& ch : name) {
+    if (ch == '-' || ch == '@') ch = '_';
+  }
+  return name;
 }
 
 INSTANTIATE_TEST_SUITE_P(DenseFamilies, FixtureParity,
@@ -124,13 +155,20 @@ INSTANTIATE_TEST_SUITE_P(DenseFamilies, FixtureParity,
                                            "qwen3-qknorm", "qwen3-hybrid-swa", "mistral-swa",
                                            "tiny-qwen3-chat", "tiny-llama3-chat",
                                            "demo-code-target"),
-                         [](const ::testing::TestParamInfo<std::string>& param_info) {
-                           std::string name = param_info.param;
-                           for (char& ch : name) {
-                             if (ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+                         case_name);
+
+std::vector<std::string> deepseek_cases() {
+  std::vector<std::string> cases;
+  for (const char* fixture : {"deepseek-v3-mla-moe", "deepseek-v3-fp8", "deepseek-v2-lite-style",
+                              "tiny-deepseek-v3-chat"}) {
+    for (const char* mode : {"", "@absorbed", "@expanding", "@expanded_cache"})
+      cases.push_back(std::string(fixture) + mode);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(DeepSeek, FixtureParity, ::testing::ValuesIn(deepseek_cases()),
+                         case_name);
 
 }  // namespace
 }  // namespace deepinfer
