@@ -23,6 +23,7 @@ struct ModelOptions {
   std::string model_dir;
   std::string load = "mmap";
   std::string matmul_precision = "f32";
+  std::string mla_cache = "latent";
 };
 void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load);
 

@@ -51,14 +51,22 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
                   "dot products)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
+  command
+      .add_option("--mla-cache", options.mla_cache,
+                  "DeepSeek MLA cache: latent (kv_lora_rank + rope values per token, absorbed "
+                  "decode) or expanded (per-head keys and values)")
+      ->check(CLI::IsMember({"latent", "expanded"}))
+      ->capture_default_str();
 }
 
 LoadedModel open_model(const ModelOptions& options) {
   LoadedModel loaded;
   loaded.ops = make_cpu_ops(options.matmul_precision == "bf16" ? MatmulPrecision::kBf16
                                                                : MatmulPrecision::kF32);
-  loaded.model = load_model(
-      options.model_dir, options.load == "read" ? LoadMode::kRead : LoadMode::kMmap, *loaded.ops);
+  ModelLoadOptions load;
+  load.mode = options.load == "read" ? LoadMode::kRead : LoadMode::kMmap;
+  load.mla_cache = options.mla_cache == "expanded" ? MlaCache::kExpanded : MlaCache::kLatent;
+  loaded.model = load_model(options.model_dir, load, *loaded.ops);
   return loaded;
 }
 
@@ -156,6 +164,31 @@ void add_generate_command(CLI::App& app) {
   command->callback([args] { run_generate(*args); });
 }
 
+// The MLA / MoE / MTP shape of deepseek_v2 and deepseek_v3 checkpoints.
+void add_deepseek_make_options(CLI::App& command, MakeModelOptions& o) {
+  auto positive = [&](const char* flag, int& value, const char* help) {
+    command.add_option(flag, value, help)->check(CLI::PositiveNumber)->group("DeepSeek");
+  };
+  auto non_negative = [&](const char* flag, int& value, const char* help) {
+    command.add_option(flag, value, help)->check(CLI::NonNegativeNumber)->group("DeepSeek");
+  };
+  non_negative("--q-lora-rank", o.q_lora_rank, "Query LoRA rank; 0 for a plain q_proj");
+  positive("--kv-lora-rank", o.kv_lora_rank, "Latent KV rank (kv_lora_rank)");
+  positive("--qk-nope-dim", o.qk_nope_head_dim, "Per-head query/key size without rope");
+  positive("--qk-rope-dim", o.qk_rope_head_dim, "Per-head rope size (decoupled key)");
+  positive("--v-head-dim", o.v_head_dim, "Per-head value size");
+  positive("--experts", o.num_experts, "Routed experts per MoE layer");
+  non_negative("--shared-experts", o.num_shared_experts, "Shared experts per MoE layer");
+  positive("--experts-per-token", o.experts_per_token, "Routed experts each token uses");
+  positive("--moe-intermediate", o.moe_intermediate_size, "Intermediate size of one expert");
+  non_negative("--dense-layers", o.first_dense_layers,
+               "Leading layers with a dense MLP (first_k_dense_replace)");
+  positive("--expert-groups", o.expert_groups, "Expert groups (n_group)");
+  positive("--topk-groups", o.topk_groups, "Groups each token may use (topk_group)");
+  non_negative("--mtp-layers", o.num_mtp_layers,
+               "Multi-token-prediction modules (num_nextn_predict_layers)");
+}
+
 void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto out = std::make_shared<std::string>();
@@ -164,7 +197,7 @@ void add_make_model_command(CLI::App& app) {
       "make-model", "Write a random-weight checkpoint in the Hugging Face layout");
   command->add_option("out_dir", *out, "Folder to write (created if missing)")->required();
   command->add_option("--family", options->family, "Architecture family")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3"}));
+      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "deepseek_v2", "deepseek_v3"}));
   command->add_option("--vocab", options->vocab_size, "Vocabulary size")
       ->check(CLI::PositiveNumber);
   command->add_option("--hidden", options->hidden_size, "Hidden size")->check(CLI::PositiveNumber);
@@ -190,8 +223,12 @@ void add_make_model_command(CLI::App& app) {
                       "rope_scaling as JSON, e.g. '{\"rope_type\":\"llama3\",...}'");
   command->add_flag("--tie-embeddings", options->tie_word_embeddings,
                     "Share the embedding table with the LM head");
-  command->add_option("--dtype", *dtype, "Weight dtype")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  command
+      ->add_option("--dtype", *dtype,
+                   "Weight dtype; fp8 (deepseek only) stores projections as e4m3 with 128x128 "
+                   "block scales and the rest as bf16")
+      ->check(CLI::IsMember({"bf16", "f16", "f32", "fp8"}));
+  add_deepseek_make_options(*command, *options);
   command->add_option("--seed", options->seed, "Seed for the random weights");
   auto shard_mib = std::make_shared<size_t>(5 << 10);
   command
@@ -200,7 +237,10 @@ void add_make_model_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   command->callback([options, out, dtype, shard_mib] {
     options->max_shard_bytes = *shard_mib << 20;
-    options->dtype = *dtype == "bf16" ? DType::kBF16 : *dtype == "f16" ? DType::kF16 : DType::kF32;
+    options->dtype = *dtype == "bf16"  ? DType::kBF16
+                     : *dtype == "f16" ? DType::kF16
+                     : *dtype == "fp8" ? DType::kF8E4M3
+                                       : DType::kF32;
     make_random_model(*options, *out);
     fmt::print("wrote {}\n", *out);
   });

@@ -18,6 +18,8 @@ using nlohmann::json;
 
 namespace {
 
+constexpr int kFp8Block = 128;
+
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -31,16 +33,58 @@ uint64_t name_hash(const std::string& name) {
   return hash;
 }
 
+bool is_deepseek(const MakeModelOptions& o) {
+  return o.family == "deepseek_v2" || o.family == "deepseek_v3";
+}
+
+// The MLA, MoE and FP8 fields of a DeepSeek config.json.
+void add_deepseek_config(const MakeModelOptions& o, json& config) {
+  bool v3 = o.family == "deepseek_v3";
+  config.erase("head_dim");
+  config["num_key_value_heads"] = o.num_heads;  // MLA has no grouped key/value heads
+  config["q_lora_rank"] = o.q_lora_rank > 0 ? json(o.q_lora_rank) : json();
+  config["kv_lora_rank"] = o.kv_lora_rank;
+  config["qk_nope_head_dim"] = o.qk_nope_head_dim;
+  config["qk_rope_head_dim"] = o.qk_rope_head_dim;
+  config["v_head_dim"] = o.v_head_dim;
+  config["n_routed_experts"] = o.num_experts;
+  config["n_shared_experts"] = o.num_shared_experts;
+  config["num_experts_per_tok"] = o.experts_per_token;
+  config["moe_intermediate_size"] = o.moe_intermediate_size;
+  config["first_k_dense_replace"] = o.first_dense_layers;
+  config["moe_layer_freq"] = 1;
+  config["n_group"] = o.expert_groups;
+  config["topk_group"] = o.topk_groups;
+  config["scoring_func"] = v3 ? "sigmoid" : "softmax";
+  config["topk_method"] = v3 ? "noaux_tc" : (o.expert_groups > 1 ? "group_limited_greedy" : "greedy");
+  config["norm_topk_prob"] = v3;
+  config["routed_scaling_factor"] = v3 ? 2.5 : 1.0;
+  config["num_nextn_predict_layers"] = o.num_mtp_layers;
+  config["attention_bias"] = false;
+  if (o.dtype == DType::kF8E4M3) {
+    config["torch_dtype"] = "bfloat16";
+    config["quantization_config"] = {{"activation_scheme", "dynamic"},
+                                     {"fmt", "e4m3"},
+                                     {"quant_method", "fp8"},
+                                     {"weight_block_size", {kFp8Block, kFp8Block}}};
+  }
+}
+
 json family_config(const MakeModelOptions& o, int head_dim) {
   static const std::map<std::string, std::pair<const char*, const char*>> kFamilies = {
       {"llama", {"LlamaForCausalLM", "llama"}},
       {"mistral", {"MistralForCausalLM", "mistral"}},
       {"qwen2", {"Qwen2ForCausalLM", "qwen2"}},
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
+      {"deepseek_v2", {"DeepseekV2ForCausalLM", "deepseek_v2"}},
+      {"deepseek_v3", {"DeepseekV3ForCausalLM", "deepseek_v3"}},
   };
   auto found = kFamilies.find(o.family);
-  if (found == kFamilies.end())
-    fail("make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3)", o.family);
+  if (found == kFamilies.end()) {
+    fail("make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3, deepseek_v2, "
+         "deepseek_v3)",
+         o.family);
+  }
   json config = {
       {"architectures", {found->second.first}},
       {"model_type", found->second.second},
@@ -76,10 +120,93 @@ json family_config(const MakeModelOptions& o, int head_dim) {
     config["sliding_window"] = o.sliding_window > 0 ? json(o.sliding_window) : json();
     config["max_window_layers"] = 0;
   }
+  if (is_deepseek(o)) add_deepseek_config(o, config);
   return config;
 }
 
+// A projection: FP8 with its block scales beside it, or the model's dtype.
+void add_projection(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
+                    const std::string& name, int64_t rows, int64_t cols) {
+  if (o.dtype != DType::kF8E4M3) {
+    specs.push_back({name, o.dtype, {rows, cols}});
+    return;
+  }
+  specs.push_back({name, DType::kF8E4M3, {rows, cols}});
+  specs.push_back({name + "_scale_inv",
+                   DType::kF32,
+                   {(rows + kFp8Block - 1) / kFp8Block, (cols + kFp8Block - 1) / kFp8Block}});
+}
+
+void add_gated_mlp(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
+                   const std::string& prefix, int64_t hidden, int64_t inter) {
+  add_projection(specs, o, prefix + "gate_proj.weight", inter, hidden);
+  add_projection(specs, o, prefix + "up_proj.weight", inter, hidden);
+  add_projection(specs, o, prefix + "down_proj.weight", hidden, inter);
+}
+
+// One DeepSeek decoder layer (MLA attention; dense MLP or experts) under `p`.
+void add_deepseek_layer(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
+                        const std::string& p, int layer) {
+  DType dt = o.dtype == DType::kF8E4M3 ? DType::kBF16 : o.dtype;
+  int64_t h = o.hidden_size;
+  int64_t heads = o.num_heads;
+  int64_t qk = int64_t{o.qk_nope_head_dim} + o.qk_rope_head_dim;
+  specs.push_back({p + "input_layernorm.weight", dt, {h}});
+  if (o.q_lora_rank > 0) {
+    add_projection(specs, o, p + "self_attn.q_a_proj.weight", o.q_lora_rank, h);
+    specs.push_back({p + "self_attn.q_a_layernorm.weight", dt, {o.q_lora_rank}});
+    add_projection(specs, o, p + "self_attn.q_b_proj.weight", heads * qk, o.q_lora_rank);
+  } else {
+    add_projection(specs, o, p + "self_attn.q_proj.weight", heads * qk, h);
+  }
+  add_projection(specs, o, p + "self_attn.kv_a_proj_with_mqa.weight",
+                 int64_t{o.kv_lora_rank} + o.qk_rope_head_dim, h);
+  specs.push_back({p + "self_attn.kv_a_layernorm.weight", dt, {o.kv_lora_rank}});
+  add_projection(specs, o, p + "self_attn.kv_b_proj.weight",
+                 heads * (o.qk_nope_head_dim + o.v_head_dim), o.kv_lora_rank);
+  add_projection(specs, o, p + "self_attn.o_proj.weight", h, heads * o.v_head_dim);
+  specs.push_back({p + "post_attention_layernorm.weight", dt, {h}});
+  if (layer < o.first_dense_layers) {
+    add_gated_mlp(specs, o, p + "mlp.", h, o.intermediate_size);
+    return;
+  }
+  specs.push_back({p + "mlp.gate.weight", dt, {o.num_experts, h}});
+  if (o.family == "deepseek_v3")
+    specs.push_back({p + "mlp.gate.e_score_correction_bias", DType::kF32, {o.num_experts}});
+  for (int e = 0; e < o.num_experts; ++e)
+    add_gated_mlp(specs, o, fmt::format("{}mlp.experts.{}.", p, e), h, o.moe_intermediate_size);
+  if (o.num_shared_experts > 0) {
+    add_gated_mlp(specs, o, p + "mlp.shared_experts.", h,
+                  int64_t{o.moe_intermediate_size} * o.num_shared_experts);
+  }
+}
+
+std::vector<TensorSpec> deepseek_specs(const MakeModelOptions& o) {
+  DType dt = o.dtype == DType::kF8E4M3 ? DType::kBF16 : o.dtype;
+  int64_t h = o.hidden_size;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", dt, {o.vocab_size, h}});
+  for (int i = 0; i < o.num_layers; ++i)
+    add_deepseek_layer(specs, o, fmt::format("model.layers.{}.", i), i);
+  // MTP modules as DeepSeek-V3 ships them: a full layer plus the joining projections.
+  for (int m = 0; m < o.num_mtp_layers; ++m) {
+    int index = o.num_layers + m;
+    std::string p = fmt::format("model.layers.{}.", index);
+    add_deepseek_layer(specs, o, p, index);
+    specs.push_back({p + "enorm.weight", dt, {h}});
+    specs.push_back({p + "hnorm.weight", dt, {h}});
+    add_projection(specs, o, p + "eh_proj.weight", h, 2 * h);
+    specs.push_back({p + "embed_tokens.weight", dt, {o.vocab_size, h}});
+    specs.push_back({p + "shared_head.norm.weight", dt, {h}});
+    specs.push_back({p + "shared_head.head.weight", dt, {o.vocab_size, h}});
+  }
+  specs.push_back({"model.norm.weight", dt, {h}});
+  if (!o.tie_word_embeddings) specs.push_back({"lm_head.weight", dt, {o.vocab_size, h}});
+  return specs;
+}
+
 std::vector<TensorSpec> tensor_specs(const MakeModelOptions& o, int head_dim) {
+  if (is_deepseek(o)) return deepseek_specs(o);
   DType dt = o.dtype;
   int64_t h = o.hidden_size;
   int64_t q = int64_t{o.num_heads} * head_dim;
@@ -121,23 +248,34 @@ void store_value(DType dtype, void* data, int64_t index, float value) {
     case DType::kF16:
       static_cast<uint16_t*>(data)[index] = f32_to_f16(value);
       break;
+    case DType::kF8E4M3:
+      static_cast<uint8_t*>(data)[index] = f32_to_f8e4m3(value);
+      break;
     default:
       static_cast<float*>(data)[index] = value;
   }
 }
 
 // Norm weights near 1, everything else uniform with standard deviation 0.02 (the usual
-// initializer range), so activations stay in a realistic range through many layers.
+// initializer range), so activations stay in a realistic range through many layers. FP8
+// weights span the e4m3 range and their block scales (0.75-1.25 x half-width / 448) bring
+// them back to the same distribution, a little different per block.
 void fill_random(const TensorSpec& spec, void* data, uint64_t seed) {
   bool is_norm = spec.name.find("norm") != std::string::npos;
+  bool is_scale = spec.name.ends_with("_scale_inv");
   uint64_t stream = splitmix64(seed ^ name_hash(spec.name));
   auto count = static_cast<int64_t>(spec.nbytes() / dtype_size(spec.dtype));
   constexpr float kHalfWidth = 0.02f * 1.7320508f;
+  constexpr float kFp8Max = 448.0f;
   ThreadPool::global().parallel_for(count, 4096, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       uint64_t bits = splitmix64(stream + static_cast<uint64_t>(i));
       float unit = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
-      store_value(spec.dtype, data, i, is_norm ? 1.0f + 0.1f * unit : kHalfWidth * unit);
+      float value = kHalfWidth * unit;
+      if (is_norm) value = 1.0f + 0.1f * unit;
+      if (is_scale) value = kHalfWidth / kFp8Max * (1.0f + 0.25f * unit);
+      if (spec.dtype == DType::kF8E4M3) value = kFp8Max * unit;
+      store_value(spec.dtype, data, i, value);
     }
   });
 }
@@ -151,14 +289,22 @@ void write_json(const fs::path& path, const json& value) {
 }  // namespace
 
 void make_random_model(const MakeModelOptions& o, const fs::path& folder) {
-  DI_CHECK(o.num_heads > 0 && o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0,
+  DI_CHECK(is_deepseek(o) ||
+               (o.num_heads > 0 && o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0),
            "make-model: --heads ({}) must be a positive multiple of --kv-heads ({})", o.num_heads,
            o.num_kv_heads);
   DI_CHECK(o.head_dim > 0 || o.hidden_size % o.num_heads == 0,
            "make-model: --hidden ({}) is not a multiple of --heads ({}); pass --head-dim",
            o.hidden_size, o.num_heads);
-  DI_CHECK(o.dtype == DType::kBF16 || o.dtype == DType::kF16 || o.dtype == DType::kF32,
-           "make-model: --dtype must be bf16, f16 or f32");
+  DI_CHECK(o.dtype == DType::kBF16 || o.dtype == DType::kF16 || o.dtype == DType::kF32 ||
+               (o.dtype == DType::kF8E4M3 && is_deepseek(o)),
+           "make-model: --dtype must be bf16, f16 or f32 (fp8 for deepseek_v2/deepseek_v3)");
+  if (is_deepseek(o)) {
+    DI_CHECK(o.experts_per_token <= o.num_experts && o.num_experts % o.expert_groups == 0 &&
+                 o.topk_groups <= o.expert_groups,
+             "make-model: need --experts-per-token <= --experts, --expert-groups dividing "
+             "--experts and --topk-groups <= --expert-groups");
+  }
   int head_dim = o.head_dim > 0 ? o.head_dim : o.hidden_size / o.num_heads;
   json config = family_config(o, head_dim);
   fs::create_directories(folder);

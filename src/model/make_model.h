@@ -10,7 +10,7 @@
 namespace deepinfer {
 
 struct MakeModelOptions {
-  std::string family = "llama";  // llama | mistral | qwen2 | qwen3
+  std::string family = "llama";  // llama | mistral | qwen2 | qwen3 | deepseek_v2 | deepseek_v3
   int vocab_size = 32000;
   int hidden_size = 512;
   int intermediate_size = 1536;
@@ -23,9 +23,24 @@ struct MakeModelOptions {
   double rope_theta = 10000.0;
   std::string rope_scaling_json;  // e.g. {"rope_type":"llama3",...}; empty for none
   bool tie_word_embeddings = false;
+  // kF8E4M3: DeepSeek-style FP8 (e4m3 projections with 128x128 block scales, bf16 elsewhere).
   DType dtype = DType::kBF16;
   uint64_t seed = 0;
   size_t max_shard_bytes = size_t{5} << 30;  // hub default; larger models are sharded
+  // deepseek_v2 / deepseek_v3 only (defaults: DeepSeek-V2-Lite's attention and experts).
+  int q_lora_rank = 0;  // 0: q_proj without a LoRA (V2-Lite)
+  int kv_lora_rank = 512;
+  int qk_nope_head_dim = 128;
+  int qk_rope_head_dim = 64;
+  int v_head_dim = 128;
+  int num_experts = 64;
+  int num_shared_experts = 2;
+  int experts_per_token = 6;
+  int moe_intermediate_size = 1408;
+  int first_dense_layers = 1;
+  int expert_groups = 1;
+  int topk_groups = 1;
+  int num_mtp_layers = 0;
 };
 
 // Writes config.json, generation_config.json and model.safetensors (or shards with
