@@ -33,10 +33,14 @@ double time_read(const std::vector<const Tensor*>& tensors) {
     int64_t count;
   };
   std::vector<Piece> pieces;
+  auto add = [&](const float* data, int64_t count) {
+    for (int64_t begin = 0; begin < count; begin += kPieceFloats)
+      pieces.push_back({data + begin, std::min(kPieceFloats, count - begin)});
+  };
   for (const Tensor* tensor : tensors) {
-    auto count = static_cast<int64_t>(tensor->nbytes() / sizeof(float));
-    for (int64_t begin = 0; begin < count; begin += kPieceFloats) {
-      pieces.push_back({tensor->as<const float>() + begin, std::min(kPieceFloats, count - begin)});
+    add(tensor->as<const float>(), static_cast<int64_t>(tensor->nbytes() / sizeof(float)));
+    if (tensor->block_scales) {
+      add(tensor->block_scales->data, tensor->block_scales->rows * tensor->block_scales->cols);
     }
   }
   const cpu::IsaKernels& isa = cpu::select_kernels();
@@ -87,16 +91,6 @@ double measure_peak_flops() {
   return best;
 }
 
-// Matmul FLOPs of one token through the model (2 per weight) plus causal attention.
-double flops_per_token(const ModelConfig& c, double context) {
-  double h = c.hidden_size;
-  double q = double(c.num_heads) * c.head_dim;
-  double kv = double(c.num_kv_heads) * c.head_dim;
-  double per_layer = 2.0 * (h * q * 2 + h * kv * 2 + 3 * h * c.intermediate_size);
-  double attention = 4.0 * q * context;
-  return c.num_layers * (per_layer + attention) + 2.0 * h * c.vocab_size;
-}
-
 struct BenchArgs {
   ModelOptions model;
   int prompt_tokens = 512;
@@ -141,7 +135,8 @@ void run_bench(const BenchArgs& args) {
     fastest_read = std::min(fastest_read, pass_seconds);
   }
   double prompt_rate = args.prompt_tokens / prefill_seconds;
-  double prefill_flops = flops_per_token(c, args.prompt_tokens / 2.0) * args.prompt_tokens;
+  double prefill_flops = model->flops_per_token(args.prompt_tokens / 2.0) * args.prompt_tokens;
+  double kv_bytes_per_token = static_cast<double>(model->kv_shape(16).bytes_per_token());
   double decode_rate = args.decode_tokens / decode_seconds;
   double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
   double weight_bandwidth = bytes_per_token * args.decode_tokens / read_seconds;
@@ -165,6 +160,8 @@ void run_bench(const BenchArgs& args) {
         {"decode_tokens", args.decode_tokens},
         {"decode_tokens_per_s", decode_rate},
         {"weight_bytes_per_token", bytes_per_token},
+        {"kv_bytes_per_token", kv_bytes_per_token},
+        {"mla_cache", c.is_deepseek() ? args.model.mla_cache : "none"},
         {"decode_roofline_tokens_per_s", roofline},
         {"decode_fraction_of_roofline", decode_rate / roofline},
         {"decode_fraction_of_probe_roofline", decode_rate * bytes_per_token / bandwidth}};
@@ -175,9 +172,9 @@ void run_bench(const BenchArgs& args) {
   fmt::print("backend          {} ({} threads, weights {}, loaded in {:.2f} s)\n", ops->name(),
              ThreadPool::global().size(), args.model.load, load_seconds);
   fmt::print(
-      "read bandwidth   {:.2f} GB/s (2 GiB probe, best of 5); {:.2f} GB/s reading the weights "
+      "read bandwidth   {:.2f} GB/s ({} MiB probe, best of 5); {:.2f} GB/s reading the weights "
       "between decode steps (mean; best pass {:.2f})\n",
-      bandwidth / 1e9, weight_bandwidth / 1e9, best_weight_bandwidth / 1e9);
+      bandwidth / 1e9, args.bandwidth_mib, weight_bandwidth / 1e9, best_weight_bandwidth / 1e9);
   fmt::print("peak f32 FMA     {:.1f} GFLOP/s\n", peak_flops / 1e9);
   fmt::print("prompt ({} tok)  {:.1f} tokens/s, {:.1f} GFLOP/s ({:.0f}% of f32 peak; {} matmuls)\n",
              args.prompt_tokens, prompt_rate, prefill_flops / prefill_seconds / 1e9,
@@ -188,6 +185,8 @@ void run_bench(const BenchArgs& args) {
       decode_rate, roofline, bytes_per_token / 1e6, 100.0 * decode_rate / roofline);
   fmt::print("                 against the probe's bandwidth: roofline {:.2f} tokens/s: {:.0f}%\n",
              bandwidth / bytes_per_token, 100.0 * decode_rate * bytes_per_token / bandwidth);
+  fmt::print("KV cache         {:.0f} bytes/token ({}f32)\n", kv_bytes_per_token,
+             c.is_deepseek() ? "MLA " + args.model.mla_cache + " cache, " : "");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -113,19 +114,26 @@ float f8e4m3_to_f32(uint8_t bits) {
   return sign * std::ldexp(static_cast<float>(mantissa | 0x8u), static_cast<int>(exponent) - 10);
 }
 
+// Round to nearest even, saturating at +-448 (e4m3fn has no infinity; its only NaN code is
+// the all-ones magnitude).
 uint8_t f32_to_f8e4m3(float value) {
   if (std::isnan(value)) return 0x7f;
-  uint8_t best = 0;
-  float best_error = INFINITY;
-  // 127 finite magnitudes: a search is exact and this is never on a hot path.
-  for (uint8_t code = 0; code < 0x7f; ++code) {
-    float error = std::fabs(f8e4m3_to_f32(code) - std::fabs(value));
-    if (error < best_error || (error == best_error && (code & 1u) == 0)) {
-      best_error = error;
-      best = code;
-    }
+  uint8_t sign = std::signbit(value) ? 0x80u : 0u;
+  float magnitude = std::fabs(value);
+  constexpr float kMinNormal = 0.015625f;  // 2^-6
+  constexpr uint8_t kMaxFinite = 0x7e;      // 448
+  if (magnitude < kMinNormal) {
+    // Subnormals are multiples of 2^-9; code m (0..8) is m * 2^-9, and 8 is the first normal.
+    auto steps = static_cast<uint8_t>(std::nearbyint(magnitude * 512.0f));
+    return static_cast<uint8_t>(sign | steps);
   }
-  return static_cast<uint8_t>(best | (std::signbit(value) ? 0x80u : 0u));
+  uint32_t bits;
+  std::memcpy(&bits, &magnitude, sizeof(bits));
+  bits += 0x7ffffu + ((bits >> 20) & 1u);  // round the 23-bit mantissa to 3 bits, ties to even
+  int exponent = static_cast<int>(bits >> 23) - 127 + 7;
+  uint32_t mantissa = (bits >> 20) & 7u;
+  if (exponent > 15 || (exponent == 15 && mantissa == 7)) return static_cast<uint8_t>(sign | kMaxFinite);
+  return static_cast<uint8_t>(sign | (static_cast<uint32_t>(exponent) << 3) | mantissa);
 }
 
 }  // namespace deepinfer

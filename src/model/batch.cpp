@@ -56,4 +56,12 @@ AttentionBatch ForwardBatch::attention_view() const {
   return view;
 }
 
+double CausalLM::flops_per_token(double context) const {
+  double weights = 0.0;
+  for (const Tensor* tensor : weights_read_per_token()) {
+    if (tensor->rank == 2) weights += static_cast<double>(tensor->numel());
+  }
+  return 2.0 * weights + attention_flops_per_token(context);
+}
+
 }  // namespace deepinfer

@@ -96,6 +96,11 @@ class DeepseekModel final : public CausalLM {
 
   std::vector<const Tensor*> weights_read_per_token() const override;
 
+  // The expanded form prompts use: qk-wide scores and v-wide sums per head and context token.
+  double attention_flops_per_token(double context) const override {
+    return 2.0 * config_.num_layers * dims_.heads * (dims_.qk + dims_.v) * context;
+  }
+
   void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                const HiddenStateSink& hidden_sink) override;
 

@@ -83,6 +83,11 @@ class DenseTransformer final : public CausalLM {
     return read;
   }
 
+  // Scores and the weighted sum of values: 2 FLOPs each per head dimension and context token.
+  double attention_flops_per_token(double context) const override {
+    return 4.0 * config_.num_layers * config_.num_heads * config_.head_dim * context;
+  }
+
   void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                const HiddenStateSink& hidden_sink) override;
 

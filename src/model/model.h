@@ -64,6 +64,10 @@ class CausalLM {
   // The weights one decode step reads in full (for bandwidth rooflines).
   virtual std::vector<const Tensor*> weights_read_per_token() const = 0;
   size_t weight_bytes_per_token() const;
+  // Arithmetic of one token: 2 FLOPs per matmul weight it reads, plus attention over
+  // `context` cached tokens (in the form prompt processing uses).
+  double flops_per_token(double context) const;
+  virtual double attention_flops_per_token(double context) const = 0;
   // Runs the batch: writes its K/V into `cache` and logits [logit_rows, vocab] into `logits`.
   virtual void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                        const HiddenStateSink& hidden_sink = nullptr) = 0;

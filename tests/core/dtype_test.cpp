@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -39,6 +40,41 @@ TEST(DType, Fp8E4m3MatchesTheFormat) {
     if ((code & 0x7f) == 0x7f) continue;
     auto byte = static_cast<uint8_t>(code);
     EXPECT_EQ(f32_to_f8e4m3(f8e4m3_to_f32(byte)) & 0x7f, byte & 0x7f) << code;
+  }
+}
+
+// The nearest e4m3 value by exhaustive search, ties to the even code: the definition the fast
+// conversion must agree with.
+uint8_t nearest_e4m3(float value) {
+  uint8_t best = 0;
+  float best_error = INFINITY;
+  for (uint8_t code = 0; code < 0x7f; ++code) {
+    float error = std::fabs(f8e4m3_to_f32(code) - std::fabs(value));
+    if (error < best_error || (error == best_error && (code & 1u) == 0)) {
+      best_error = error;
+      best = code;
+    }
+  }
+  return static_cast<uint8_t>(best | (std::signbit(value) ? 0x80u : 0u));
+}
+
+TEST(DType, Fp8RoundingIsNearestEvenAndSaturates) {
+  // Every midpoint between neighbouring codes (the ties), points near them, and a sweep.
+  std::vector<float> values = {0.0f, -0.0f, 1e-9f, 447.0f, 448.0f, 463.0f, 465.0f, 1e6f, -1e6f};
+  for (uint8_t code = 0; code < 0x7e; ++code) {
+    float low = f8e4m3_to_f32(code);
+    float high = f8e4m3_to_f32(static_cast<uint8_t>(code + 1));
+    float middle = 0.5f * (low + high);
+    values.insert(values.end(), {middle, std::nextafter(middle, 0.0f),
+                                 std::nextafter(middle, 1e9f), -middle, low * 1.01f});
+  }
+  for (float value = -500.0f; value <= 500.0f; value += 0.0137f) values.push_back(value);
+  for (float value : values) {
+    if (std::fabs(value) > 448.0f) {
+      EXPECT_EQ(f32_to_f8e4m3(value) & 0x7f, 0x7e) << value;
+      continue;
+    }
+    ASSERT_EQ(f32_to_f8e4m3(value), nearest_e4m3(value)) << value;
   }
 }
 

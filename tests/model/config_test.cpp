@@ -112,5 +112,52 @@ TEST(Config, ErrorsNameFileAndField) {
             std::string::npos);
 }
 
+std::string deepseek_config(const std::string& extra) {
+  return R"({"architectures": ["DeepseekV3ForCausalLM"], "vocab_size": 100, "hidden_size": 64,
+             "intermediate_size": 128, "num_hidden_layers": 3, "num_attention_heads": 4,
+             "num_key_value_heads": 4, "q_lora_rank": 48, "kv_lora_rank": 32,
+             "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16,
+             "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 4,
+             "topk_group": 2, "norm_topk_prob": true, "routed_scaling_factor": 2.5,
+             "topk_method": "noaux_tc", "scoring_func": "sigmoid", "num_nextn_predict_layers": 1)" +
+         extra + "}";
+}
+
+TEST(Config, DeepseekMlaMoeAndMtpFields) {
+  ModelConfig config = parse_model_config(deepseek_config(""), "config.json");
+  EXPECT_TRUE(config.is_deepseek());
+  EXPECT_EQ(config.mla.q_lora_rank, 48);
+  EXPECT_EQ(config.mla.kv_lora_rank, 32);
+  EXPECT_EQ(config.mla.qk_head_dim(), 24);
+  EXPECT_EQ(config.moe.selection, ExpertSelection::kNoAuxTc);
+  EXPECT_EQ(config.moe.scoring, ExpertScoring::kSigmoid);
+  EXPECT_FALSE(config.moe.is_moe_layer(0));
+  EXPECT_TRUE(config.moe.is_moe_layer(1));
+  EXPECT_EQ(config.num_mtp_layers, 1);
+  EXPECT_EQ(config.weight_block_rows, 0);
+  ModelConfig fp8 = parse_model_config(
+      deepseek_config(R"(, "quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                      "activation_scheme": "dynamic", "weight_block_size": [128, 128]})"),
+      "config.json");
+  EXPECT_EQ(fp8.weight_block_rows, 128);
+  EXPECT_EQ(fp8.weight_block_cols, 128);
+}
+
+TEST(Config, DeepseekErrorsNameTheField) {
+  EXPECT_EQ(parse_error(deepseek_config(R"(, "topk_method": "random")")),
+            "config.json: field \"topk_method\" must be \"greedy\", \"group_limited_greedy\" or "
+            "\"noaux_tc\" (got \"random\")");
+  EXPECT_EQ(parse_error(deepseek_config(R"(, "n_group": 3)")),
+            "config.json: n_group (3) must divide n_routed_experts (8) and be at least topk_group "
+            "(2)");
+  EXPECT_EQ(parse_error(deepseek_config(R"(, "quantization_config": {"quant_method": "awq"})")),
+            "config.json: quantization method \"awq\" is not supported (supported: fp8)");
+  EXPECT_EQ(parse_error(deepseek_config(R"(, "quantization_config": {"quant_method": "fp8"})")),
+            "config.json: FP8 without \"weight_block_size\" (per-tensor scales) is not supported");
+  EXPECT_NE(parse_error(deepseek_config(R"(, "kv_lora_rank": 0)")).find("\"kv_lora_rank\""),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace deepinfer
