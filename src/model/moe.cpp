@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
 #include <cmath>
 #include <numeric>
 
@@ -156,8 +157,7 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
   int64_t shared_inter = shared ? weights.shared.gate->dim(0) : 0;
   FloatTensor shared_gate({tokens, std::max<int64_t>(shared_inter, 1)});
   FloatTensor shared_up({tokens, std::max<int64_t>(shared_inter, 1)});
-  std::vector<Tensor> views;  // stable storage for the jobs' output views
-  views.reserve(active.size() * 5 + 4);
+  std::deque<Tensor> views;  // the jobs point into it: a deque keeps elements where they are
   auto view_of = [&](const FloatTensor& tensor) -> Tensor* { return &views.emplace_back(tensor.view()); };
 
   std::vector<MatmulJob> up_jobs;

@@ -336,6 +336,20 @@ class CpuOps final : public Ops {
                        float scale, int window, Tensor& out) override;
 
  private:
+  struct GroupAttention {
+    const PagedKvView* cache = nullptr;
+    const int32_t* block_table = nullptr;
+    const float* query = nullptr;  // [group, key_dim]
+    int group = 0;
+    int64_t key_offset = 0;
+    int64_t value_offset = 0;
+    int64_t first = 0;
+    int64_t last = 0;
+    float scale = 1.0f;
+    float* out = nullptr;  // [group, value_dim]
+  };
+  void attend_group(const GroupAttention& task) const;
+
   template <typename Activation>
   void gated(const Tensor& gate, const Tensor& up, Tensor& out, Activation activation) {
     int64_t count = out.numel();
@@ -369,6 +383,52 @@ class CpuOps final : public Ops {
   std::vector<uint16_t> rounded_;  // activations rounded to bf16, reused across calls
 };
 
+// Attention of `group` query heads that share one KV head, for one query row over cached
+// tokens [first, last]. Keys and values are read once for the whole group, block by block:
+// scores [group, count] = q k^T as one small matmul per block, a softmax per head, then
+// out [group, value_dim] = p v as one column-oriented matmul per block.
+void CpuOps::attend_group(const GroupAttention& a) const {
+  const PagedKvView& cache = *a.cache;
+  int64_t count = a.last - a.first + 1;
+  thread_local std::vector<float> scores, partial;
+  scores.resize(static_cast<size_t>(a.group * count));
+  partial.resize(static_cast<size_t>(a.group) * static_cast<size_t>(cache.value_dim));
+  auto for_each_block = [&](auto visit) {
+    for (int64_t token = a.first; token <= a.last;) {
+      int64_t block = token / cache.block_size;
+      int64_t offset = token - block * cache.block_size;
+      int64_t n = std::min<int64_t>(cache.block_size - offset, a.last - token + 1);
+      int64_t slot = int64_t{a.block_table[block]} * cache.block_size + offset;
+      visit(token - a.first, slot, n);
+      token += n;
+    }
+  };
+  for_each_block([&](int64_t index, int64_t slot, int64_t n) {
+    cpu::WeightMatrix keys{cache.keys + slot * cache.key_stride() + a.key_offset,
+                           cache.key_stride(), WeightType::kF32};
+    isa_.matmul(a.query, cache.key_dim, keys, nullptr, a.group, 0, n, cache.key_dim,
+                scores.data() + index, count);
+  });
+  for (int h = 0; h < a.group; ++h) {
+    float* row = scores.data() + h * count;
+    float max_score = -INFINITY;
+    for (int64_t i = 0; i < count; ++i) max_score = std::max(max_score, row[i] * a.scale);
+    float total = 0.0f;
+    for (int64_t i = 0; i < count; ++i) total += row[i] = std::exp(row[i] * a.scale - max_score);
+    float inverse_total = 1.0f / total;
+    for (int64_t i = 0; i < count; ++i) row[i] *= inverse_total;
+  }
+  int64_t width = cache.value_dim;
+  std::fill_n(a.out, a.group * width, 0.0f);
+  for_each_block([&](int64_t index, int64_t slot, int64_t n) {
+    cpu::WeightMatrix values{cache.values + slot * cache.value_stride() + a.value_offset,
+                             cache.value_stride(), WeightType::kF32};
+    isa_.matmul_columns(scores.data() + index, count, values, a.group, 0, width, n,
+                        partial.data(), width);
+    for (int64_t i = 0; i < a.group * width; ++i) a.out[i] += partial[static_cast<size_t>(i)];
+  });
+}
+
 void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
                              float scale, int window, Tensor& out) {
   int64_t tokens = q.dim(0);
@@ -377,41 +437,41 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
            "paged_attention: q {} / out {} do not match key size {} and value size {}",
            q.shape_string(), out.shape_string(), cache.key_dim, cache.value_dim);
   int group = heads / cache.num_kv_heads;
-  // Map each query row to its sequence once, so work can be split over (row, head) pairs.
+  // Map each query row to its sequence once, so work can be split over rows.
   std::vector<int> row_seq(static_cast<size_t>(tokens));
   for (int s = 0; s < batch.num_seqs; ++s) {
     for (int32_t r = batch.query_start[s]; r < batch.query_start[s + 1]; ++r)
       row_seq[static_cast<size_t>(r)] = s;
   }
-  pool_.parallel_for(tokens * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores;
+  // Work items are (row, KV head, slice of the group's heads); a group is sliced only when
+  // there are too few rows and KV heads to keep every thread busy (MLA decode: one of each).
+  int64_t pairs = tokens * cache.num_kv_heads;
+  int64_t wanted_slices = (2 * int64_t{pool_.size()} + pairs - 1) / pairs;
+  int heads_per_slice =
+      static_cast<int>((group + std::min<int64_t>(wanted_slices, group) - 1) /
+                       std::min<int64_t>(wanted_slices, group));
+  int slices = (group + heads_per_slice - 1) / heads_per_slice;
+  pool_.parallel_for_dynamic(pairs * slices, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {
-      int64_t row = item / heads;
-      int head = static_cast<int>(item % heads);
+      int64_t row = item / (int64_t{cache.num_kv_heads} * slices);
+      int kv_head = static_cast<int>(item / slices % cache.num_kv_heads);
+      int first_head = kv_head * group + static_cast<int>(item % slices) * heads_per_slice;
       int seq = row_seq[static_cast<size_t>(row)];
       int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
       int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
-      int64_t first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
-      scores.resize(static_cast<size_t>(position - first + 1));
-      int kv_head = head / group;
-      cpu::AttentionHeadTask task;
-      task.query = q.as<const float>() + (row * heads + head) * cache.key_dim;
-      task.keys = cache.keys;
-      task.values = cache.values;
+      GroupAttention task;
+      task.cache = &cache;
       task.block_table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
-      task.block_size = cache.block_size;
-      task.key_stride = cache.key_stride();
+      task.query = q.as<const float>() + (row * heads + first_head) * cache.key_dim;
+      task.group = std::min(heads_per_slice, (kv_head + 1) * group - first_head);
       task.key_offset = int64_t{kv_head} * cache.key_dim;
-      task.value_stride = cache.value_stride();
-      task.value_offset = cache.values_in_keys ? task.key_offset : int64_t{kv_head} * cache.value_dim;
-      task.key_dim = cache.key_dim;
-      task.value_dim = cache.value_dim;
-      task.first = first;
+      task.value_offset =
+          cache.values_in_keys ? task.key_offset : int64_t{kv_head} * cache.value_dim;
+      task.first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
       task.last = position;
       task.scale = scale;
-      task.scores = scores.data();
-      task.out = out.as<float>() + (row * heads + head) * cache.value_dim;
-      isa_.attention_head(task);
+      task.out = out.as<float>() + (row * heads + first_head) * cache.value_dim;
+      attend_group(task);
     }
   });
 }
