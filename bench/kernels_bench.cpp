@@ -66,6 +66,32 @@ void BM_MatmulDecodeBf16(benchmark::State& state) {
 }
 BENCHMARK(BM_MatmulDecodeBf16)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// The same bytes read as FP8 e4m3 [kRows, 2 * kDepth] with 128 x 128 block scales: one
+// decode matmul streams as many bytes as the bf16 case, so the two rates compare directly.
+void BM_MatmulDecodeFp8(benchmark::State& state) {
+  const DecodeWeights& weights = decode_weights();
+  auto ops = make_cpu_ops();
+  constexpr int64_t kFp8Depth = 2 * kDepth;
+  std::vector<float> scale_data(static_cast<size_t>(kRows / 128 * kFp8Depth / 128), 1e-3f);
+  BlockScales scales{scale_data.data(), kRows / 128, kFp8Depth / 128, 128, 128};
+  FloatTensor x({1, kFp8Depth});
+  FloatTensor y({1, kRows});
+  for (int64_t i = 0; i < kFp8Depth; ++i) x.data()[i] = 0.01f * static_cast<float>(i % 7);
+  Tensor y_view = y.view();
+  int next = 0;
+  for (auto _ : state) {
+    Tensor matrix = weights.matrix(next);
+    matrix.dtype = DType::kF8E4M3;
+    matrix.shape[1] = kFp8Depth;
+    matrix.strides[0] = kFp8Depth;
+    matrix.block_scales = &scales;
+    ops->matmul(x.view(), matrix, nullptr, y_view);
+    next = (next + 1) % kMatrices;
+  }
+  state.SetBytesProcessed(state.iterations() * kRows * kFp8Depth);
+}
+BENCHMARK(BM_MatmulDecodeFp8)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
 void BM_MatmulPrefillBf16(benchmark::State& state) {
   const DecodeWeights& weights = decode_weights();
   auto ops = make_cpu_ops(state.range(1) ? MatmulPrecision::kBf16 : MatmulPrecision::kF32);
