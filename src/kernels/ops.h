@@ -60,6 +60,23 @@ struct HeadSlices {
   int64_t rows = 0;
 };
 
+// How a mixture-of-experts router turns logits into experts (DeepSeek-V2/V3 and relatives).
+struct ExpertRouting {
+  enum class Scoring { kSoftmax, kSigmoid };
+  // kNone: top-k over all experts. kBestExpert (V2 group_limited_greedy): groups ranked by
+  // their best score. kTopTwoSum (V3 noaux_tc): ranked by the sum of their two best biased
+  // scores. Experts outside the kept groups score 0 (not -inf), as DeepSeek and transformers do.
+  enum class GroupRanking { kNone, kBestExpert, kTopTwoSum };
+  int num_experts = 0;
+  int experts_per_token = 0;
+  Scoring scoring = Scoring::kSoftmax;
+  GroupRanking group_ranking = GroupRanking::kNone;
+  int num_groups = 1;
+  int topk_groups = 1;
+  bool normalize = false;  // divide the chosen weights by their sum
+  float scaling = 1.0f;    // routed_scaling_factor, applied last
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -80,6 +97,11 @@ class Ops {
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
   virtual void add_scaled_rows(Tensor& y, const std::vector<int32_t>& rows,
                                const std::vector<float>& scales, const Tensor& x) = 0;
+  // Chooses experts_per_token experts per row of router_logits [T, num_experts] into
+  // experts/weights [T * experts_per_token]. correction_bias (may be empty) shifts the scores
+  // used to choose, never the weights.
+  virtual void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
+                             const ExpertRouting& routing, int32_t* experts, float* weights) = 0;
   // out[i] = table[ids[i]] widened to f32.
   virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
   // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.

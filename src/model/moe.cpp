@@ -4,62 +4,35 @@
 
 #include <algorithm>
 #include <deque>
-#include <cmath>
-#include <numeric>
 
 #include "core/error.h"
 
 namespace deepinfer {
 namespace {
 
-// Indices of the `count` largest values, largest first; ties keep the lower index first.
-std::vector<int> top_indices(const std::vector<float>& values, int count) {
-  std::vector<int> order(values.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + count, order.end(), [&](int a, int b) {
-    return values[static_cast<size_t>(a)] > values[static_cast<size_t>(b)] ||
-           (values[static_cast<size_t>(a)] == values[static_cast<size_t>(b)] && a < b);
-  });
-  order.resize(static_cast<size_t>(count));
-  return order;
-}
-
-std::vector<float> expert_scores(const MoeConfig& moe, const float* logits) {
-  auto experts = static_cast<size_t>(moe.num_experts);
-  std::vector<float> scores(logits, logits + experts);
-  if (moe.scoring == ExpertScoring::kSigmoid) {
-    for (float& score : scores) score = 1.0f / (1.0f + std::exp(-score));
-    return scores;
+ExpertRouting routing_of(const MoeConfig& moe) {
+  ExpertRouting routing;
+  routing.num_experts = moe.num_experts;
+  routing.experts_per_token = moe.experts_per_token;
+  routing.scoring = moe.scoring == ExpertScoring::kSigmoid ? ExpertRouting::Scoring::kSigmoid
+                                                           : ExpertRouting::Scoring::kSoftmax;
+  switch (moe.selection) {
+    case ExpertSelection::kGreedy:
+      routing.group_ranking = ExpertRouting::GroupRanking::kNone;
+      break;
+    case ExpertSelection::kGroupLimitedGreedy:
+      routing.group_ranking = ExpertRouting::GroupRanking::kBestExpert;
+      break;
+    case ExpertSelection::kNoAuxTc:
+      routing.group_ranking = ExpertRouting::GroupRanking::kTopTwoSum;
+      break;
   }
-  float max_logit = *std::max_element(scores.begin(), scores.end());
-  float total = 0.0f;
-  for (float& score : scores) total += score = std::exp(score - max_logit);
-  for (float& score : scores) score /= total;
-  return scores;
-}
-
-// Zeroes the choice scores of every expert outside the topk_groups best groups (transformers
-// and DeepSeek mask with 0, not -inf).
-void keep_best_groups(const MoeConfig& moe, std::vector<float>& choice) {
-  int per_group = moe.num_experts / moe.num_groups;
-  std::vector<float> group_scores(static_cast<size_t>(moe.num_groups));
-  for (int g = 0; g < moe.num_groups; ++g) {
-    std::vector<float> members(choice.begin() + g * per_group,
-                               choice.begin() + (g + 1) * per_group);
-    if (moe.selection == ExpertSelection::kNoAuxTc) {
-      std::vector<int> best = top_indices(members, 2);
-      group_scores[static_cast<size_t>(g)] =
-          members[static_cast<size_t>(best[0])] + members[static_cast<size_t>(best[1])];
-    } else {
-      group_scores[static_cast<size_t>(g)] = *std::max_element(members.begin(), members.end());
-    }
-  }
-  std::vector<int> kept = top_indices(group_scores, moe.topk_groups);
-  std::vector<bool> keep(static_cast<size_t>(moe.num_groups), false);
-  for (int g : kept) keep[static_cast<size_t>(g)] = true;
-  for (int e = 0; e < moe.num_experts; ++e) {
-    if (!keep[static_cast<size_t>(e / per_group)]) choice[static_cast<size_t>(e)] = 0.0f;
-  }
+  routing.num_groups = moe.num_groups;
+  routing.topk_groups = moe.topk_groups;
+  // DeepSeek-V3 normalises then scales; V2 configs set norm_topk_prob false (scale only).
+  routing.normalize = moe.normalize_weights;
+  routing.scaling = static_cast<float>(moe.routed_scaling_factor);
+  return routing;
 }
 
 }  // namespace
@@ -97,27 +70,14 @@ MoeWeights bind_moe(const TensorStore& store, const std::string& prefix, const M
   return weights;
 }
 
-ExpertChoice route_tokens(const MoeConfig& moe, const float* router_logits,
-                          const std::vector<float>& correction_bias, int64_t tokens) {
+ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_logits,
+                          const std::vector<float>& correction_bias) {
   ExpertChoice choice;
-  int k = moe.experts_per_token;
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::vector<float> scores = expert_scores(moe, router_logits + t * moe.num_experts);
-    std::vector<float> candidates = scores;
-    for (size_t e = 0; e < correction_bias.size(); ++e) candidates[e] += correction_bias[e];
-    if (moe.selection != ExpertSelection::kGreedy && moe.num_groups > 1)
-      keep_best_groups(moe, candidates);
-    std::vector<int> chosen = top_indices(candidates, k);
-    float total = 0.0f;
-    for (int e : chosen) total += scores[static_cast<size_t>(e)];
-    // DeepSeek-V3 normalises then scales; V2 configs set norm_topk_prob false (scale only).
-    float factor = static_cast<float>(moe.routed_scaling_factor);
-    if (moe.normalize_weights) factor /= total + 1e-20f;
-    for (int e : chosen) {
-      choice.experts.push_back(e);
-      choice.weights.push_back(scores[static_cast<size_t>(e)] * factor);
-    }
-  }
+  auto entries = static_cast<size_t>(router_logits.dim(0) * moe.experts_per_token);
+  choice.experts.resize(entries);
+  choice.weights.resize(entries);
+  ops.route_experts(router_logits, correction_bias, routing_of(moe), choice.experts.data(),
+                    choice.weights.data());
   return choice;
 }
 
@@ -128,7 +88,7 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
   FloatTensor logits({tokens, moe.num_experts});
   Tensor logits_view = logits.view();
   ops.matmul(normed, *weights.router, nullptr, logits_view);
-  ExpertChoice choice = route_tokens(moe, logits.data(), weights.correction_bias, tokens);
+  ExpertChoice choice = route_tokens(ops, moe, logits.view(), weights.correction_bias);
 
   // Tokens (and their weights) per expert, in token order.
   auto experts = static_cast<size_t>(moe.num_experts);

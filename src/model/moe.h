@@ -26,10 +26,10 @@ struct ExpertChoice {
   std::vector<float> weights;
 };
 
-// Scores router_logits [tokens, experts] as config.moe says (softmax or sigmoid; greedy,
+// Scores router_logits [tokens, experts] as the config says (softmax or sigmoid; greedy,
 // group-limited or noaux_tc choice; normalisation; routed scaling factor).
-ExpertChoice route_tokens(const MoeConfig& moe, const float* router_logits,
-                          const std::vector<float>& correction_bias, int64_t tokens);
+ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_logits,
+                          const std::vector<float>& correction_bias);
 
 // out [T, hidden] = the routed experts' weighted outputs plus the shared experts' output for
 // normed [T, hidden]. Each expert runs once over the tokens routed to it; experts nobody chose

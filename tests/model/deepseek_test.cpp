@@ -154,6 +154,15 @@ TEST(DeepseekFp8, MissingOrMisshapenScalesAreNamed) {
   EXPECT_NE(error.find("block-scaled F8_E4M3"), std::string::npos) << error;
 }
 
+ExpertChoice route(const MoeConfig& moe, std::vector<float> logits,
+                   const std::vector<float>& bias) {
+  auto ops = make_cpu_ops();
+  Tensor view = Tensor::contiguous(logits.data(), DType::kF32,
+                                   {static_cast<int64_t>(logits.size()) / moe.num_experts,
+                                    moe.num_experts});
+  return route_tokens(*ops, moe, view, bias);
+}
+
 MoeConfig routing_config(ExpertSelection selection, ExpertScoring scoring) {
   MoeConfig moe;
   moe.num_experts = 8;
@@ -173,7 +182,7 @@ TEST(MoeRouting, NoauxTcChoosesByBiasedGroupsButWeighsUnbiasedScores) {
   // (4, 5) and (6, 7) win, and inside them the biased scores pick 5 and 6.
   std::vector<float> logits = {3.0f, -3.0f, 0.0f, 0.0f, 0.5f, 1.0f, 1.0f, 0.2f};
   std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.3f, 0.0f};
-  ExpertChoice choice = route_tokens(moe, logits.data(), bias, 1);
+  ExpertChoice choice = route(moe, logits, bias);
   ASSERT_EQ(choice.experts.size(), 2u);
   EXPECT_EQ(choice.experts[0], 6);
   EXPECT_EQ(choice.experts[1], 5);
@@ -189,15 +198,14 @@ TEST(MoeRouting, GroupLimitedGreedyRanksGroupsByTheirBestExpert) {
   // groups 1 (best 2.0) and 3 (best 1.9) stay and the second choice is 7.
   std::vector<float> logits = {0.0f, 0.0f, 2.0f, 1.95f, 0.0f, 0.0f, 0.0f, 1.9f};
   ExpertChoice greedy_choice =
-      route_tokens(routing_config(ExpertSelection::kGreedy, ExpertScoring::kSoftmax),
-                   logits.data(), {}, 1);
+      route(routing_config(ExpertSelection::kGreedy, ExpertScoring::kSoftmax), logits, {});
   EXPECT_EQ(greedy_choice.experts, (std::vector<int32_t>{2, 3}));
   moe.topk_groups = 1;
-  ExpertChoice choice = route_tokens(moe, logits.data(), {}, 1);
+  ExpertChoice choice = route(moe, logits, {});
   EXPECT_EQ(choice.experts, (std::vector<int32_t>{2, 3}));
   moe.topk_groups = 2;
   std::vector<float> spread = {0.0f, 0.0f, 2.0f, 1.85f, 0.0f, 0.0f, 1.9f, 0.0f};
-  choice = route_tokens(moe, spread.data(), {}, 1);
+  choice = route(moe, spread, {});
   EXPECT_EQ(choice.experts, (std::vector<int32_t>{2, 6}));
   float total = 0.0f;
   for (float logit : spread) total += std::exp(logit);

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/routing.h"
 #include "kernels/ops.h"
 
 namespace deepinfer {
@@ -203,6 +204,23 @@ class CpuOps final : public Ops {
           isa_.matmul(in, x.strides[0], rows, nullptr, tokens, begin, end, in_width, result,
                       out.strides[0]);
         }
+      }
+    });
+  }
+
+  void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
+                     const ExpertRouting& routing, int32_t* experts, float* weights) override {
+    DI_CHECK(router_logits.dim(-1) == routing.num_experts &&
+                 (correction_bias.empty() ||
+                  static_cast<int>(correction_bias.size()) == routing.num_experts),
+             "route_experts: logits {} or bias do not match {} experts",
+             router_logits.shape_string(), routing.num_experts);
+    int64_t tokens = rows_of(router_logits);
+    int64_t k = routing.experts_per_token;
+    pool_.parallel_for(tokens, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        cpu::route_token(router_logits.as<const float>() + t * routing.num_experts,
+                         correction_bias, routing, experts + t * k, weights + t * k);
       }
     });
   }
