@@ -121,7 +121,7 @@ uint8_t f32_to_f8e4m3(float value) {
   uint8_t sign = std::signbit(value) ? 0x80u : 0u;
   float magnitude = std::fabs(value);
   constexpr float kMinNormal = 0.015625f;  // 2^-6
-  constexpr uint8_t kMaxFinite = 0x7e;      // 448
+  constexpr uint8_t kMaxFinite = 0x7e;     // 448
   if (magnitude < kMinNormal) {
     // Subnormals are multiples of 2^-9; code m (0..8) is m * 2^-9, and 8 is the first normal.
     auto steps = static_cast<uint8_t>(std::nearbyint(magnitude * 512.0f));
@@ -132,7 +132,8 @@ uint8_t f32_to_f8e4m3(float value) {
   bits += 0x7ffffu + ((bits >> 20) & 1u);  // round the 23-bit mantissa to 3 bits, ties to even
   int exponent = static_cast<int>(bits >> 23) - 127 + 7;
   uint32_t mantissa = (bits >> 20) & 7u;
-  if (exponent > 15 || (exponent == 15 && mantissa == 7)) return static_cast<uint8_t>(sign | kMaxFinite);
+  if (exponent > 15 || (exponent == 15 && mantissa == 7))
+    return static_cast<uint8_t>(sign | kMaxFinite);
   return static_cast<uint8_t>(sign | (static_cast<uint32_t>(exponent) << 3) | mantissa);
 }
 

@@ -4,8 +4,7 @@
 
 namespace deepinfer {
 
-KvCacheShape KvCacheShape::heads(int num_layers, int num_kv_heads, int head_dim,
-                                 int block_size) {
+KvCacheShape KvCacheShape::heads(int num_layers, int num_kv_heads, int head_dim, int block_size) {
   return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false};
 }
 

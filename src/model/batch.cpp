@@ -38,8 +38,8 @@ size_t CausalLM::weight_bytes_per_token() const {
   for (const Tensor* tensor : weights_read_per_token()) {
     bytes += tensor->nbytes();
     if (tensor->block_scales) {
-      bytes += sizeof(float) * static_cast<size_t>(tensor->block_scales->rows *
-                                                   tensor->block_scales->cols);
+      bytes += sizeof(float) *
+               static_cast<size_t>(tensor->block_scales->rows * tensor->block_scales->cols);
     }
   }
   return bytes;

@@ -287,8 +287,7 @@ void parse_moe(const Fields& fields, ModelConfig& model, const std::string& sour
 
 // Block-scaled FP8 (DeepSeek-V3, Qwen3-FP8); other schemes are refused by name.
 void parse_quantization(const json& config, ModelConfig& model, const std::string& source) {
-  if (!config.contains("quantization_config") || config.at("quantization_config").is_null())
-    return;
+  if (!config.contains("quantization_config") || config.at("quantization_config").is_null()) return;
   const json& quant = config.at("quantization_config");
   if (!quant.is_object()) fail("{}: field \"quantization_config\" must be an object", source);
   Fields fields(quant, source, "quantization_config.");
@@ -344,7 +343,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
          model.num_heads, model.num_kv_heads);
   }
-  bool deepseek = model.family == ModelFamily::kDeepseekV2 || model.family == ModelFamily::kDeepseekV3;
+  bool deepseek =
+      model.family == ModelFamily::kDeepseekV2 || model.family == ModelFamily::kDeepseekV3;
   if (!deepseek && !fields.has("head_dim") && model.hidden_size % model.num_heads != 0) {
     fail(
         "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not "

@@ -78,8 +78,8 @@ class DeepseekModel final : public CausalLM {
       auto mscale = static_cast<float>(yarn_mscale(rope.factor, rope.mscale_all_dim));
       softmax_scale_ *= mscale * mscale;
     }
-    expand_min_tokens_ = options.mla_expand_min_tokens > 0 ? options.mla_expand_min_tokens
-                                                           : break_even_tokens();
+    expand_min_tokens_ =
+        options.mla_expand_min_tokens > 0 ? options.mla_expand_min_tokens : break_even_tokens();
     bind_weights();
   }
 
@@ -87,11 +87,12 @@ class DeepseekModel final : public CausalLM {
 
   KvCacheShape kv_shape(int block_size) const override {
     if (cache_form_ == MlaCache::kLatent) {
-      return KvCacheShape{config_.num_layers, 1, static_cast<int>(dims_.latent_width()),
-                          static_cast<int>(dims_.rank), block_size, true};
+      return KvCacheShape{
+          config_.num_layers,           1,          static_cast<int>(dims_.latent_width()),
+          static_cast<int>(dims_.rank), block_size, true};
     }
-    return KvCacheShape{config_.num_layers, config_.num_heads, static_cast<int>(dims_.qk),
-                        static_cast<int>(dims_.v), block_size, false};
+    return KvCacheShape{config_.num_layers,        config_.num_heads, static_cast<int>(dims_.qk),
+                        static_cast<int>(dims_.v), block_size,        false};
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override;
@@ -116,8 +117,8 @@ class DeepseekModel final : public CausalLM {
   // absorbed form (rank + rope + rank) - (qk + v) more per query, head and context token.
   int break_even_tokens() const {
     int64_t extra = 2 * dims_.rank + dims_.rope - dims_.qk - dims_.v;
-    return static_cast<int>(std::max<int64_t>(1, dims_.rank * (dims_.nope + dims_.v) /
-                                                     std::max<int64_t>(extra, 1)));
+    return static_cast<int>(
+        std::max<int64_t>(1, dims_.rank * (dims_.nope + dims_.v) / std::max<int64_t>(extra, 1)));
   }
   void bind_weights();
   DeepseekLayer bind_layer(const std::string& prefix, int layer_index);
@@ -125,13 +126,12 @@ class DeepseekModel final : public CausalLM {
                        KvCache& cache, Scratch& s, const float* cos, const float* sin);
   void expand_keys_values(const MlaWeights& w, const Tensor& latent, const float* rope_keys,
                           int64_t rope_stride, FloatTensor& keys, FloatTensor& values);
-  void attend_expanded_cache(const MlaWeights& w, const AttentionBatch& view,
-                             const PagedKvView& kv, Scratch& s, Tensor& out);
+  void attend_expanded_cache(const MlaWeights& w, const AttentionBatch& view, const PagedKvView& kv,
+                             Scratch& s, Tensor& out);
   void attend_expanding_latents(const MlaWeights& w, const ForwardBatch& batch, int seq,
                                 const PagedKvView& kv, Scratch& s, Tensor& out);
-  void attend_absorbed(const MlaWeights& w, const ForwardBatch& batch,
-                       const std::vector<int>& seqs, const PagedKvView& kv, Scratch& s,
-                       Tensor& out);
+  void attend_absorbed(const MlaWeights& w, const ForwardBatch& batch, const std::vector<int>& seqs,
+                       const PagedKvView& kv, Scratch& s, Tensor& out);
   void feed_forward(const DeepseekLayer& layer, Scratch& s);
 
   ModelConfig config_;
@@ -223,9 +223,9 @@ std::vector<const Tensor*> DeepseekModel::weights_read_per_token() const {
   };
   for (const DeepseekLayer& layer : layers_) {
     const MlaWeights& a = layer.attention;
-    for (const Tensor* tensor : {layer.input_norm, layer.post_attention_norm, a.q_proj, a.q_a_proj,
-                                 a.q_a_norm, a.q_b_proj, a.kv_a_proj, a.kv_a_norm, a.kv_b_proj,
-                                 a.o_proj}) {
+    for (const Tensor* tensor :
+         {layer.input_norm, layer.post_attention_norm, a.q_proj, a.q_a_proj, a.q_a_norm, a.q_b_proj,
+          a.kv_a_proj, a.kv_a_norm, a.kv_b_proj, a.o_proj}) {
       if (tensor) read.push_back(tensor);
     }
     if (!layer.is_moe) {
@@ -266,8 +266,8 @@ void DeepseekModel::attend_expanded_cache(const MlaWeights& w, const AttentionBa
   int64_t tokens = s.q.dim(0);
   FloatTensor keys({tokens, d.heads, d.qk});
   FloatTensor values({tokens, d.heads, d.v});
-  Tensor latent = Tensor::strided(s.compressed_kv.data(), DType::kF32, {tokens, d.rank},
-                                  {d.latent_width(), 1});
+  Tensor latent =
+      Tensor::strided(s.compressed_kv.data(), DType::kF32, {tokens, d.rank}, {d.latent_width(), 1});
   expand_keys_values(w, latent, s.compressed_kv.data() + d.rank, d.latent_width(), keys, values);
   ops_.kv_write(keys.view(), &values.view(), view, kv);
   Tensor q = Tensor::contiguous(s.q.data(), DType::kF32, {tokens, d.heads, d.qk});
@@ -293,8 +293,12 @@ void DeepseekModel::attend_expanding_latents(const MlaWeights& w, const ForwardB
   Tensor latent =
       Tensor::strided(cached.data(), DType::kF32, {context, d.rank}, {d.latent_width(), 1});
   expand_keys_values(w, latent, cached.data() + d.rank, d.latent_width(), keys, values);
-  PagedKvView expanded{keys.data(), values.data(), static_cast<int>(context),
-                       static_cast<int>(d.heads), static_cast<int>(d.qk), static_cast<int>(d.v),
+  PagedKvView expanded{keys.data(),
+                       values.data(),
+                       static_cast<int>(context),
+                       static_cast<int>(d.heads),
+                       static_cast<int>(d.qk),
+                       static_cast<int>(d.v),
                        false};
   int32_t query_start[2] = {0, rows};
   int32_t block_table[1] = {0};
@@ -309,8 +313,8 @@ void DeepseekModel::attend_expanding_latents(const MlaWeights& w, const ForwardB
 // Short new chunks (decode): W_UK folds into the query and W_UV into the output, so attention
 // runs over the cached latents directly as one shared 576-wide key/value head.
 void DeepseekModel::attend_absorbed(const MlaWeights& w, const ForwardBatch& batch,
-                                    const std::vector<int>& seqs, const PagedKvView& kv,
-                                    Scratch& s, Tensor& out) {
+                                    const std::vector<int>& seqs, const PagedKvView& kv, Scratch& s,
+                                    Tensor& out) {
   const MlaDims& d = dims_;
   std::vector<int32_t> rows, query_start{0}, context_lens, block_tables;
   for (int seq : seqs) {
@@ -337,8 +341,8 @@ void DeepseekModel::attend_absorbed(const MlaWeights& w, const ForwardBatch& bat
                   q_absorbed.data() + (t * d.heads + h) * d.latent_width() + d.rank);
     }
   }
-  AttentionBatch sub{static_cast<int>(seqs.size()), query_start.data(), context_lens.data(),
-                     block_tables.data(), batch.max_blocks_per_seq, nullptr};
+  AttentionBatch sub{static_cast<int>(seqs.size()), query_start.data(),       context_lens.data(),
+                     block_tables.data(),           batch.max_blocks_per_seq, nullptr};
   FloatTensor latent_out({count, d.heads, d.rank});
   Tensor latent_out_view = latent_out.view();
   ops_.paged_attention(q_absorbed.view(), sub, kv, softmax_scale_, 0, latent_out_view);
@@ -365,14 +369,15 @@ void DeepseekModel::attention_block(const DeepseekLayer& layer, int layer_index,
   ops_.rmsnorm(s.hidden.view(), *layer.input_norm, eps, normed);
   if (w.q_a_proj) {
     Tensor q_compressed = s.q_compressed.view();
-    ops_.matmuls(normed, {{w.q_a_proj, nullptr, &q_compressed}, {w.kv_a_proj, nullptr, &compressed_kv}});
+    ops_.matmuls(normed,
+                 {{w.q_a_proj, nullptr, &q_compressed}, {w.kv_a_proj, nullptr, &compressed_kv}});
     ops_.rmsnorm(q_compressed, *w.q_a_norm, eps, q_compressed);
     ops_.matmul(q_compressed, *w.q_b_proj, nullptr, q);
   } else {
     ops_.matmuls(normed, {{w.q_proj, nullptr, &q}, {w.kv_a_proj, nullptr, &compressed_kv}});
   }
-  Tensor latent = Tensor::strided(s.compressed_kv.data(), DType::kF32, {tokens, d.rank},
-                                  {d.latent_width(), 1});
+  Tensor latent =
+      Tensor::strided(s.compressed_kv.data(), DType::kF32, {tokens, d.rank}, {d.latent_width(), 1});
   ops_.rmsnorm(latent, *w.kv_a_norm, eps, latent);
   Tensor rope_key = Tensor::strided(s.compressed_kv.data() + d.rank, DType::kF32,
                                     {tokens, 1, d.rope}, {d.latent_width(), d.rope, 1});
@@ -386,8 +391,8 @@ void DeepseekModel::attention_block(const DeepseekLayer& layer, int layer_index,
   if (cache_form_ == MlaCache::kExpanded) {
     attend_expanded_cache(w, view, kv, s, out);
   } else {
-    Tensor cached = Tensor::contiguous(s.compressed_kv.data(), DType::kF32,
-                                       {tokens, 1, d.latent_width()});
+    Tensor cached =
+        Tensor::contiguous(s.compressed_kv.data(), DType::kF32, {tokens, 1, d.latent_width()});
     ops_.kv_write(cached, nullptr, view, kv);
     std::vector<int> absorbed;
     for (int seq = 0; seq < batch.num_seqs(); ++seq) {

@@ -12,8 +12,8 @@ const Tensor* layer_weight(const TensorStore& store, const std::string& name,
                            std::initializer_list<int64_t> shape) {
   const Tensor& tensor = store.get(name, shape);
   bool block_fp8 = tensor.dtype == DType::kF8E4M3 && tensor.block_scales;
-  if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 &&
-      tensor.dtype != DType::kF16 && !block_fp8) {
+  if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16 &&
+      !block_fp8) {
     fail("tensor \"{}\" has dtype {}; layers need F32, BF16, F16 or block-scaled F8_E4M3", name,
          dtype_name(tensor.dtype));
   }
@@ -48,8 +48,9 @@ void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tens
   FloatTensor selected({std::max<int64_t>(rows, 1), width});
   auto gather_logit_rows = [&] {
     for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(hidden.as<const float>() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * width,
-                  width, selected.data() + r * width);
+      std::copy_n(
+          hidden.as<const float>() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * width,
+          width, selected.data() + r * width);
     }
   };
   Tensor selected_view = selected.view();

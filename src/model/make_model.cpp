@@ -56,7 +56,8 @@ void add_deepseek_config(const MakeModelOptions& o, json& config) {
   config["n_group"] = o.expert_groups;
   config["topk_group"] = o.topk_groups;
   config["scoring_func"] = v3 ? "sigmoid" : "softmax";
-  config["topk_method"] = v3 ? "noaux_tc" : (o.expert_groups > 1 ? "group_limited_greedy" : "greedy");
+  config["topk_method"] =
+      v3 ? "noaux_tc" : (o.expert_groups > 1 ? "group_limited_greedy" : "greedy");
   config["norm_topk_prob"] = v3;
   config["routed_scaling_factor"] = v3 ? 2.5 : 1.0;
   config["num_nextn_predict_layers"] = o.num_mtp_layers;
@@ -81,9 +82,10 @@ json family_config(const MakeModelOptions& o, int head_dim) {
   };
   auto found = kFamilies.find(o.family);
   if (found == kFamilies.end()) {
-    fail("make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3, deepseek_v2, "
-         "deepseek_v3)",
-         o.family);
+    fail(
+        "make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3, deepseek_v2, "
+        "deepseek_v3)",
+        o.family);
   }
   json config = {
       {"architectures", {found->second.first}},

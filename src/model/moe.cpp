@@ -37,7 +37,8 @@ ExpertRouting routing_of(const MoeConfig& moe) {
 
 }  // namespace
 
-MoeWeights bind_moe(const TensorStore& store, const std::string& prefix, const ModelConfig& config) {
+MoeWeights bind_moe(const TensorStore& store, const std::string& prefix,
+                    const ModelConfig& config) {
   const MoeConfig& moe = config.moe;
   MoeWeights weights;
   int64_t hidden = config.hidden_size;
@@ -63,9 +64,8 @@ MoeWeights bind_moe(const TensorStore& store, const std::string& prefix, const M
                                              moe.expert_intermediate_size));
   }
   if (moe.num_shared_experts > 0) {
-    weights.shared =
-        bind_gated_mlp(store, prefix + "shared_experts.", hidden,
-                       int64_t{moe.expert_intermediate_size} * moe.num_shared_experts);
+    weights.shared = bind_gated_mlp(store, prefix + "shared_experts.", hidden,
+                                    int64_t{moe.expert_intermediate_size} * moe.num_shared_experts);
   }
   return weights;
 }
@@ -118,7 +118,9 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
   FloatTensor shared_gate({tokens, std::max<int64_t>(shared_inter, 1)});
   FloatTensor shared_up({tokens, std::max<int64_t>(shared_inter, 1)});
   std::deque<Tensor> views;  // the jobs point into it: a deque keeps elements where they are
-  auto view_of = [&](const FloatTensor& tensor) -> Tensor* { return &views.emplace_back(tensor.view()); };
+  auto view_of = [&](const FloatTensor& tensor) -> Tensor* {
+    return &views.emplace_back(tensor.view());
+  };
 
   std::vector<MatmulJob> up_jobs;
   for (Active& a : active) {
@@ -146,7 +148,8 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
   }
   ops.matmuls(normed, down_jobs);
   if (!shared) std::fill_n(out.as<float>(), out.numel(), 0.0f);
-  for (const Active& a : active) ops.add_scaled_rows(out, rows[a.expert], scales[a.expert], a.output.view());
+  for (const Active& a : active)
+    ops.add_scaled_rows(out, rows[a.expert], scales[a.expert], a.output.view());
 }
 
 }  // namespace deepinfer

@@ -11,10 +11,10 @@
 namespace deepinfer {
 
 struct MoeWeights {
-  const Tensor* router = nullptr;             // mlp.gate.weight [experts, hidden]
-  std::vector<float> correction_bias;         // e_score_correction_bias (noaux_tc), widened
+  const Tensor* router = nullptr;      // mlp.gate.weight [experts, hidden]
+  std::vector<float> correction_bias;  // e_score_correction_bias (noaux_tc), widened
   std::vector<GatedMlp> experts;
-  GatedMlp shared;                            // all null without shared experts
+  GatedMlp shared;  // all null without shared experts
 };
 
 MoeWeights bind_moe(const TensorStore& store, const std::string& prefix, const ModelConfig& config);

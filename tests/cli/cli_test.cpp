@@ -69,6 +69,35 @@ TEST(Cli, MakeModelWritesLoadableCheckpointsForEveryFamily) {
               std::filesystem::exists(dir.path() / "llama" / "model.safetensors.index.json"));
 }
 
+TEST(Cli, MakeModelWritesDeepseekCheckpointsInBf16AndFp8) {
+  TempDir dir;
+  for (const char* family : {"deepseek_v2", "deepseek_v3"}) {
+    for (const char* dtype : {"bf16", "fp8"}) {
+      std::string folder = (dir.path() / (std::string(family) + dtype)).string();
+      auto made = run_command(fmt::format(
+          "{} make-model --family {} --dtype {} --vocab 300 --hidden 64 --intermediate 96 "
+          "--layers 2 --heads 4 --q-lora-rank 24 --kv-lora-rank 32 --qk-nope-dim 16 "
+          "--qk-rope-dim 8 --v-head-dim 16 --experts 8 --experts-per-token 2 "
+          "--moe-intermediate 32 --expert-groups 2 --topk-groups 1 --mtp-layers 1 {}",
+          kBinary, family, dtype, folder));
+      ASSERT_EQ(made.status, 0) << made.output;
+      for (const char* cache : {"latent", "expanded"}) {
+        auto generated =
+            run_command(fmt::format("{} generate {} --prompt-ids 1,2,3 --max-tokens 5 --ignore-eos "
+                                    "--mla-cache {}",
+                                    kBinary, folder, cache));
+        ASSERT_EQ(generated.status, 0) << generated.output;
+        EXPECT_EQ(std::count(generated.output.begin(), generated.output.end(), ' '), 4);
+      }
+    }
+  }
+  auto dense_fp8 = run_command(fmt::format("{} make-model --family llama --dtype fp8 {}", kBinary,
+                                           (dir.path() / "llama").string()));
+  EXPECT_NE(dense_fp8.status, 0);
+  EXPECT_NE(dense_fp8.output.find("fp8 for deepseek_v2/deepseek_v3"), std::string::npos)
+      << dense_fp8.output;
+}
+
 TEST(Cli, ShardedMakeModelWritesAnIndex) {
   TempDir dir;
   std::string folder = (dir.path() / "sharded").string();

@@ -65,8 +65,8 @@ TEST(DType, Fp8RoundingIsNearestEvenAndSaturates) {
     float low = f8e4m3_to_f32(code);
     float high = f8e4m3_to_f32(static_cast<uint8_t>(code + 1));
     float middle = 0.5f * (low + high);
-    values.insert(values.end(), {middle, std::nextafter(middle, 0.0f),
-                                 std::nextafter(middle, 1e9f), -middle, low * 1.01f});
+    values.insert(values.end(), {middle, std::nextafter(middle, 0.0f), std::nextafter(middle, 1e9f),
+                                 -middle, low * 1.01f});
   }
   for (float value = -500.0f; value <= 500.0f; value += 0.0137f) values.push_back(value);
   for (float value : values) {

@@ -55,7 +55,8 @@ struct TypedWeights {
     int64_t scale_rows = (rows + block_rows - 1) / block_rows;
     int64_t scale_cols = (cols + block_cols - 1) / block_cols;
     fp8_scales.resize(static_cast<size_t>(scale_rows * scale_cols));
-    for (size_t i = 0; i < fp8_scales.size(); ++i) fp8_scales[i] = 0.002f * static_cast<float>(i + 1);
+    for (size_t i = 0; i < fp8_scales.size(); ++i)
+      fp8_scales[i] = 0.002f * static_cast<float>(i + 1);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         float scale = fp8_scales[static_cast<size_t>(r / block_rows * scale_cols + c / block_cols)];
@@ -73,12 +74,13 @@ struct TypedWeights {
 TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
   const IsaKernels& reference = cpu::generic_kernels();
   for (const IsaKernels* table : simd_tables()) {
-    for (Shape shape : {Shape{1, 1, 1}, Shape{1, 37, 64}, Shape{3, 9, 17}, Shape{7, 33, 130},
-                        Shape{16, 64, 256}, Shape{41, 19, 48}, Shape{1, 40, 300},
-                        Shape{5, 21, 160}}) {
+    for (Shape shape :
+         {Shape{1, 1, 1}, Shape{1, 37, 64}, Shape{3, 9, 17}, Shape{7, 33, 130}, Shape{16, 64, 256},
+          Shape{41, 19, 48}, Shape{1, 40, 300}, Shape{5, 21, 160}}) {
       std::vector<float> x = random_values(static_cast<size_t>(shape.rows * shape.depth), 1);
       std::vector<float> bias = random_values(static_cast<size_t>(shape.cols), 3);
-      for (auto [block_rows, block_cols] : {std::pair{16, 32}, std::pair{128, 128}, std::pair{3, 7}}) {
+      for (auto [block_rows, block_cols] :
+           {std::pair{16, 32}, std::pair{128, 128}, std::pair{3, 7}}) {
         TypedWeights weights(shape.cols, shape.depth, 2, block_rows, block_cols);
         for (const cpu::WeightMatrix& w : weights.matrices) {
           std::vector<float> want(static_cast<size_t>(shape.rows * shape.cols));

@@ -110,10 +110,10 @@ TEST(DeepseekMtp, ModulesLoadAndTheirWeightsAreAddressable) {
   auto model = load_model(dir.path(), LoadMode::kMmap, *ops);
   ASSERT_EQ(model->num_mtp_modules(), 1);
   auto weights = model->mtp_module_weights(0);
-  for (const char* name : {"enorm.weight", "hnorm.weight", "eh_proj.weight", "embed_tokens.weight",
-                           "shared_head.norm.weight", "shared_head.head.weight",
-                           "self_attn.kv_b_proj.weight", "mlp.experts.7.down_proj.weight",
-                           "mlp.gate.e_score_correction_bias"}) {
+  for (const char* name :
+       {"enorm.weight", "hnorm.weight", "eh_proj.weight", "embed_tokens.weight",
+        "shared_head.norm.weight", "shared_head.head.weight", "self_attn.kv_b_proj.weight",
+        "mlp.experts.7.down_proj.weight", "mlp.gate.e_score_correction_bias"}) {
     EXPECT_TRUE(weights.count(name)) << name;
   }
   const Tensor& eh_proj = *weights.at("eh_proj.weight");
@@ -157,9 +157,9 @@ TEST(DeepseekFp8, MissingOrMisshapenScalesAreNamed) {
 ExpertChoice route(const MoeConfig& moe, std::vector<float> logits,
                    const std::vector<float>& bias) {
   auto ops = make_cpu_ops();
-  Tensor view = Tensor::contiguous(logits.data(), DType::kF32,
-                                   {static_cast<int64_t>(logits.size()) / moe.num_experts,
-                                    moe.num_experts});
+  Tensor view =
+      Tensor::contiguous(logits.data(), DType::kF32,
+                         {static_cast<int64_t>(logits.size()) / moe.num_experts, moe.num_experts});
   return route_tokens(*ops, moe, view, bias);
 }
 

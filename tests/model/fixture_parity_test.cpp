@@ -167,8 +167,7 @@ std::vector<std::string> deepseek_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(DeepSeek, FixtureParity, ::testing::ValuesIn(deepseek_cases()),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(DeepSeek, FixtureParity, ::testing::ValuesIn(deepseek_cases()), case_name);
 
 }  // namespace
 }  // namespace deepinfer

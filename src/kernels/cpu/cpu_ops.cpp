@@ -172,8 +172,8 @@ class CpuOps final : public Ops {
         });
   }
 
-  void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices,
-                   bool transposed, Tensor& out) override {
+  void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices, bool transposed,
+                   Tensor& out) override {
     DI_CHECK(x.rank == 3 && out.rank == 3 && x.dim(0) == out.dim(0) && x.dim(1) == out.dim(1),
              "head_matmul: x {} and out {} must be [T, H, *]", x.shape_string(),
              out.shape_string());
@@ -219,8 +219,8 @@ class CpuOps final : public Ops {
     int64_t k = routing.experts_per_token;
     pool_.parallel_for(tokens, 16, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        cpu::route_token(router_logits.as<const float>() + t * routing.num_experts,
-                         correction_bias, routing, experts + t * k, weights + t * k);
+        cpu::route_token(router_logits.as<const float>() + t * routing.num_experts, correction_bias,
+                         routing, experts + t * k, weights + t * k);
       }
     });
   }
@@ -344,8 +344,8 @@ class CpuOps final : public Ops {
     DI_CHECK(keys.numel() >= count * width, "kv_read_keys: output {} holds fewer than {} tokens",
              keys.shape_string(), count);
     for (int64_t t = 0; t < count; ++t) {
-      int64_t slot = int64_t{block_table[t / cache.block_size]} * cache.block_size +
-                     t % cache.block_size;
+      int64_t slot =
+          int64_t{block_table[t / cache.block_size]} * cache.block_size + t % cache.block_size;
       std::copy_n(cache.keys + slot * width, width, keys.as<float>() + t * width);
     }
   }
@@ -441,8 +441,8 @@ void CpuOps::attend_group(const GroupAttention& a) const {
   for_each_block([&](int64_t index, int64_t slot, int64_t n) {
     cpu::WeightMatrix values{cache.values + slot * cache.value_stride() + a.value_offset,
                              cache.value_stride(), WeightType::kF32};
-    isa_.matmul_columns(scores.data() + index, count, values, a.group, 0, width, n,
-                        partial.data(), width);
+    isa_.matmul_columns(scores.data() + index, count, values, a.group, 0, width, n, partial.data(),
+                        width);
     for (int64_t i = 0; i < a.group * width; ++i) a.out[i] += partial[static_cast<size_t>(i)];
   });
 }
@@ -465,9 +465,8 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
   // there are too few rows and KV heads to keep every thread busy (MLA decode: one of each).
   int64_t pairs = tokens * cache.num_kv_heads;
   int64_t wanted_slices = (2 * int64_t{pool_.size()} + pairs - 1) / pairs;
-  int heads_per_slice =
-      static_cast<int>((group + std::min<int64_t>(wanted_slices, group) - 1) /
-                       std::min<int64_t>(wanted_slices, group));
+  int heads_per_slice = static_cast<int>((group + std::min<int64_t>(wanted_slices, group) - 1) /
+                                         std::min<int64_t>(wanted_slices, group));
   int slices = (group + heads_per_slice - 1) / heads_per_slice;
   pool_.parallel_for_dynamic(pairs * slices, 1, [&](int64_t begin, int64_t end) {
     for (int64_t item = begin; item < end; ++item) {

@@ -43,7 +43,8 @@ inline Vec load_f16(const uint16_t* p) {
 // the f16 layout (bit 14 cleared), widen as f16.
 inline Vec load_fp8(const uint8_t* p) {
   __m256i words = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  words = _mm256_and_si256(_mm256_slli_epi16(words, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  words =
+      _mm256_and_si256(_mm256_slli_epi16(words, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
   return _mm512_cvtph_ps(words);
 }
 inline Vec vadd(Vec a, Vec b) {

@@ -94,9 +94,14 @@ float generic_fma_probe(int64_t iterations) {
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{
-      "generic",         generic_matmul, generic_matmul_columns, generic_dot, generic_attention_head,
-      generic_fma_probe, 8,              nullptr};
+  static const IsaKernels table{"generic",
+                                generic_matmul,
+                                generic_matmul_columns,
+                                generic_dot,
+                                generic_attention_head,
+                                generic_fma_probe,
+                                8,
+                                nullptr};
   return table;
 }
 
