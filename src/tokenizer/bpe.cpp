@@ -1,0 +1,173 @@
+#include "tokenizer/bpe.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+#include <queue>
+
+#include "core/error.h"
+#include "tokenizer/text.h"
+
+namespace deepinfer::tokenization {
+
+BpeModel::BpeModel(const Json& model) {
+  std::string type = model.value("type", std::string("BPE"));
+  if (type != "BPE") {
+    fail("tokenizer.json: model type \"{}\" is not supported (supported: BPE)", type);
+  }
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      model["dropout"].get<double>() > 0)
+    fail("tokenizer.json: BPE dropout is not supported for inference");
+  const Json& vocab = model.at("vocab");
+  if (!vocab.is_object()) fail("tokenizer.json: model.vocab must be an object");
+  for (const auto& [token, id_value] : vocab.items()) {
+    int64_t id = id_value.get<int64_t>();
+    if (id < 0 || id > (1 << 30)) fail("tokenizer.json: token \"{}\" has id {}", token, id);
+    vocab_.emplace(token, static_cast<int32_t>(id));
+    if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
+    tokens_[static_cast<size_t>(id)] = token;
+  }
+  auto id_of = [&](const std::string& token, const char* what) {
+    auto found = vocab_.find(token);
+    if (found == vocab_.end())
+      fail("tokenizer.json: merge {} \"{}\" is not in the vocabulary", what, token);
+    return found->second;
+  };
+  int32_t rank = 0;
+  for (const Json& merge : model.at("merges")) {
+    std::string left, right;
+    if (merge.is_string()) {
+      std::string text = merge.get<std::string>();
+      size_t space = text.find(' ', 1);
+      if (space == std::string::npos) fail("tokenizer.json: merge \"{}\" has no space", text);
+      left = text.substr(0, space);
+      right = text.substr(space + 1);
+    } else if (merge.is_array() && merge.size() == 2) {
+      left = merge[0].get<std::string>();
+      right = merge[1].get<std::string>();
+    } else {
+      fail("tokenizer.json: merge {} is neither \"a b\" nor [\"a\", \"b\"]", merge.dump());
+    }
+    int32_t merged = id_of(left + right, "result");
+    merges_.emplace(pair_key(id_of(left, "part"), id_of(right, "part")), Merge{rank++, merged});
+  }
+  byte_fallback_ = model.value("byte_fallback", false);
+  ignore_merges_ = model.value("ignore_merges", false);
+  fuse_unk_ = model.value("fuse_unk", false);
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    unk_ = id_of(model["unk_token"].get<std::string>(), "unk token");
+  if (model.contains("continuing_subword_prefix") && model["continuing_subword_prefix"].is_string())
+    prefix_ = model["continuing_subword_prefix"].get<std::string>();
+  if (model.contains("end_of_word_suffix") && model["end_of_word_suffix"].is_string())
+    suffix_ = model["end_of_word_suffix"].get<std::string>();
+  if (byte_fallback_) {
+    for (int byte = 0; byte < 256; ++byte) {
+      auto found = vocab_.find(fmt::format("<0x{:02X}>", byte));
+      byte_ids_.push_back(found == vocab_.end() ? -1 : found->second);
+    }
+  }
+}
+
+void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+  bool previous_unknown = false;
+  for (size_t i = 0; i < piece.size();) {
+    size_t length = static_cast<size_t>(text::utf8_length(static_cast<unsigned char>(piece[i])));
+    std::string symbol(piece.substr(i, length));
+    if (i > 0 && !prefix_.empty()) symbol.insert(0, prefix_);
+    if (i + length == piece.size()) symbol += suffix_;
+    auto found = vocab_.find(symbol);
+    if (found != vocab_.end()) {
+      ids.push_back(found->second);
+      previous_unknown = false;
+    } else if (byte_fallback_ &&
+               std::all_of(piece.begin() + static_cast<std::ptrdiff_t>(i),
+                           piece.begin() + static_cast<std::ptrdiff_t>(i + length), [&](char ch) {
+                             return byte_ids_[static_cast<unsigned char>(ch)] >= 0;
+                           })) {
+      for (size_t k = i; k < i + length; ++k)
+        ids.push_back(byte_ids_[static_cast<unsigned char>(piece[k])]);
+      previous_unknown = false;
+    } else if (unk_ >= 0) {
+      if (!(fuse_unk_ && previous_unknown)) ids.push_back(unk_);
+      previous_unknown = true;
+    }
+    i += length;
+  }
+}
+
+// Repeatedly merges the adjacent pair of lowest rank (leftmost among equals), as transformers
+// does, over a linked list of symbols and a heap of candidate pairs.
+void BpeModel::merge(std::vector<int32_t>& ids) const {
+  if (ids.size() < 2) return;
+  struct Candidate {
+    int32_t rank;
+    int32_t left;  // position
+    int32_t left_id, right_id;
+    bool operator>(const Candidate& other) const {
+      return rank != other.rank ? rank > other.rank : left > other.left;
+    }
+  };
+  auto count = static_cast<int32_t>(ids.size());
+  std::vector<int32_t> next(ids.size()), previous(ids.size());
+  for (int32_t i = 0; i < count; ++i) {
+    next[static_cast<size_t>(i)] = i + 1 < count ? i + 1 : -1;
+    previous[static_cast<size_t>(i)] = i - 1;
+  }
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
+  auto consider = [&](int32_t left) {
+    if (left < 0) return;
+    int32_t right = next[static_cast<size_t>(left)];
+    if (right < 0) return;
+    int32_t a = ids[static_cast<size_t>(left)], b = ids[static_cast<size_t>(right)];
+    auto found = merges_.find(pair_key(a, b));
+    if (found != merges_.end()) heap.push({found->second.rank, left, a, b});
+  };
+  for (int32_t i = 0; i + 1 < count; ++i) consider(i);
+  while (!heap.empty()) {
+    Candidate top = heap.top();
+    heap.pop();
+    auto left = static_cast<size_t>(top.left);
+    int32_t right = next[left];
+    if (ids[left] != top.left_id || right < 0 || ids[static_cast<size_t>(right)] != top.right_id)
+      continue;  // stale: one side has merged since
+    ids[left] = merges_.at(pair_key(top.left_id, top.right_id)).merged;
+    int32_t after = next[static_cast<size_t>(right)];
+    next[left] = after;
+    if (after >= 0) previous[static_cast<size_t>(after)] = top.left;
+    ids[static_cast<size_t>(right)] = -1;
+    consider(previous[left]);
+    consider(top.left);
+  }
+  std::vector<int32_t> merged;
+  for (int32_t i = 0; i >= 0; i = next[static_cast<size_t>(i)])
+    merged.push_back(ids[static_cast<size_t>(i)]);
+  ids = std::move(merged);
+}
+
+void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {
+    auto found = vocab_.find(std::string(piece));
+    if (found != vocab_.end()) {
+      out.push_back(found->second);
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  initial_symbols(piece, ids);
+  merge(ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto found = vocab_.find(std::string(token));
+  if (found == vocab_.end()) return std::nullopt;
+  return found->second;
+}
+
+const std::string* BpeModel::id_to_token(int32_t id) const {
+  if (id < 0 || id >= size() || tokens_[static_cast<size_t>(id)].empty()) return nullptr;
+  return &tokens_[static_cast<size_t>(id)];
+}
+
+}  // namespace deepinfer::tokenization

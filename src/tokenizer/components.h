@@ -1,0 +1,54 @@
+// The pipeline stages of a tokenizer.json, each built from its JSON description. Internal to
+// the tokenizer module; `Tokenizer` (tokenizer.h) strings them together.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+namespace deepinfer::tokenization {
+
+using Json = nlohmann::json;
+
+// Rewrites a stretch of input text (Unicode normalization, replacements, ...).
+class Normalizer {
+ public:
+  virtual ~Normalizer() = default;
+  virtual std::string apply(std::string text) const = 0;
+};
+
+// Cuts text into pieces; runs over every piece the previous stages left. `first` is set for
+// the first stretch of the input (Metaspace's prepend_scheme "first").
+class PreTokenizer {
+ public:
+  virtual ~PreTokenizer() = default;
+  virtual void split(std::vector<std::string>& pieces, bool first) const = 0;
+};
+
+// Turns token strings back into text, as a chain over the whole list.
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  virtual void decode(std::vector<std::string>& tokens) const = 0;
+};
+
+// Each maker throws Error naming the component ("normalizer type \"X\" is not supported") for
+// anything it does not implement. A null description gives nullptr (no stage).
+std::unique_ptr<Normalizer> make_normalizer(const Json& description);
+std::unique_ptr<PreTokenizer> make_pre_tokenizer(const Json& description);
+std::unique_ptr<Decoder> make_decoder(const Json& description);
+
+// What add_special_tokens adds around a single sequence (TemplateProcessing's "single").
+struct PostProcessor {
+  std::vector<int32_t> prefix;
+  std::vector<int32_t> suffix;
+};
+PostProcessor make_post_processor(const Json& description);
+
+// GPT-2's reversible byte <-> printable character map used by ByteLevel stages.
+const std::vector<std::string>& byte_to_char();
+int char_to_byte(char32_t c);  // -1 when c is not one of the 256 characters
+
+}  // namespace deepinfer::tokenization

@@ -1,0 +1,152 @@
+// Tokenizers against what Hugging Face tokenizers/transformers produced on the same files
+// (tests/fixtures/tokenizers/golden.json), plus round-trip and robustness properties.
+#include "tokenizer/tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/error.h"
+#include "tokenizer/text.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+
+const json& golden() {
+  static const json data = [] {
+    std::ifstream stream(std::string(DEEPINFER_FIXTURES) + "/tokenizers/golden.json");
+    return json::parse(stream);
+  }();
+  return data;
+}
+
+const std::vector<std::string>& corpus() {
+  static const std::vector<std::string> texts = [] {
+    std::ifstream stream(std::string(DEEPINFER_FIXTURES) + "/tokenizers/corpus.json");
+    return json::parse(stream).get<std::vector<std::string>>();
+  }();
+  return texts;
+}
+
+const Tokenizer& tokenizer_for(const std::string& family) {
+  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
+  auto& slot = loaded[family];
+  if (!slot) slot = Tokenizer::load(std::string(DEEPINFER_TOKENIZERS) + "/" + family);
+  return *slot;
+}
+
+class GoldenTokenizer : public ::testing::TestWithParam<std::string> {
+ protected:
+  const Tokenizer& tokenizer() const { return tokenizer_for(GetParam()); }
+  const json& expected() const { return golden().at(GetParam()); }
+
+  // Every corpus text through `encode`, against the golden list `key`.
+  template <typename Encode>
+  void expect_all(const char* key, Encode encode) const {
+    const json& want = expected().at(key);
+    ASSERT_EQ(want.size(), corpus().size());
+    int mismatches = 0;
+    for (size_t i = 0; i < corpus().size(); ++i) {
+      std::vector<int32_t> got = encode(corpus()[i]);
+      if (got != want[i].get<std::vector<int32_t>>() && ++mismatches <= 3) {
+        ADD_FAILURE() << key << " text " << i << ": " << json(corpus()[i]).dump() << "\n got  "
+                      << json(got).dump() << "\n want " << want[i].dump();
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << key;
+  }
+};
+
+TEST_P(GoldenTokenizer, EncodeRecognisingAddedTokens) {
+  expect_all("encode", [&](const std::string& text) { return tokenizer().encode(text); });
+}
+
+TEST_P(GoldenTokenizer, EncodeWithSpecialTokensAsText) {
+  expect_all("encode_as_text", [&](const std::string& text) {
+    return tokenizer().encode(text, EncodeMode::kAsText);
+  });
+}
+
+TEST_P(GoldenTokenizer, EncodePlain) {
+  expect_all("encode_plain",
+             [&](const std::string& text) { return tokenizer().encode(text, EncodeMode::kPlain); });
+}
+
+TEST_P(GoldenTokenizer, EncodeWithPostProcessor) {
+  expect_all("encode_with_bos", [&](const std::string& text) {
+    return tokenizer().encode(text, EncodeMode::kSpecials, true);
+  });
+}
+
+TEST_P(GoldenTokenizer, Decode) {
+  const json& encoded = expected().at("encode");
+  const json& decoded = expected().at("decode");
+  int mismatches = 0;
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    std::string got = tokenizer().decode(encoded[i].get<std::vector<int32_t>>());
+    if (got != decoded[i].get<std::string>() && ++mismatches <= 3) {
+      ADD_FAILURE() << "text " << i << "\n got  " << json(got).dump() << "\n want "
+                    << decoded[i].dump();
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST_P(GoldenTokenizer, StreamingDetokenizerEqualsFullDecode) {
+  std::mt19937 engine(7);
+  int32_t vocab = tokenizer().vocab_size();
+  for (int round = 0; round < 40; ++round) {
+    std::vector<int32_t> ids;
+    if (round % 2 == 0) {
+      ids = tokenizer().encode(corpus()[static_cast<size_t>(round) % corpus().size()]);
+    } else {
+      std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
+      for (int i = 0; i < 30; ++i) {
+        int32_t id = pick(engine);
+        if (!tokenizer().id_to_token(id).empty()) ids.push_back(id);
+      }
+    }
+    StreamingDetokenizer stream(tokenizer());
+    std::string streamed;
+    for (int32_t id : ids) streamed += stream.push(id);
+    streamed += stream.finish();
+    EXPECT_EQ(streamed, tokenizer().decode(ids)) << "round " << round;
+  }
+}
+
+TEST_P(GoldenTokenizer, RandomInputNeverCrashes) {
+  std::mt19937 engine(11);
+  for (int round = 0; round < 200; ++round) {
+    std::string bytes;
+    std::uniform_int_distribution<int> length(0, 40), byte(0, 255);
+    for (int i = length(engine); i > 0; --i) bytes += static_cast<char>(byte(engine));
+    try {
+      std::vector<int32_t> ids = tokenizer().encode(bytes);
+      EXPECT_EQ(tokenizer().decode(ids, false).empty(), bytes.empty());
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("not valid UTF-8"), std::string::npos);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, GoldenTokenizer,
+                         ::testing::Values("deepseek_v3", "qwen3", "llama3", "gemma3"));
+
+TEST(Tokenizer, ByteLevelRoundTripsTheCorpus) {
+  for (std::string family : {"deepseek_v3", "qwen3", "llama3"}) {
+    const Tokenizer& tokenizer = tokenizer_for(family);
+    for (const std::string& text : corpus()) {
+      // Qwen's normalizer is NFC, so its round trip gives the NFC form of the text.
+      std::string expected =
+          family == "qwen3" ? text::normalize(text, text::NormalForm::kNfc) : text;
+      EXPECT_EQ(tokenizer.decode(tokenizer.encode(text, EncodeMode::kPlain)), expected) << family;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
