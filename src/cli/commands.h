@@ -17,6 +17,7 @@ void add_logits_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_make_model_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_tokenizer_commands(CLI::App& app);
 
 // Flags every command that loads a model shares.
 struct ModelOptions {

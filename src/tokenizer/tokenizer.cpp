@@ -173,15 +173,20 @@ std::unique_ptr<Tokenizer> Tokenizer::load(const std::filesystem::path& folder) 
     fail("{}: no tokenizer.json (is {} a model folder?)", path.string(), folder.string());
   std::filesystem::path config = folder / "tokenizer_config.json";
   std::string config_text = std::filesystem::exists(config) ? read_file(config) : "";
-  try {
-    return from_json(read_file(path), config_text);
-  } catch (const nlohmann::json::exception& error) {
-    fail("{}: malformed ({})", path.string(), error.what());
-  }
+  return from_json(read_file(path), config_text);
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& tokenizer_json,
                                                 const std::string& config_json) {
+  try {
+    return build(tokenizer_json, config_json);
+  } catch (const nlohmann::json::exception& error) {
+    fail("tokenizer.json: malformed ({})", error.what());
+  }
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::build(const std::string& tokenizer_json,
+                                            const std::string& config_json) {
   Json spec = Json::parse(tokenizer_json, nullptr, false);
   if (spec.is_discarded() || !spec.is_object()) fail("tokenizer.json: malformed JSON");
   auto impl = std::make_unique<Impl>();

@@ -47,6 +47,8 @@ class Tokenizer {
  private:
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
+  static std::unique_ptr<Tokenizer> build(const std::string& tokenizer_json,
+                                          const std::string& config_json);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -113,6 +113,30 @@ TEST(Cli, ShardedMakeModelWritesAnIndex) {
   EXPECT_EQ(model->config().num_kv_heads, 1);
 }
 
+TEST(Cli, TokenizeAndDetokenizeInEveryMode) {
+  std::string dir = std::string(DEEPINFER_TOKENIZERS) + "/qwen3";
+  auto specials = run_command(
+      fmt::format("{} tokenize {} --text 'Hello <|im_start|> world' --json", kBinary, dir));
+  ASSERT_EQ(specials.status, 0) << specials.output;
+  EXPECT_EQ(specials.output, "[9707,220,151644,1879]\n");
+  auto plain = run_command(fmt::format(
+      "{} tokenize {} --text 'Hello <|im_start|> world' --mode plain --json", kBinary, dir));
+  EXPECT_EQ(plain.output.find("151644"), std::string::npos) << plain.output;
+  auto decoded =
+      run_command(fmt::format("{} detokenize {} --ids 9707,220,151644,1879", kBinary, dir));
+  EXPECT_EQ(decoded.output, "Hello <|im_start|> world");
+  auto with_bos = run_command(
+      fmt::format("{} tokenize {}/../llama3 --text hi --with-bos --json", kBinary, dir));
+  EXPECT_EQ(with_bos.output, "[128000,6151]\n");
+  auto bad =
+      run_command(fmt::format("{} tokenize {} --text-file {}/tokenizers/golden.json --text x",
+                              kBinary, dir, DEEPINFER_FIXTURES));
+  EXPECT_NE(bad.status, 0);
+  auto out_of_vocab = run_command(fmt::format("{} detokenize {} --ids 99999999", kBinary, dir));
+  EXPECT_EQ(out_of_vocab.status, 1);
+  EXPECT_NE(out_of_vocab.output.find("outside the vocabulary"), std::string::npos);
+}
+
 TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
   std::string model = fixture_model("llama-gqa").string();
   auto bad_ids = run_command(fmt::format("{} generate {} --prompt-ids 1,x,3", kBinary, model));
@@ -132,7 +156,8 @@ TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
 }
 
 TEST(Cli, EveryCommandHasHelp) {
-  for (const char* command : {"", "logits", "generate", "make-model", "bench"}) {
+  for (const char* command :
+       {"", "logits", "generate", "make-model", "bench", "tokenize", "detokenize"}) {
     auto help = run_command(fmt::format("{} {} --help", kBinary, command));
     EXPECT_EQ(help.status, 0) << command;
     EXPECT_NE(help.output.find("Options:"), std::string::npos) << command << help.output;

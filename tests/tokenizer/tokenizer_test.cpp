@@ -148,5 +148,52 @@ TEST(Tokenizer, ByteLevelRoundTripsTheCorpus) {
   }
 }
 
+std::string load_error(const std::string& tokenizer_json) {
+  try {
+    Tokenizer::from_json(tokenizer_json, "");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Tokenizer, UnsupportedComponentsAreNamed) {
+  auto with = [](const std::string& field) {
+    return R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},)" +
+           field + "}";
+  };
+  EXPECT_NE(load_error(with(R"("normalizer": {"type": "BertNormalizer"})"))
+                .find("normalizer type \"BertNormalizer\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(load_error(with(R"("pre_tokenizer": {"type": "CharDelimiterSplit"})"))
+                .find("pre_tokenizer type \"CharDelimiterSplit\""),
+            std::string::npos);
+  EXPECT_NE(
+      load_error(with(R"("decoder": {"type": "WordPiece"})")).find("decoder type \"WordPiece\""),
+      std::string::npos);
+  EXPECT_NE(load_error(with(R"("post_processor": {"type": "BertProcessing"})"))
+                .find("post_processor type \"BertProcessing\""),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "Unigram", "vocab": []}})")
+                .find("model type \"Unigram\" is not supported"),
+            std::string::npos);
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a q"]}})")
+                .find("merge result \"aq\" is not in the vocabulary"),
+            std::string::npos);
+  EXPECT_EQ(load_error("[1, 2"), "tokenizer.json: malformed JSON");
+  EXPECT_NE(load_error(R"({"model": {"type": "BPE"}})").find("tokenizer.json: malformed"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, MergesInBothSerialisedFormsAgree) {
+  std::string vocab = R"("vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4})";
+  auto strings = Tokenizer::from_json(
+      R"({"model": {"type": "BPE", )" + vocab + R"(, "merges": ["a b", "ab c"]}})", "");
+  auto pairs = Tokenizer::from_json(
+      R"({"model": {"type": "BPE", )" + vocab + R"(, "merges": [["a", "b"], ["ab", "c"]]}})", "");
+  EXPECT_EQ(strings->encode("abcab"), (std::vector<int32_t>{4, 3}));
+  EXPECT_EQ(pairs->encode("abcab"), strings->encode("abcab"));
+}
+
 }  // namespace
 }  // namespace deepinfer
