@@ -10,6 +10,19 @@
 
 namespace deepinfer::tokenization {
 
+void BpeModel::MergeTable::build(const std::vector<std::pair<uint64_t, Merge>>& entries) {
+  size_t capacity = 16;
+  while (capacity < entries.size() * 2) capacity *= 2;
+  slots_.assign(capacity, Slot{});
+  mask_ = capacity - 1;
+  for (const auto& [key, merge] : entries) {
+    size_t slot = hash(key) & mask_;
+    while (slots_[slot].key != kEmpty && slots_[slot].key != key) slot = (slot + 1) & mask_;
+    // A repeated merge keeps its first (best) rank, as transformers does.
+    if (slots_[slot].key == kEmpty) slots_[slot] = {key, merge};
+  }
+}
+
 BpeModel::BpeModel(const Json& model) {
   std::string type = model.value("type", std::string("BPE"));
   if (type != "BPE") {
@@ -34,6 +47,7 @@ BpeModel::BpeModel(const Json& model) {
     return found->second;
   };
   int32_t rank = 0;
+  std::vector<std::pair<uint64_t, Merge>> merges;
   for (const Json& merge : model.at("merges")) {
     std::string left, right;
     if (merge.is_string()) {
@@ -49,8 +63,9 @@ BpeModel::BpeModel(const Json& model) {
       fail("tokenizer.json: merge {} is neither \"a b\" nor [\"a\", \"b\"]", merge.dump());
     }
     int32_t merged = id_of(left + right, "result");
-    merges_.emplace(pair_key(id_of(left, "part"), id_of(right, "part")), Merge{rank++, merged});
+    merges.emplace_back(pair_key(id_of(left, "part"), id_of(right, "part")), Merge{rank++, merged});
   }
+  merges_.build(merges);
   byte_fallback_ = model.value("byte_fallback", false);
   ignore_merges_ = model.value("ignore_merges", false);
   fuse_unk_ = model.value("fuse_unk", false);
@@ -60,6 +75,11 @@ BpeModel::BpeModel(const Json& model) {
     prefix_ = model["continuing_subword_prefix"].get<std::string>();
   if (model.contains("end_of_word_suffix") && model["end_of_word_suffix"].is_string())
     suffix_ = model["end_of_word_suffix"].get<std::string>();
+  for (const auto& [token, id] : vocab_) {
+    if (!token.empty() && static_cast<size_t>(text::utf8_length(
+                              static_cast<unsigned char>(token[0]))) == token.size())
+      char_ids_.emplace(text::code_point_at(token, 0), id);
+  }
   if (byte_fallback_) {
     for (int byte = 0; byte < 256; ++byte) {
       auto found = vocab_.find(fmt::format("<0x{:02X}>", byte));
@@ -72,12 +92,19 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids
   bool previous_unknown = false;
   for (size_t i = 0; i < piece.size();) {
     size_t length = static_cast<size_t>(text::utf8_length(static_cast<unsigned char>(piece[i])));
-    std::string symbol(piece.substr(i, length));
-    if (i > 0 && !prefix_.empty()) symbol.insert(0, prefix_);
-    if (i + length == piece.size()) symbol += suffix_;
-    auto found = vocab_.find(symbol);
-    if (found != vocab_.end()) {
-      ids.push_back(found->second);
+    int32_t id = -1;
+    if (prefix_.empty() && suffix_.empty()) {
+      auto found = char_ids_.find(text::code_point_at(piece, i));
+      if (found != char_ids_.end()) id = found->second;
+    } else {
+      std::string symbol(piece.substr(i, length));
+      if (i > 0) symbol.insert(0, prefix_);
+      if (i + length == piece.size()) symbol += suffix_;
+      auto found = vocab_.find(symbol);
+      if (found != vocab_.end()) id = found->second;
+    }
+    if (id >= 0) {
+      ids.push_back(id);
       previous_unknown = false;
     } else if (byte_fallback_ &&
                std::all_of(piece.begin() + static_cast<std::ptrdiff_t>(i),
@@ -119,8 +146,7 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
     int32_t right = next[static_cast<size_t>(left)];
     if (right < 0) return;
     int32_t a = ids[static_cast<size_t>(left)], b = ids[static_cast<size_t>(right)];
-    auto found = merges_.find(pair_key(a, b));
-    if (found != merges_.end()) heap.push({found->second.rank, left, a, b});
+    if (const Merge* found = merges_.find(pair_key(a, b))) heap.push({found->rank, left, a, b});
   };
   for (int32_t i = 0; i + 1 < count; ++i) consider(i);
   while (!heap.empty()) {
@@ -130,7 +156,7 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
     int32_t right = next[left];
     if (ids[left] != top.left_id || right < 0 || ids[static_cast<size_t>(right)] != top.right_id)
       continue;  // stale: one side has merged since
-    ids[left] = merges_.at(pair_key(top.left_id, top.right_id)).merged;
+    ids[left] = merges_.find(pair_key(top.left_id, top.right_id))->merged;
     int32_t after = next[static_cast<size_t>(right)];
     next[left] = after;
     if (after >= 0) previous[static_cast<size_t>(after)] = top.left;
@@ -153,10 +179,30 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
       return;
     }
   }
+  bool cacheable = piece.size() <= kCachedPieceBytes;
+  std::string key;
+  if (cacheable) {
+    key.assign(piece);
+    std::shared_lock lock(cache_mutex_);
+    auto found = cache_.find(key);
+    if (found != cache_.end()) {
+      out.insert(out.end(), found->second.begin(), found->second.end());
+      return;
+    }
+  }
   std::vector<int32_t> ids;
   initial_symbols(piece, ids);
   merge(ids);
   out.insert(out.end(), ids.begin(), ids.end());
+  if (cacheable) {
+    std::unique_lock lock(cache_mutex_);
+    if (cache_.size() < kCacheEntries) cache_.emplace(std::move(key), std::move(ids));
+  }
+}
+
+void BpeModel::clear_cache() const {
+  std::unique_lock lock(cache_mutex_);
+  cache_.clear();
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -17,8 +19,10 @@ class BpeModel {
  public:
   explicit BpeModel(const Json& model);
 
-  // Appends the ids of one pre-tokenized piece.
+  // Appends the ids of one pre-tokenized piece. Pieces up to kCachedPieceBytes are cached
+  // (words repeat); the cache stops growing at kCacheEntries, as transformers' does.
   void tokenize(std::string_view piece, std::vector<int32_t>& out) const;
+  void clear_cache() const;
   std::optional<int32_t> token_to_id(std::string_view token) const;
   // The token string of `id`, or nullptr outside the vocabulary.
   const std::string* id_to_token(int32_t id) const;
@@ -35,9 +39,42 @@ class BpeModel {
   void initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
   void merge(std::vector<int32_t>& ids) const;
 
+  static constexpr size_t kCachedPieceBytes = 256;
+  static constexpr size_t kCacheEntries = 10000;
+  mutable std::shared_mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+
   std::unordered_map<std::string, int32_t> vocab_;
-  std::vector<std::string> tokens_;  // by id; empty where the vocabulary has a gap
-  std::unordered_map<uint64_t, Merge> merges_;
+  std::unordered_map<char32_t, int32_t> char_ids_;  // single-character tokens
+  std::vector<std::string> tokens_;                 // by id; empty where the vocabulary has a gap
+  // Open addressing over pair keys: merges are looked up for every adjacent pair of every
+  // piece, so this is the hottest table of encoding.
+  class MergeTable {
+   public:
+    void build(const std::vector<std::pair<uint64_t, Merge>>& entries);
+    const Merge* find(uint64_t key) const {
+      for (size_t slot = hash(key) & mask_;; slot = (slot + 1) & mask_) {
+        const Slot& entry = slots_[slot];
+        if (entry.key == key) return &entry.merge;
+        if (entry.key == kEmpty) return nullptr;
+      }
+    }
+
+   private:
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    static uint64_t hash(uint64_t key) {
+      key ^= key >> 33;
+      key *= 0xff51afd7ed558ccdull;
+      return key ^ (key >> 33);
+    }
+    struct Slot {
+      uint64_t key = kEmpty;
+      Merge merge{};
+    };
+    std::vector<Slot> slots_{1};
+    size_t mask_ = 0;
+  };
+  MergeTable merges_;
   std::vector<int32_t> byte_ids_;  // <0xXX> tokens when byte_fallback
   bool byte_fallback_ = false;
   bool ignore_merges_ = false;

@@ -1,5 +1,7 @@
 #include "tokenizer/text.h"
 
+#include <algorithm>
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <unicode/locid.h>
@@ -144,6 +146,9 @@ bool is_digit(char32_t c) {
 }
 
 std::string normalize(std::string_view value, NormalForm form) {
+  // ASCII text is in every normal form.
+  if (std::all_of(value.begin(), value.end(), [](char ch) { return (ch & 0x80) == 0; }))
+    return std::string(value);
   UErrorCode status = U_ZERO_ERROR;
   const icu::Normalizer2* normalizer = nullptr;
   switch (form) {

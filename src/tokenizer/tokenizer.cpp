@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <array>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -43,11 +44,13 @@ class TokenMatcher {
       }
     }
     nodes_[node].token = static_cast<int64_t>(token);
+    can_start_[static_cast<unsigned char>(pattern[0])] = true;
   }
   bool empty() const { return nodes_.size() == 1; }
   // The longest pattern starting at `at`, or {at, at, npos}.
   Match longest_at(std::string_view text, size_t at) const {
     Match best{at, at, std::string::npos};
+    if (!can_start_[static_cast<unsigned char>(text[at])]) return best;
     size_t node = 0;
     for (size_t i = at; i < text.size(); ++i) {
       auto found = nodes_[node].children.find(static_cast<unsigned char>(text[i]));
@@ -64,6 +67,7 @@ class TokenMatcher {
     int64_t token = -1;
   };
   std::vector<Node> nodes_{1};
+  std::array<bool, 256> can_start_{};  // first bytes of any pattern: most positions skip the trie
 };
 
 bool is_word_char(char32_t c) {
@@ -280,6 +284,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
     for (size_t i = 0; i < tokens.size(); ++i) text += (i ? " " : "") + tokens[i];
   }
   return text;
+}
+
+void Tokenizer::clear_cache() const {
+  impl_->model->clear_cache();
 }
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {

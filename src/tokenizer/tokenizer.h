@@ -36,6 +36,9 @@ class Tokenizer {
   // Ids outside the vocabulary are an Error.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
+  // Forgets the cached encodings of frequent words (for memory, or for cold benchmarks).
+  void clear_cache() const;
+
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;
   int32_t vocab_size() const;
