@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "chat/model_template.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -54,6 +55,38 @@ void run_detokenize(const DetokenizeArgs& args) {
   fmt::print("{}", tokenizer->decode(ids, args.skip_special));
 }
 
+struct RenderChatArgs {
+  std::string dir, messages, tools, template_name;
+  bool add_generation_prompt = false;
+  std::vector<std::string> variables;
+};
+
+nlohmann::ordered_json read_json_file(const std::string& path, const char* flag) {
+  nlohmann::ordered_json value =
+      nlohmann::ordered_json::parse(read_text_file(path), nullptr, false);
+  if (value.is_discarded()) fail("{}: {} is not valid JSON", flag, path);
+  return value;
+}
+
+void run_render_chat(const RenderChatArgs& args) {
+  chat::ModelChatTemplate chat = chat::ModelChatTemplate::load(args.dir, args.template_name);
+  chat::ChatRequest request;
+  request.messages = read_json_file(args.messages, "--messages");
+  if (!args.tools.empty()) request.tools = read_json_file(args.tools, "--tools");
+  request.add_generation_prompt = args.add_generation_prompt;
+  for (const std::string& variable : args.variables) {
+    size_t equals = variable.find('=');
+    if (equals == std::string::npos || equals == 0)
+      fail("--var: \"{}\" is not key=JSON_VALUE", variable);
+    auto value = nlohmann::ordered_json::parse(variable.substr(equals + 1), nullptr, false);
+    if (value.is_discarded())
+      fail("--var: the value of \"{}\" is not JSON (strings need quotes)",
+           variable.substr(0, equals));
+    request.variables[variable.substr(0, equals)] = value;
+  }
+  fmt::print("{}", chat.render(request));
+}
+
 }  // namespace
 
 void add_tokenizer_commands(CLI::App& app) {
@@ -89,6 +122,25 @@ void add_tokenizer_commands(CLI::App& app) {
   command->add_option("--ids", detokenize->ids, "Comma-separated token ids")->required();
   command->add_flag("--skip-special", detokenize->skip_special, "Leave out special tokens");
   command->callback([detokenize] { run_detokenize(*detokenize); });
+
+  auto render = std::make_shared<RenderChatArgs>();
+  command = app.add_subcommand("render-chat", "Render a conversation with a model's chat template");
+  command->add_option("dir", render->dir, "Model folder or folder with the tokenizer files")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  command->add_option("--messages", render->messages, "JSON file with the list of messages")
+      ->required()
+      ->check(CLI::ExistingFile);
+  command->add_option("--tools", render->tools, "JSON file with the list of tool definitions")
+      ->check(CLI::ExistingFile);
+  command->add_flag("--add-generation-prompt", render->add_generation_prompt,
+                    "End with the prompt that starts the assistant's turn");
+  command->add_option("--var", render->variables,
+                      "Extra template variable as key=JSON_VALUE (e.g. enable_thinking=false); "
+                      "repeatable");
+  command->add_option("--template", render->template_name,
+                      "Which named template when tokenizer_config.json lists several");
+  command->callback([render] { run_render_chat(*render); });
 }
 
 }  // namespace deepinfer::cli

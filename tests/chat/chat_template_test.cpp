@@ -1,7 +1,9 @@
 // Chat templates of real model families against transformers' renders (golden.json), and the
 // template language's own rules and limits.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -149,6 +151,26 @@ TEST(ChatTemplate, ErrorsAreClearAndBounded) {
   EXPECT_NE(
       render_error("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}").find("nested deeper"),
       std::string::npos);
+}
+
+TEST(ModelChatTemplate, FolderFilesAndSpecialTokensFromModelConfig) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("deepinfer-chat-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json")
+      << R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+             "added_tokens": [{"id": 7, "content": "<s>", "special": true}]})";
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"chat_template": [{"name": "default", "template": "D{{ bos_token }}"},
+                               {"name": "tool_use", "template": "T{{ bos_token }}"}]})";
+  std::ofstream(dir / "config.json") << R"({"bos_token_id": 7})";
+  ChatRequest request;
+  EXPECT_EQ(ModelChatTemplate::load(dir).render(request), "D<s>");
+  EXPECT_EQ(ModelChatTemplate::load(dir, "tool_use").render(request), "T<s>");
+  std::ofstream(dir / "chat_template.jinja") << "J{{ messages | length }}";
+  EXPECT_EQ(ModelChatTemplate::load(dir).render(request), "J0");
+  std::filesystem::remove_all(dir);
+  EXPECT_THROW(ModelChatTemplate::load(dir), Error);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "support/test_support.h"
@@ -137,6 +139,29 @@ TEST(Cli, TokenizeAndDetokenizeInEveryMode) {
   EXPECT_NE(out_of_vocab.output.find("outside the vocabulary"), std::string::npos);
 }
 
+TEST(Cli, RenderChatPrintsThePrompt) {
+  TempDir dir;
+  std::string messages = (dir.path() / "messages.json").string();
+  std::ofstream(messages) << R"([{"role": "user", "content": "Hi"}])";
+  std::string qwen = std::string(DEEPINFER_TOKENIZERS) + "/qwen3";
+  auto rendered = run_command(fmt::format(
+      "{} render-chat {} --messages {} --add-generation-prompt --var enable_thinking=false",
+      kBinary, qwen, messages));
+  ASSERT_EQ(rendered.status, 0) << rendered.output;
+  EXPECT_EQ(rendered.output,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  auto bad_var = run_command(fmt::format(
+      "{} render-chat {} --messages {} --var enable_thinking=nope", kBinary, qwen, messages));
+  EXPECT_EQ(bad_var.status, 1);
+  EXPECT_NE(bad_var.output.find("is not JSON"), std::string::npos) << bad_var.output;
+  std::string gemma = std::string(DEEPINFER_TOKENIZERS) + "/gemma3";
+  std::ofstream(messages) << R"([{"role": "assistant", "content": "Hi"}])";
+  auto raised =
+      run_command(fmt::format("{} render-chat {} --messages {}", kBinary, gemma, messages));
+  EXPECT_EQ(raised.status, 1);
+  EXPECT_NE(raised.output.find("Conversation roles must alternate"), std::string::npos);
+}
+
 TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
   std::string model = fixture_model("llama-gqa").string();
   auto bad_ids = run_command(fmt::format("{} generate {} --prompt-ids 1,x,3", kBinary, model));
@@ -157,7 +182,7 @@ TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
 
 TEST(Cli, EveryCommandHasHelp) {
   for (const char* command :
-       {"", "logits", "generate", "make-model", "bench", "tokenize", "detokenize"}) {
+       {"", "logits", "generate", "make-model", "bench", "tokenize", "detokenize", "render-chat"}) {
     auto help = run_command(fmt::format("{} {} --help", kBinary, command));
     EXPECT_EQ(help.status, 0) << command;
     EXPECT_NE(help.output.find("Options:"), std::string::npos) << command << help.output;
