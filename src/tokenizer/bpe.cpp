@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <climits>
 #include <nlohmann/json.hpp>
 #include <queue>
 
@@ -123,9 +124,43 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids
 }
 
 // Repeatedly merges the adjacent pair of lowest rank (leftmost among equals), as transformers
-// does, over a linked list of symbols and a heap of candidate pairs.
+// does. Short pieces (nearly all words) keep each live pair's rank in an array and scan it;
+// long ones (SentencePiece-style pieces can be whole sentences) use a heap.
 void BpeModel::merge(std::vector<int32_t>& ids) const {
   if (ids.size() < 2) return;
+  if (ids.size() > kScanLimit) {
+    merge_with_heap(ids);
+    return;
+  }
+  constexpr int32_t kNoMerge = INT32_MAX;
+  size_t count = ids.size();
+  // ranks[i]: rank of merging ids[i] with ids[i + 1] (the array stays compact: merged
+  // symbols are erased, which is cheap at this size).
+  int32_t ranks[kScanLimit];
+  auto rank_at = [&](size_t i) {
+    const Merge* found = merges_.find(pair_key(ids[i], ids[i + 1]));
+    return found ? found->rank : kNoMerge;
+  };
+  for (size_t i = 0; i + 1 < count; ++i) ranks[i] = rank_at(i);
+  while (count > 1) {
+    size_t best = 0;
+    for (size_t i = 1; i + 1 < count; ++i) {
+      if (ranks[i] < ranks[best]) best = i;
+    }
+    if (ranks[best] == kNoMerge) break;
+    ids[best] = merges_.find(pair_key(ids[best], ids[best + 1]))->merged;
+    for (size_t i = best + 1; i + 1 < count; ++i) {
+      ids[i] = ids[i + 1];
+      ranks[i] = ranks[i + 1];
+    }
+    --count;
+    if (best + 1 < count) ranks[best] = rank_at(best);
+    if (best > 0) ranks[best - 1] = rank_at(best - 1);
+  }
+  ids.resize(count);
+}
+
+void BpeModel::merge_with_heap(std::vector<int32_t>& ids) const {
   struct Candidate {
     int32_t rank;
     int32_t left;  // position
@@ -173,18 +208,16 @@ void BpeModel::merge(std::vector<int32_t>& ids) const {
 void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
-    auto found = vocab_.find(std::string(piece));
+    auto found = vocab_.find(piece);
     if (found != vocab_.end()) {
       out.push_back(found->second);
       return;
     }
   }
   bool cacheable = piece.size() <= kCachedPieceBytes;
-  std::string key;
   if (cacheable) {
-    key.assign(piece);
     std::shared_lock lock(cache_mutex_);
-    auto found = cache_.find(key);
+    auto found = cache_.find(piece);
     if (found != cache_.end()) {
       out.insert(out.end(), found->second.begin(), found->second.end());
       return;
@@ -196,7 +229,7 @@ void BpeModel::tokenize(std::string_view piece, std::vector<int32_t>& out) const
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {
     std::unique_lock lock(cache_mutex_);
-    if (cache_.size() < kCacheEntries) cache_.emplace(std::move(key), std::move(ids));
+    if (cache_.size() < kCacheEntries) cache_.emplace(std::string(piece), std::move(ids));
   }
 }
 
@@ -206,7 +239,7 @@ void BpeModel::clear_cache() const {
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
-  auto found = vocab_.find(std::string(token));
+  auto found = vocab_.find(token);
   if (found == vocab_.end()) return std::nullopt;
   return found->second;
 }

@@ -15,6 +15,14 @@
 
 namespace deepinfer::tokenization {
 
+// Lets string-keyed maps be searched with a string_view, without building a std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, StringHash, std::equal_to<>>;
+
 class BpeModel {
  public:
   explicit BpeModel(const Json& model);
@@ -37,14 +45,16 @@ class BpeModel {
     return static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32 | static_cast<uint32_t>(right);
   }
   void initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const;
+  static constexpr size_t kScanLimit = 64;
   void merge(std::vector<int32_t>& ids) const;
+  void merge_with_heap(std::vector<int32_t>& ids) const;
 
   static constexpr size_t kCachedPieceBytes = 256;
   static constexpr size_t kCacheEntries = 10000;
   mutable std::shared_mutex cache_mutex_;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  mutable StringMap<std::vector<int32_t>> cache_;
 
-  std::unordered_map<std::string, int32_t> vocab_;
+  StringMap<int32_t> vocab_;
   std::unordered_map<char32_t, int32_t> char_ids_;  // single-character tokens
   std::vector<std::string> tokens_;                 // by id; empty where the vocabulary has a gap
   // Open addressing over pair keys: merges are looked up for every adjacent pair of every

@@ -158,11 +158,11 @@ class ByteLevel final : public PreTokenizer {
                 [&](const std::string& piece) { return regex_->find_all(piece); });
     }
     const std::vector<std::string>& map = byte_to_char();
+    std::string mapped;
     for (std::string& piece : pieces) {
-      std::string mapped;
-      mapped.reserve(piece.size() * 2);
+      mapped.clear();
       for (unsigned char byte : piece) mapped += map[byte];
-      piece = std::move(mapped);
+      piece.swap(mapped);
     }
   }
 
