@@ -6,6 +6,8 @@
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace deepinfer::tokenization {
@@ -19,12 +21,26 @@ class Normalizer {
   virtual std::string apply(std::string text) const = 0;
 };
 
+// Text cut into pieces: spans [begin, end) of one buffer, so splitting copies nothing.
+struct Pieces {
+  std::string text;
+  std::vector<std::pair<size_t, size_t>> spans;
+
+  explicit Pieces(std::string_view whole) : text(whole) {
+    if (!text.empty()) spans.emplace_back(0, text.size());
+  }
+  std::string_view piece(size_t index) const {
+    return std::string_view(text).substr(spans[index].first,
+                                         spans[index].second - spans[index].first);
+  }
+};
+
 // Cuts text into pieces; runs over every piece the previous stages left. `first` is set for
 // the first stretch of the input (Metaspace's prepend_scheme "first").
 class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
-  virtual void split(std::vector<std::string>& pieces, bool first) const = 0;
+  virtual void split(Pieces& pieces, bool first) const = 0;
 };
 
 // Turns token strings back into text, as a chain over the whole list.

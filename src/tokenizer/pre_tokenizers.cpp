@@ -23,10 +23,11 @@ Behavior parse_behavior(const Json& description) {
   fail("tokenizer.json: split behavior \"{}\" is not supported", name);
 }
 
-// Cuts `piece` at `matches` (sorted, non-overlapping) the way transformers' split does:
-// gaps and matches alternate, then the behaviour decides what stays and what merges.
-void split_piece(const std::string& piece, const std::vector<Span>& matches, Behavior behavior,
-                 bool invert, std::vector<std::string>& out) {
+// Cuts a piece of `length` bytes at `matches` (sorted, non-overlapping, relative to the piece)
+// the way transformers' split does: gaps and matches alternate, then the behaviour decides
+// what stays and what merges. Kept spans go to `out`, shifted by `offset`.
+void split_piece(size_t offset, size_t length, const std::vector<Span>& matches, Behavior behavior,
+                 bool invert, std::vector<Span>& out) {
   std::vector<std::pair<Span, bool>> parts;
   size_t last = 0;
   for (auto [begin, end] : matches) {
@@ -34,7 +35,7 @@ void split_piece(const std::string& piece, const std::vector<Span>& matches, Beh
     parts.push_back({{begin, end}, !invert});
     last = end;
   }
-  if (last < piece.size()) parts.push_back({{last, piece.size()}, invert});
+  if (last < length) parts.push_back({{last, length}, invert});
   std::vector<Span> kept;
   bool previous_match = false;
   switch (behavior) {
@@ -78,19 +79,39 @@ void split_piece(const std::string& piece, const std::vector<Span>& matches, Beh
       break;
   }
   for (auto [begin, end] : kept) {
-    if (end > begin) out.push_back(piece.substr(begin, end - begin));
+    if (end > begin) out.emplace_back(offset + begin, offset + end);
   }
 }
 
 // Runs `find` over every piece and splits each by its matches.
 template <typename Find>
-void split_all(std::vector<std::string>& pieces, Behavior behavior, bool invert, Find find) {
-  std::vector<std::string> out;
-  for (const std::string& piece : pieces) split_piece(piece, find(piece), behavior, invert, out);
-  pieces = std::move(out);
+void split_all(Pieces& pieces, Behavior behavior, bool invert, Find find) {
+  std::vector<Span> out;
+  out.reserve(pieces.spans.size() * 2);
+  for (size_t i = 0; i < pieces.spans.size(); ++i) {
+    std::string_view piece = pieces.piece(i);
+    split_piece(pieces.spans[i].first, piece.size(), find(piece), behavior, invert, out);
+  }
+  pieces.spans = std::move(out);
 }
 
-std::vector<Span> find_literal(const std::string& piece, const std::string& literal) {
+// Rebuilds the buffer piece by piece through `rewrite(piece, out)`.
+template <typename Rewrite>
+void rewrite_all(Pieces& pieces, Rewrite rewrite) {
+  std::string text;
+  text.reserve(pieces.text.size() * 2);
+  std::vector<Span> spans;
+  spans.reserve(pieces.spans.size());
+  for (size_t i = 0; i < pieces.spans.size(); ++i) {
+    size_t begin = text.size();
+    rewrite(i, pieces.piece(i), text);
+    if (text.size() > begin) spans.emplace_back(begin, text.size());
+  }
+  pieces.text = std::move(text);
+  pieces.spans = std::move(spans);
+}
+
+std::vector<Span> find_literal(std::string_view piece, const std::string& literal) {
   std::vector<Span> matches;
   for (size_t at = piece.find(literal); at != std::string::npos;
        at = piece.find(literal, at + literal.size())) {
@@ -101,7 +122,7 @@ std::vector<Span> find_literal(const std::string& piece, const std::string& lite
 
 // Each character for which `is_match` holds is a match of its own.
 template <typename Predicate>
-std::vector<Span> find_chars(const std::string& piece, Predicate is_match) {
+std::vector<Span> find_chars(std::string_view piece, Predicate is_match) {
   std::vector<Span> matches;
   for (size_t i = 0; i < piece.size();) {
     size_t length = static_cast<size_t>(text::utf8_length(static_cast<unsigned char>(piece[i])));
@@ -125,8 +146,8 @@ class Split final : public PreTokenizer {
       fail("tokenizer.json: Split pattern must be String or Regex");
     }
   }
-  void split(std::vector<std::string>& pieces, bool) const override {
-    split_all(pieces, behavior_, invert_, [&](const std::string& piece) {
+  void split(Pieces& pieces, bool) const override {
+    split_all(pieces, behavior_, invert_, [&](std::string_view piece) {
       return regex_ ? regex_->find_all(piece) : find_literal(piece, literal_);
     });
   }
@@ -147,23 +168,21 @@ class ByteLevel final : public PreTokenizer {
       : add_prefix_space_(description.value("add_prefix_space", true)) {
     if (description.value("use_regex", true)) regex_ = std::make_unique<text::Regex>(kGpt2Pattern);
   }
-  void split(std::vector<std::string>& pieces, bool) const override {
+  void split(Pieces& pieces, bool) const override {
     if (add_prefix_space_) {
-      for (std::string& piece : pieces) {
-        if (piece.empty() || piece[0] != ' ') piece.insert(0, " ");
-      }
+      rewrite_all(pieces, [](size_t, std::string_view piece, std::string& out) {
+        if (piece.empty() || piece[0] != ' ') out += ' ';
+        out += piece;
+      });
     }
     if (regex_) {
       split_all(pieces, Behavior::kIsolated, false,
-                [&](const std::string& piece) { return regex_->find_all(piece); });
+                [&](std::string_view piece) { return regex_->find_all(piece); });
     }
     const std::vector<std::string>& map = byte_to_char();
-    std::string mapped;
-    for (std::string& piece : pieces) {
-      mapped.clear();
-      for (unsigned char byte : piece) mapped += map[byte];
-      piece.swap(mapped);
-    }
+    rewrite_all(pieces, [&](size_t, std::string_view piece, std::string& out) {
+      for (unsigned char byte : piece) out += map[byte];
+    });
   }
 
  private:
@@ -175,9 +194,9 @@ class Digits final : public PreTokenizer {
  public:
   explicit Digits(const Json& description)
       : individual_(description.value("individual_digits", false)) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
+  void split(Pieces& pieces, bool) const override {
     split_all(pieces, individual_ ? Behavior::kIsolated : Behavior::kContiguous, false,
-              [](const std::string& piece) {
+              [](std::string_view piece) {
                 return find_chars(piece, [](char32_t c) { return text::is_digit(c); });
               });
   }
@@ -189,8 +208,8 @@ class Digits final : public PreTokenizer {
 class Punctuation final : public PreTokenizer {
  public:
   explicit Punctuation(const Json& description) : behavior_(parse_behavior(description)) {}
-  void split(std::vector<std::string>& pieces, bool) const override {
-    split_all(pieces, behavior_, false, [](const std::string& piece) {
+  void split(Pieces& pieces, bool) const override {
+    split_all(pieces, behavior_, false, [](std::string_view piece) {
       return find_chars(piece, [](char32_t c) { return text::is_punctuation(c); });
     });
   }
@@ -203,9 +222,9 @@ class Punctuation final : public PreTokenizer {
 class Whitespace final : public PreTokenizer {
  public:
   Whitespace() : regex_(R"(\w+|[^\w\s]+)") {}
-  void split(std::vector<std::string>& pieces, bool) const override {
+  void split(Pieces& pieces, bool) const override {
     split_all(pieces, Behavior::kRemoved, true,
-              [&](const std::string& piece) { return regex_.find_all(piece); });
+              [&](std::string_view piece) { return regex_.find_all(piece); });
   }
 
  private:
@@ -214,8 +233,8 @@ class Whitespace final : public PreTokenizer {
 
 class WhitespaceSplit final : public PreTokenizer {
  public:
-  void split(std::vector<std::string>& pieces, bool) const override {
-    split_all(pieces, Behavior::kRemoved, false, [](const std::string& piece) {
+  void split(Pieces& pieces, bool) const override {
+    split_all(pieces, Behavior::kRemoved, false, [](std::string_view piece) {
       return find_chars(piece, [](char32_t c) { return text::is_whitespace(c); });
     });
   }
@@ -232,23 +251,24 @@ class Metaspace final : public PreTokenizer {
     if (scheme_ != "always" && scheme_ != "first" && scheme_ != "never")
       fail("tokenizer.json: Metaspace prepend_scheme \"{}\" is not supported", scheme_);
   }
-  void split(std::vector<std::string>& pieces, bool first) const override {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      std::string replaced;
-      for (char ch : pieces[i]) {
+  void split(Pieces& pieces, bool first) const override {
+    rewrite_all(pieces, [&](size_t index, std::string_view piece, std::string& out) {
+      bool prepend = scheme_ == "always" || (scheme_ == "first" && first && index == 0);
+      if (prepend && piece.substr(0, replacement_.size()) != replacement_ &&
+          !(piece.size() > 0 && piece[0] == ' ')) {
+        out += replacement_;
+      }
+      for (char ch : piece) {
         if (ch == ' ') {
-          replaced += replacement_;
+          out += replacement_;
         } else {
-          replaced += ch;
+          out += ch;
         }
       }
-      bool prepend = scheme_ == "always" || (scheme_ == "first" && first && i == 0);
-      if (prepend && replaced.rfind(replacement_, 0) != 0) replaced.insert(0, replacement_);
-      pieces[i] = std::move(replaced);
-    }
+    });
     if (split_) {
       split_all(pieces, Behavior::kMergedWithNext, false,
-                [&](const std::string& piece) { return find_literal(piece, replacement_); });
+                [&](std::string_view piece) { return find_literal(piece, replacement_); });
     }
   }
 
@@ -261,7 +281,7 @@ class Sequence final : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> stages)
       : stages_(std::move(stages)) {}
-  void split(std::vector<std::string>& pieces, bool first) const override {
+  void split(Pieces& pieces, bool first) const override {
     for (const auto& stage : stages_) stage->split(pieces, first);
   }
 

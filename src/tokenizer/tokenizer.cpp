@@ -162,9 +162,9 @@ struct Tokenizer::Impl {
   }
 
   void encode_text(std::string_view stretch, bool first, std::vector<int32_t>& ids) const {
-    std::vector<std::string> pieces{std::string(stretch)};
+    tokenization::Pieces pieces(stretch);
     if (pre_tokenizer) pre_tokenizer->split(pieces, first);
-    for (const std::string& piece : pieces) model->tokenize(piece, ids);
+    for (size_t i = 0; i < pieces.spans.size(); ++i) model->tokenize(pieces.piece(i), ids);
   }
 };
 
