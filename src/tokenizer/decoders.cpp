@@ -144,19 +144,20 @@ class MetaspaceDecoder final : public Decoder {
   explicit MetaspaceDecoder(const Json& description)
       : replacement_(description.value("replacement", std::string("\xe2\x96\x81"))),
         prepend_(description.value("prepend_scheme", std::string("always")) != "never") {}
+  // As transformers: every marker becomes a space, except in the first token, where (unless
+  // the scheme is "never") markers are dropped, not only a leading one.
   void decode(std::vector<std::string>& tokens) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {
       std::string out;
       const std::string& token = tokens[i];
       for (size_t at = 0; at < token.size();) {
         if (token.compare(at, replacement_.size(), replacement_) == 0) {
-          out += ' ';
+          if (!(i == 0 && prepend_)) out += ' ';
           at += replacement_.size();
         } else {
           out += token[at++];
         }
       }
-      if (i == 0 && prepend_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
       tokens[i] = std::move(out);
     }
   }

@@ -178,6 +178,31 @@ TEST(Tokenizer, ByteLevelRoundTripsTheCorpus) {
   }
 }
 
+// Pipelines the real vocabularies do not use (Metaspace, Digits, Punctuation, Whitespace,
+// every Split behaviour, Llama-2-style normalizers and decoders, added-token flags), against
+// what Hugging Face tokenizers 0.23 produced (components/make_component_fixtures.py).
+TEST(Tokenizer, ComponentPipelinesMatchHuggingFace) {
+  std::ifstream stream(std::string(DEEPINFER_FIXTURES) + "/tokenizers/components/components.json");
+  json data = json::parse(stream);
+  ASSERT_GE(data.at("cases").size(), 7u);
+  for (const json& component : data.at("cases")) {
+    std::string name = component.at("name").get<std::string>();
+    auto tokenizer = Tokenizer::from_json(component.at("tokenizer").dump(), "");
+    const json& texts = component.at("texts");
+    for (size_t i = 0; i < texts.size(); ++i) {
+      std::string text = texts[i].get<std::string>();
+      std::vector<int32_t> ids = tokenizer->encode(text);
+      EXPECT_EQ(json(ids), component["encode"][i]) << name << ": " << json(text).dump();
+      EXPECT_EQ(json(tokenizer->encode(text, EncodeMode::kSpecials, true)),
+                component["encode_with_special"][i])
+          << name << ": " << json(text).dump();
+      EXPECT_EQ(tokenizer->decode(component["encode"][i].get<std::vector<int32_t>>()),
+                component["decode"][i].get<std::string>())
+          << name << ": " << json(text).dump();
+    }
+  }
+}
+
 std::string load_error(const std::string& tokenizer_json) {
   try {
     Tokenizer::from_json(tokenizer_json, "");
