@@ -51,6 +51,7 @@ struct Node {
     kSet,
     kSetBlock,
     kMacro,
+    kCallBlock,
     kFilterBlock,
     kBreak,
     kContinue
@@ -63,7 +64,8 @@ struct Node {
   std::vector<Body> branches;        // kIf: one per condition (+ else); kFor: body (+ else)
   std::vector<std::string> targets;  // kFor loop variables, kSet/kSetBlock name(s)
   std::string attribute;             // kSet: ns.attribute = ...
-  // kMacro: parameters with optional defaults; body in branches[0].
+  // kMacro: parameters with optional defaults; body in branches[0]. kCallBlock: the caller's
+  // parameters, the call in `expr`, the body caller() renders in branches[0].
   std::vector<std::pair<std::string, ExprPtr>> parameters;
   ExprPtr filter;  // kFilterBlock / kSetBlock: filter applied to the body
 };

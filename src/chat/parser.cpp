@@ -543,6 +543,15 @@ class TemplateParser {
     if (keyword == "for") return for_statement(line);
     if (keyword == "set") return set_statement(line);
     if (keyword == "macro") return macro_statement(line);
+    if (keyword == "call") return call_statement(line);
+    if (keyword == "generation") {
+      // transformers' AssistantTracker marks assistant text for masks; rendering is unchanged.
+      open_statement().expect_end();
+      auto node = node_of(Node::Type::kFilterBlock, line);
+      node->branches.push_back(parse_body({"endgeneration"}));
+      close("endgeneration");
+      return node;
+    }
     if (keyword == "filter") {
       ExpressionParser parser = open_statement();
       auto node = node_of(Node::Type::kFilterBlock, line);
@@ -650,6 +659,26 @@ class TemplateParser {
     }
     node->branches.push_back(parse_body({"endset"}));
     close("endset");
+    return node;
+  }
+
+  // {% call(params) macro(args) %}body{% endcall %}: the macro's caller() renders the body.
+  std::unique_ptr<Node> call_statement(int line) {
+    auto node = node_of(Node::Type::kCallBlock, line);
+    ExpressionParser parser = open_statement();
+    if (parser.accept_operator("(")) {
+      while (!parser.accept_operator(")")) {
+        std::string name = parser.expect_name();
+        ExprPtr fallback;
+        if (parser.accept_operator("=")) fallback = parser.expression();
+        node->parameters.emplace_back(name, std::move(fallback));
+        if (!parser.is_operator(")")) parser.expect_operator(",");
+      }
+    }
+    node->expr = parser.expression();
+    parser.expect_end();
+    node->branches.push_back(parse_body({"endcall"}));
+    close("endcall");
     return node;
   }
 

@@ -80,10 +80,16 @@ class Renderer {
       case Node::Type::kMacro:
         define_macro(node);
         return Flow::kNormal;
+      case Node::Type::kCallBlock:
+        scopes_.emplace_back();
+        scopes_.back()["caller"] = callable_body(node);
+        out += eval(*node.expr).str();
+        scopes_.pop_back();
+        return Flow::kNormal;
       case Node::Type::kFilterBlock: {
         std::string body;
         render(node.branches[0], body);
-        out += apply_block_filter(*node.filter, Value(body)).str();
+        out += node.filter ? apply_block_filter(*node.filter, Value(body)).str() : body;
         return Flow::kNormal;
       }
       case Node::Type::kBreak:
@@ -163,7 +169,11 @@ class Renderer {
                    {"last", Value(i + 1 == length)},
                    {"length", Value(length)},
                    {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value()},
-                   {"nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value()}};
+                   {"nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value()},
+                   {"cycle", Value::function([i](CallArguments& args) -> Value {
+                      if (args.positional.empty()) fail("loop.cycle() needs arguments");
+                      return args.positional[static_cast<size_t>(i) % args.positional.size()];
+                    })}};
       scopes_.back()["loop"] = Value(std::move(loop));
       if (render(node.branches[0], out) == Flow::kBreak) break;
     }
@@ -184,9 +194,13 @@ class Renderer {
       scopes_.back()[node.targets[i]] = element.as_list()[i];
   }
 
-  void define_macro(const Node& node) {
+  void define_macro(const Node& node) { scopes_.back()[node.targets[0]] = callable_body(node); }
+
+  // A function that renders node.branches[0] with node.parameters bound: a macro, or the
+  // caller() of a call block.
+  Value callable_body(const Node& node) {
     const Node* macro = &node;
-    scopes_.back()[node.targets[0]] = Value::function([this, macro](CallArguments& args) -> Value {
+    return Value::function([this, macro](CallArguments& args) -> Value {
       if (++depth_ > limits_.max_depth)
         fail("line {}: macro calls nested deeper than {}", macro->line, limits_.max_depth);
       scopes_.emplace_back();

@@ -121,6 +121,17 @@ TEST(ChatTemplate, StatementsAndExpressions) {
             "1");
 }
 
+TEST(ChatTemplate, CallBlocksAndLoopCycle) {
+  EXPECT_EQ(render("{% macro box(title) %}[{{ title }}: {{ caller() }}]{% endmacro %}"
+                   "{% call box('t') %}inner{% endcall %}"),
+            "[t: inner]");
+  EXPECT_EQ(render("{% macro each(xs) %}{% for x in xs %}{{ caller(x) }}{% endfor %}{% endmacro %}"
+                   "{% call(item) each([1, 2]) %}<{{ item }}>{% endcall %}"),
+            "<1><2>");
+  EXPECT_EQ(render("{% for x in 'abc' %}{{ loop.cycle('+', '-') }}{{ x }}{% endfor %}"), "+a-b+c");
+  EXPECT_EQ(render("a{% generation %}b{% endgeneration %}c"), "abc");
+}
+
 TEST(ChatTemplate, WhitespaceControlMatchesTransformers) {
   // trim_blocks drops the newline after a block tag; lstrip_blocks the indentation before it.
   EXPECT_EQ(render("{% if true %}\n    yes\n    {% endif %}\nend"), "    yes\nend");
