@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <random>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -11,6 +12,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "sampling/sampling.h"
 
 namespace deepinfer::cli {
 
@@ -108,25 +110,32 @@ struct GenerateArgs {
   ModelOptions model;
   std::string prompt_ids, output = "ids";
   int max_tokens = 16;
-  double temperature = 0.0;
   bool ignore_eos = false;
+  sampling::SamplingParams sampling = greedy_sampling();
+  int64_t seed = -1;
+
+  static sampling::SamplingParams greedy_sampling() {
+    sampling::SamplingParams params;
+    params.temperature = 0.0f;
+    return params;
+  }
 };
 
 void run_generate(const GenerateArgs& args) {
-  if (args.temperature != 0.0) {
-    fail(
-        "--temperature {}: only greedy decoding (0) is available in this build; sampling comes "
-        "with the engine",
-        args.temperature);
-  }
   LoadedModel loaded = open_model(args.model);
   CausalLM* model = loaded.model.get();
   std::vector<int32_t> prompt = parse_id_list(args.prompt_ids, "--prompt-ids");
   check_ids_fit(prompt, args.max_tokens, model->config(), "--prompt-ids");
-  GreedyOptions options;
+  GenerateOptions options;
   options.max_new_tokens = args.max_tokens;
   options.stop_at_eos = !args.ignore_eos;
-  std::vector<int32_t> generated = generate_greedy(*model, prompt, options);
+  options.sampling = args.sampling;
+  if (args.seed >= 0) {
+    options.sampling.seed = static_cast<uint64_t>(args.seed);
+  } else {
+    options.seed = std::random_device{}() * uint64_t{0x100000001} ^ std::random_device{}();
+  }
+  std::vector<int32_t> generated = generate(*model, prompt, options);
   fmt::print("{}\n", fmt::join(generated, " "));
 }
 
@@ -155,7 +164,21 @@ void add_generate_command(CLI::App& app) {
       ->required();
   command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")
       ->check(CLI::Range(1, 1 << 20));
-  command->add_option("--temperature", args->temperature, "Sampling temperature; 0 is greedy")
+  sampling::SamplingParams& p = args->sampling;
+  command->add_option("--temperature", p.temperature, "Sampling temperature; 0 is greedy")
+      ->capture_default_str();
+  command->add_option("--top-k", p.top_k, "Keep the k most likely tokens (0: all)");
+  command->add_option("--top-p", p.top_p, "Keep the most likely tokens up to this probability");
+  command->add_option("--min-p", p.min_p, "Drop tokens below this fraction of the top one's");
+  command->add_option("--repetition-penalty", p.repetition_penalty,
+                      "Divide (or multiply, if negative) the logits of seen tokens");
+  command->add_option("--presence-penalty", p.presence_penalty,
+                      "Subtract from the logits of tokens already generated");
+  command->add_option("--frequency-penalty", p.frequency_penalty,
+                      "Subtract this times each generated token's count");
+  command
+      ->add_option("--seed", args->seed,
+                   "Seed: the same seed gives the same tokens (default random)")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--output", args->output, "What to print: ids (space-separated on one line)")
       ->check(CLI::IsMember({"ids"}));

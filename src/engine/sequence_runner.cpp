@@ -32,16 +32,23 @@ int32_t argmax(const float* values, int64_t count) {
   return static_cast<int32_t>(std::max_element(values, values + count) - values);
 }
 
-std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>& prompt,
-                                     const GreedyOptions& options) {
+std::vector<int32_t> generate(CausalLM& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options) {
   const ModelConfig& config = model.config();
+  sampling::validate(options.sampling, config.vocab_size);
   int64_t limit = static_cast<int64_t>(prompt.size()) + options.max_new_tokens;
   SequenceRunner runner(model, limit);
+  sampling::TokenHistory history;
+  history.add_prompt(prompt);
+  uint64_t seed = options.sampling.seed.value_or(options.seed);
   std::vector<int32_t> generated;
   std::vector<float> logits = runner.feed(prompt, false);
   while (static_cast<int>(generated.size()) < options.max_new_tokens) {
-    int32_t next = argmax(logits.data(), config.vocab_size);
+    int32_t next = sampling::sample(logits.data(), config.vocab_size, options.sampling, history,
+                                    seed, generated.size())
+                       .token;
     generated.push_back(next);
+    history.add_output(next);
     bool is_eos = std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(), next) !=
                   config.eos_token_ids.end();
     if ((options.stop_at_eos && is_eos) ||
@@ -50,6 +57,15 @@ std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>
     logits = runner.feed({next}, false);
   }
   return generated;
+}
+
+std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>& prompt,
+                                     const GreedyOptions& options) {
+  GenerateOptions generate_options;
+  generate_options.max_new_tokens = options.max_new_tokens;
+  generate_options.stop_at_eos = options.stop_at_eos;
+  generate_options.sampling.temperature = 0.0f;
+  return generate(model, prompt, generate_options);
 }
 
 }  // namespace deepinfer

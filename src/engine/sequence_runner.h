@@ -7,6 +7,7 @@
 
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "sampling/sampling.h"
 
 namespace deepinfer {
 
@@ -34,6 +35,18 @@ struct GreedyOptions {
   int max_new_tokens = 16;
   bool stop_at_eos = true;
 };
+
+struct GenerateOptions {
+  int max_new_tokens = 16;
+  bool stop_at_eos = true;
+  sampling::SamplingParams sampling;  // temperature 0: greedy
+  uint64_t seed = 0;                  // the draw seed (sampling.seed when given)
+};
+
+// Continuation of `prompt` sampled as `options` says (one sequence; the batching engine of
+// issue 5 replaces this loop): the new token ids.
+std::vector<int32_t> generate(CausalLM& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& options);
 
 // Greedy continuation of `prompt` (temperature 0): the new token ids.
 std::vector<int32_t> generate_greedy(CausalLM& model, const std::vector<int32_t>& prompt,

@@ -51,6 +51,23 @@ TEST(Cli, GeneratePrintsGreedyIdsOnOneLine) {
   EXPECT_EQ(result.output, joined(expected, " ") + "\n");
 }
 
+TEST(Cli, SeededSamplingRepeatsAndParametersAreChecked) {
+  std::string command = fmt::format(
+      "{} generate {} --prompt-ids 1,2,3 --max-tokens 12 --ignore-eos --temperature 0.9 "
+      "--top-k 50 --top-p 0.95 --min-p 0.01 --repetition-penalty 1.1 --seed ",
+      kBinary, fixture_model("llama-gqa").string());
+  auto first = run_command(command + "11");
+  auto again = run_command(command + "11");
+  auto other = run_command(command + "12");
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_EQ(first.output, again.output);
+  EXPECT_NE(first.output, other.output);
+  auto bad = run_command(fmt::format("{} generate {} --prompt-ids 1 --min-p 3", kBinary,
+                                     fixture_model("llama-gqa").string()));
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("min_p must be in [0, 1], got 3"), std::string::npos) << bad.output;
+}
+
 TEST(Cli, MakeModelWritesLoadableCheckpointsForEveryFamily) {
   TempDir dir;
   for (const char* family : {"llama", "mistral", "qwen2", "qwen3"}) {

@@ -1,0 +1,223 @@
+#include "sampling/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace deepinfer::sampling {
+namespace {
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void validate(const SamplingParams& p, int32_t vocab_size) {
+  if (!(p.temperature >= 0.0f) || p.temperature > 100.0f)
+    fail("temperature must be in [0, 100], got {}", p.temperature);
+  if (p.top_k < -1) fail("top_k must be -1, 0 (off) or positive, got {}", p.top_k);
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) fail("top_p must be in (0, 1], got {}", p.top_p);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) fail("min_p must be in [0, 1], got {}", p.min_p);
+  if (!(p.repetition_penalty > 0.0f && p.repetition_penalty <= 10.0f))
+    fail("repetition_penalty must be in (0, 10], got {}", p.repetition_penalty);
+  if (!(std::fabs(p.presence_penalty) <= 2.0f))
+    fail("presence_penalty must be in [-2, 2], got {}", p.presence_penalty);
+  if (!(std::fabs(p.frequency_penalty) <= 2.0f))
+    fail("frequency_penalty must be in [-2, 2], got {}", p.frequency_penalty);
+  for (auto [token, bias] : p.logit_bias) {
+    if (token < 0 || token >= vocab_size)
+      fail("logit_bias names token {} outside the vocabulary (size {})", token, vocab_size);
+    if (!(std::fabs(bias) <= 100.0f))
+      fail("logit_bias values must be in [-100, 100], got {}", bias);
+  }
+  if (p.top_logprobs < 0 || p.top_logprobs > 20)
+    fail("top_logprobs must be in [0, 20], got {}", p.top_logprobs);
+}
+
+double counter_uniform(uint64_t seed, uint64_t position) {
+  uint64_t bits = mix(mix(seed ^ 0x9e3779b97f4a7c15ull) + position * 0xd1b54a32d192ed03ull);
+  return static_cast<double>(bits >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void TokenHistory::add_prompt(const std::vector<int32_t>& tokens) {
+  for (int32_t token : tokens) ++prompt[token];
+}
+
+void TokenHistory::add_output(int32_t token) {
+  ++output[token];
+}
+
+std::vector<float> log_softmax(const float* logits, int32_t vocab_size) {
+  float max_logit = *std::max_element(logits, logits + vocab_size);
+  double total = 0.0;
+  for (int32_t i = 0; i < vocab_size; ++i)
+    total += std::exp(static_cast<double>(logits[i] - max_logit));
+  auto log_total = static_cast<float>(std::log(total));
+  std::vector<float> out(static_cast<size_t>(vocab_size));
+  for (int32_t i = 0; i < vocab_size; ++i)
+    out[static_cast<size_t>(i)] = logits[i] - max_logit - log_total;
+  return out;
+}
+
+namespace {
+
+// Penalties and bias, in place on a copy of the logits.
+void process(std::vector<float>& logits, const SamplingParams& p, const TokenHistory& history) {
+  if (p.repetition_penalty != 1.0f) {
+    auto penalise = [&](int32_t token) {
+      float& logit = logits[static_cast<size_t>(token)];
+      logit = logit > 0 ? logit / p.repetition_penalty : logit * p.repetition_penalty;
+    };
+    for (const auto& [token, count] : history.prompt) penalise(token);
+    for (const auto& [token, count] : history.output) {
+      if (!history.prompt.count(token)) penalise(token);
+    }
+  }
+  for (const auto& [token, count] : history.output) {
+    logits[static_cast<size_t>(token)] -=
+        p.presence_penalty + p.frequency_penalty * static_cast<float>(count);
+  }
+  for (auto [token, bias] : p.logit_bias) logits[static_cast<size_t>(token)] += bias;
+}
+
+// The tokens that survive top-k, top-p and min-p, with their probabilities at `temperature`,
+// in token-id order (so the draw does not depend on how ties sort).
+std::vector<std::pair<int32_t, double>> candidates(const std::vector<float>& logits,
+                                                   const SamplingParams& p) {
+  float max_logit = *std::max_element(logits.begin(), logits.end());
+  std::vector<double> probs(logits.size());
+  double total = 0.0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    probs[i] = std::exp(static_cast<double>((logits[i] - max_logit) / p.temperature));
+    total += probs[i];
+  }
+  for (double& prob : probs) prob /= total;
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Most likely first; ties keep the lower id first.
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)];
+  });
+  size_t keep = order.size();
+  if (p.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(p.top_k));
+  if (p.top_p < 1.0f) {
+    double cumulative = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      cumulative += probs[static_cast<size_t>(order[i])];
+      if (cumulative >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  if (p.min_p > 0.0f) {
+    double floor = p.min_p * probs[static_cast<size_t>(order[0])];
+    while (keep > 1 && probs[static_cast<size_t>(order[keep - 1])] < floor) --keep;
+  }
+  std::vector<std::pair<int32_t, double>> kept;
+  for (size_t i = 0; i < keep; ++i)
+    kept.emplace_back(order[i], probs[static_cast<size_t>(order[i])]);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+}  // namespace
+
+Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& params,
+              const TokenHistory& history, uint64_t draw_seed, uint64_t position) {
+  std::vector<float> processed(logits, logits + vocab_size);
+  process(processed, params, history);
+  Sample result;
+  if (params.temperature == 0.0f) {
+    result.token = static_cast<int32_t>(std::max_element(processed.begin(), processed.end()) -
+                                        processed.begin());
+  } else {
+    std::vector<std::pair<int32_t, double>> kept = candidates(processed, params);
+    double total = 0.0;
+    for (const auto& entry : kept) total += entry.second;
+    double target = counter_uniform(draw_seed, position) * total;
+    result.token = kept.back().first;
+    double cumulative = 0.0;
+    for (const auto& [token, prob] : kept) {
+      cumulative += prob;
+      if (target < cumulative) {
+        result.token = token;
+        break;
+      }
+    }
+  }
+  // Logprobs describe the model's own distribution (vLLM's default "raw" mode).
+  std::vector<float> raw = log_softmax(logits, vocab_size);
+  result.logprob = raw[static_cast<size_t>(result.token)];
+  if (params.top_logprobs > 0) {
+    std::vector<int32_t> order(static_cast<size_t>(vocab_size));
+    std::iota(order.begin(), order.end(), 0);
+    auto count = static_cast<size_t>(std::min(params.top_logprobs, vocab_size));
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count),
+                      order.end(), [&](int32_t a, int32_t b) {
+                        float la = raw[static_cast<size_t>(a)], lb = raw[static_cast<size_t>(b)];
+                        return la > lb || (la == lb && a < b);
+                      });
+    for (size_t i = 0; i < count; ++i)
+      result.top.push_back({order[i], raw[static_cast<size_t>(order[i])]});
+  }
+  return result;
+}
+
+StopStrings::StopStrings(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  for (const std::string& stop : stops_) {
+    if (stop.empty()) fail("stop strings must not be empty");
+    longest_ = std::max(longest_, stop.size());
+  }
+}
+
+std::string StopStrings::push(std::string_view text, bool& stopped) {
+  stopped = false;
+  if (!matched_.empty()) {
+    stopped = true;
+    return "";
+  }
+  pending_ += text;
+  size_t first = std::string::npos;
+  for (const std::string& stop : stops_) {
+    size_t at = pending_.find(stop);
+    if (at != std::string::npos && at < first) {
+      first = at;
+      matched_ = stop;
+    }
+  }
+  if (first != std::string::npos) {
+    stopped = true;
+    std::string out = pending_.substr(0, first);
+    pending_.clear();
+    return out;
+  }
+  // Hold back the longest tail that is a proper prefix of some stop string.
+  size_t hold = 0;
+  for (const std::string& stop : stops_) {
+    for (size_t length = std::min(stop.size() - 1, pending_.size()); length > hold; --length) {
+      if (pending_.compare(pending_.size() - length, length, stop, 0, length) == 0) {
+        hold = length;
+        break;
+      }
+    }
+  }
+  std::string out = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, pending_.size() - hold);
+  return out;
+}
+
+std::string StopStrings::flush() {
+  std::string out = matched_.empty() ? pending_ : "";
+  pending_.clear();
+  return out;
+}
+
+}  // namespace deepinfer::sampling

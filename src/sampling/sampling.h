@@ -1,0 +1,85 @@
+// Token sampling: logits processors (penalties, bias, temperature, top-k/top-p/min-p), draws
+// from a counter-based generator keyed by (seed, output position) so a seeded request gives
+// the same tokens in any batch, at any slot, after preemption and across runs; logprobs; and
+// stop strings caught across token boundaries.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace deepinfer::sampling {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0: greedy
+  int top_k = 0;             // 0 or -1: off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;  // prompt and output tokens (transformers/vLLM rule)
+  float presence_penalty = 0.0f;    // output tokens (OpenAI rule)
+  float frequency_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::optional<uint64_t> seed;
+  int top_logprobs = 0;  // alternatives reported besides the chosen token
+};
+
+// Clear errors for out-of-range values ("top_p must be in (0, 1], got 1.5"); vocab_size bounds
+// logit_bias ids.
+void validate(const SamplingParams& params, int32_t vocab_size);
+
+// A uniform double in [0, 1) that depends only on (seed, position): a counter-based
+// generator (no state to carry between steps or copy on preemption).
+double counter_uniform(uint64_t seed, uint64_t position);
+
+// Token counts of a request, for the penalties.
+struct TokenHistory {
+  std::unordered_map<int32_t, int32_t> prompt;
+  std::unordered_map<int32_t, int32_t> output;
+  void add_prompt(const std::vector<int32_t>& tokens);
+  void add_output(int32_t token);
+};
+
+struct Logprob {
+  int32_t token;
+  float logprob;
+};
+
+struct Sample {
+  int32_t token = 0;
+  float logprob = 0.0f;      // of the chosen token, from the model's raw distribution
+  std::vector<Logprob> top;  // the top_logprobs most likely tokens, most likely first
+};
+
+// Picks the next token from logits [vocab]. `draw_seed` is the request's seed (the engine
+// gives unseeded requests a random one); `position` the output index being sampled.
+Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& params,
+              const TokenHistory& history, uint64_t draw_seed, uint64_t position);
+
+// log_softmax of logits [vocab] (prompt logprobs use it directly).
+std::vector<float> log_softmax(const float* logits, int32_t vocab_size);
+
+// Watches generated text for stop strings. Text that might be the start of a stop string is
+// held back until it is known not to be, so streamed output never contains part of a stop
+// string; on a match, everything from the stop string on is dropped.
+class StopStrings {
+ public:
+  explicit StopStrings(std::vector<std::string> stops);
+  // Returns the text that is now safe to emit; sets `stopped` once a stop string appeared.
+  std::string push(std::string_view text, bool& stopped);
+  // At the end of generation: whatever was held back.
+  std::string flush();
+  // The stop string that matched ("" if none).
+  const std::string& matched() const { return matched_; }
+
+ private:
+  std::vector<std::string> stops_;
+  size_t longest_ = 0;
+  std::string pending_;
+  std::string matched_;
+};
+
+}  // namespace deepinfer::sampling

@@ -1,0 +1,178 @@
+// Sampling: the counter-based generator, each logits processor's rule, seeded reproducibility,
+// the sampled distribution, logprobs, and stop strings across token boundaries.
+#include "sampling/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+
+namespace deepinfer::sampling {
+namespace {
+
+std::string validate_error(const SamplingParams& params) {
+  try {
+    validate(params, 10);
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Sampling, CounterGeneratorDependsOnlyOnSeedAndPosition) {
+  EXPECT_EQ(counter_uniform(42, 7), counter_uniform(42, 7));
+  EXPECT_NE(counter_uniform(42, 7), counter_uniform(42, 8));
+  EXPECT_NE(counter_uniform(42, 7), counter_uniform(43, 7));
+  // Roughly uniform: 10 bins over 100k draws within 5% of the expected count.
+  std::vector<int> bins(10, 0);
+  for (uint64_t i = 0; i < 100000; ++i) {
+    double u = counter_uniform(1234, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    ++bins[static_cast<size_t>(u * 10)];
+  }
+  for (int count : bins) EXPECT_NEAR(count, 10000, 500);
+}
+
+TEST(Sampling, GreedyAndFiltersThatLeaveOneToken) {
+  std::vector<float> logits = {0.1f, 2.0f, 1.9f, -1.0f};
+  TokenHistory history;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(sample(logits.data(), 4, greedy, history, 1, 0).token, 1);
+  SamplingParams top_k;
+  top_k.top_k = 1;
+  SamplingParams top_p;
+  top_p.top_p = 0.01f;
+  SamplingParams min_p;
+  min_p.min_p = 0.99f;
+  for (uint64_t position = 0; position < 50; ++position) {
+    EXPECT_EQ(sample(logits.data(), 4, top_k, history, 9, position).token, 1);
+    EXPECT_EQ(sample(logits.data(), 4, top_p, history, 9, position).token, 1);
+    EXPECT_EQ(sample(logits.data(), 4, min_p, history, 9, position).token, 1);
+  }
+}
+
+TEST(Sampling, DrawsFollowTheTemperatureScaledDistribution) {
+  std::vector<float> logits = {1.0f, 2.0f, 0.0f};
+  SamplingParams params;
+  params.temperature = 0.7f;
+  TokenHistory history;
+  std::map<int32_t, int> counts;
+  constexpr int kDraws = 60000;
+  for (int i = 0; i < kDraws; ++i)
+    ++counts[sample(logits.data(), 3, params, history, 5, static_cast<uint64_t>(i)).token];
+  double total = 0.0;
+  for (float logit : logits) total += std::exp(logit / 0.7);
+  for (int32_t token = 0; token < 3; ++token) {
+    double expected = std::exp(logits[static_cast<size_t>(token)] / 0.7) / total;
+    EXPECT_NEAR(counts[token] / double(kDraws), expected, 0.01) << token;
+  }
+}
+
+TEST(Sampling, SeededDrawsReproduceWhateverCameBefore) {
+  std::vector<float> logits(50);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i));
+  SamplingParams params;
+  params.top_k = 20;
+  params.top_p = 0.9f;
+  TokenHistory history;
+  std::vector<int32_t> first, second;
+  for (uint64_t position = 0; position < 30; ++position)
+    first.push_back(sample(logits.data(), 50, params, history, 77, position).token);
+  // Other requests' draws in between (another batch composition) change nothing.
+  for (uint64_t position = 0; position < 30; ++position) {
+    sample(logits.data(), 50, params, history, 12345, position);
+    second.push_back(sample(logits.data(), 50, params, history, 77, position).token);
+  }
+  EXPECT_EQ(first, second);
+}
+
+TEST(Sampling, PenaltiesAndBiasFollowTheirRules) {
+  std::vector<float> logits = {2.0f, -2.0f, 1.7f, 1.6f};
+  TokenHistory history;
+  history.add_prompt({0, 1});
+  history.add_output(2);
+  history.add_output(2);
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 0;
+  // repetition 2: token 0 -> 1.0, token 1 -> -4, token 2 -> 0.85; then presence 0.1 +
+  // frequency 0.2 x 2 on token 2 -> 0.35. Token 3 (1.6, never seen) now wins; with the
+  // repetition penalty alone token 0 (1.0) would still lose to it, and without any, token 0.
+  params.repetition_penalty = 2.0f;
+  params.presence_penalty = 0.1f;
+  params.frequency_penalty = 0.2f;
+  EXPECT_EQ(sample(logits.data(), 4, params, history, 1, 0).token, 3);
+  params.logit_bias = {{1, 100.0f}};
+  EXPECT_EQ(sample(logits.data(), 4, params, history, 1, 0).token, 1);
+
+  // Presence and frequency alone act on output tokens only: 1.7 - (0.05 + 0.05 x 2) < 1.6.
+  std::vector<float> close = {1.0f, 1.0f, 1.7f, 1.6f};
+  SamplingParams openai;
+  openai.temperature = 0.0f;
+  EXPECT_EQ(sample(close.data(), 4, openai, history, 1, 0).token, 2);
+  openai.presence_penalty = 0.05f;
+  openai.frequency_penalty = 0.05f;
+  EXPECT_EQ(sample(close.data(), 4, openai, history, 1, 0).token, 3);
+}
+
+TEST(Sampling, LogprobsComeFromTheModelDistribution) {
+  std::vector<float> logits = {1.0f, 3.0f, 2.0f};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  params.top_logprobs = 2;
+  params.logit_bias = {{0, 100.0f}};  // changes the choice, not the reported logprobs
+  Sample result = sample(logits.data(), 3, params, TokenHistory{}, 1, 0);
+  std::vector<float> expected = log_softmax(logits.data(), 3);
+  EXPECT_EQ(result.token, 0);
+  EXPECT_FLOAT_EQ(result.logprob, expected[0]);
+  ASSERT_EQ(result.top.size(), 2u);
+  EXPECT_EQ(result.top[0].token, 1);
+  EXPECT_EQ(result.top[1].token, 2);
+  EXPECT_FLOAT_EQ(result.top[0].logprob, expected[1]);
+}
+
+TEST(Sampling, ValidationNamesTheParameter) {
+  SamplingParams params;
+  params.top_p = 1.5f;
+  EXPECT_EQ(validate_error(params), "top_p must be in (0, 1], got 1.5");
+  params = {};
+  params.temperature = -1.0f;
+  EXPECT_NE(validate_error(params).find("temperature"), std::string::npos);
+  params = {};
+  params.logit_bias = {{99, 1.0f}};
+  EXPECT_NE(validate_error(params).find("outside the vocabulary"), std::string::npos);
+  params = {};
+  params.top_logprobs = 50;
+  EXPECT_NE(validate_error(params).find("top_logprobs"), std::string::npos);
+}
+
+TEST(StopStrings, CaughtAcrossTokenBoundariesAndNeverStreamedInPart) {
+  StopStrings stops({"o w", "END"});
+  bool stopped = false;
+  std::string streamed;
+  for (const char* piece : {"Hel", "lo", " ", "wo", "rld"}) {
+    streamed += stops.push(piece, stopped);
+    if (stopped) break;
+  }
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(streamed, "Hell");
+  EXPECT_EQ(stops.matched(), "o w");
+
+  StopStrings held({"END"});
+  EXPECT_EQ(held.push("the E", stopped), "the ");  // "E" might start END
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(held.push("ND", stopped), "");
+  EXPECT_TRUE(stopped);
+
+  StopStrings none({"END"});
+  std::string text = none.push("the EN", stopped);
+  text += none.flush();
+  EXPECT_EQ(text, "the EN");
+}
+
+}  // namespace
+}  // namespace deepinfer::sampling
