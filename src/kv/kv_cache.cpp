@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -19,8 +21,7 @@ size_t KvCacheShape::bytes_per_token() const {
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
-    : shape_(shape), num_blocks_(num_blocks) {
-  DI_CHECK(num_blocks > 0, "KV cache needs at least one block");
+    : shape_(shape), num_blocks_(num_blocks), pool_(num_blocks) {
   DI_CHECK(!shape.values_in_keys || shape.value_dim <= shape.key_dim,
            "KV cache: values inside keys need value_dim <= key_dim");
   auto slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size);
@@ -32,9 +33,6 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
     keys_.emplace_back(key_bytes);
     values_.emplace_back(shape.values_in_keys ? 0 : value_bytes);
   }
-  free_.reserve(static_cast<size_t>(num_blocks));
-  for (int64_t block = num_blocks - 1; block >= 0; --block)
-    free_.push_back(static_cast<int32_t>(block));
 }
 
 PagedKvView KvCache::layer(int index) const {
@@ -51,17 +49,6 @@ PagedKvView KvCache::layer(int index) const {
   return view;
 }
 
-int32_t KvCache::allocate() {
-  if (free_.empty()) return -1;
-  int32_t block = free_.back();
-  free_.pop_back();
-  return block;
-}
-
-void KvCache::release(int32_t block) {
-  free_.push_back(block);
-}
-
 void SequenceBlocks::reserve(KvCache& cache, int64_t tokens) {
   int block_size = cache.shape().block_size;
   while (static_cast<int64_t>(blocks_.size()) * block_size < tokens) {
@@ -74,9 +61,53 @@ void SequenceBlocks::reserve(KvCache& cache, int64_t tokens) {
   }
 }
 
+bool SequenceBlocks::try_reserve(KvCache& cache, int64_t tokens) {
+  int block_size = cache.shape().block_size;
+  auto needed = static_cast<size_t>((tokens + block_size - 1) / block_size);
+  if (needed <= blocks_.size()) return true;
+  if (static_cast<int64_t>(needed - blocks_.size()) > cache.free_blocks()) return false;
+  reserve(cache, tokens);
+  return true;
+}
+
+int64_t SequenceBlocks::take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens,
+                                           uint64_t salt) {
+  DI_CHECK(blocks_.empty(), "take_cached_prefix: the sequence already holds blocks");
+  int block_size = cache.shape().block_size;
+  auto usable = tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(block_size);
+  BlockHash parent = 0;
+  for (size_t i = 0; i < usable; ++i) {
+    auto content =
+        tokens.subspan(i * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
+    BlockHash hash = block_hash(parent, content, salt);
+    int32_t block = cache.pool().take_cached(hash, content);
+    if (block < 0) break;
+    blocks_.push_back(block);
+    hashes_.push_back(hash);
+    parent = hash;
+  }
+  return static_cast<int64_t>(blocks_.size()) * block_size;
+}
+
+void SequenceBlocks::publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens,
+                                         int64_t computed, uint64_t salt) {
+  int block_size = cache.shape().block_size;
+  auto full = static_cast<size_t>(std::min<int64_t>(computed, static_cast<int64_t>(tokens.size())) /
+                                  block_size);
+  full = std::min(full, blocks_.size());
+  for (size_t i = hashes_.size(); i < full; ++i) {
+    auto content =
+        tokens.subspan(i * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
+    BlockHash hash = block_hash(hashes_.empty() ? 0 : hashes_.back(), content, salt);
+    cache.pool().publish(blocks_[i], hash, content);
+    hashes_.push_back(hash);
+  }
+}
+
 void SequenceBlocks::release_all(KvCache& cache) {
   for (int32_t block : blocks_) cache.release(block);
   blocks_.clear();
+  hashes_.clear();
 }
 
 int64_t SequenceBlocks::slot(int64_t position, int block_size) const {

@@ -2,10 +2,12 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor.h"
 #include "kernels/ops.h"
+#include "kv/block_pool.h"
 
 namespace deepinfer {
 
@@ -28,27 +30,28 @@ struct KvCacheShape {
   size_t bytes_per_block() const { return bytes_per_token() * static_cast<size_t>(block_size); }
 };
 
-// Owns the K/V storage of every layer and hands out blocks from a free list. The prefix
-// cache (content-addressed blocks, LRU reuse) builds on this in the engine.
+// Owns the K/V storage of every layer; its BlockPool hands out blocks (block 0 is the null
+// block) and keeps published full blocks for prefix reuse.
 class KvCache {
  public:
   KvCache(const KvCacheShape& shape, int64_t num_blocks);
 
   const KvCacheShape& shape() const { return shape_; }
   int64_t num_blocks() const { return num_blocks_; }
-  int64_t free_blocks() const { return static_cast<int64_t>(free_.size()); }
+  int64_t free_blocks() const { return pool_.available(); }
   PagedKvView layer(int index) const;
+  BlockPool& pool() { return pool_; }
 
   // A free block id, or -1 when none is left.
-  int32_t allocate();
-  void release(int32_t block);
+  int32_t allocate() { return pool_.allocate(); }
+  void release(int32_t block) { pool_.release(block); }
 
  private:
   KvCacheShape shape_;
   int64_t num_blocks_;
   std::vector<Buffer> keys_;
   std::vector<Buffer> values_;
-  std::vector<int32_t> free_;
+  BlockPool pool_;
 };
 
 // The blocks one sequence holds and how many tokens they contain.
@@ -56,6 +59,17 @@ class SequenceBlocks {
  public:
   // Grows the table so `tokens` tokens fit; throws Error when the cache is exhausted.
   void reserve(KvCache& cache, int64_t tokens);
+  // As reserve(), but returns false (taking nothing more) when blocks run out: the scheduler
+  // then preempts someone instead of failing.
+  bool try_reserve(KvCache& cache, int64_t tokens);
+  // On an empty table: takes the published blocks holding the longest prefix of `tokens`
+  // (whole blocks under `salt`; never the last token, which must be computed for logits).
+  // Returns how many tokens are already in the cache.
+  int64_t take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens, uint64_t salt);
+  // Publishes the full blocks among the first `computed` tokens (chained keys under `salt`),
+  // so later requests with the same prefix reuse them.
+  void publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens, int64_t computed,
+                           uint64_t salt);
   void release_all(KvCache& cache);
   const std::vector<int32_t>& table() const { return blocks_; }
   // Cache slot of token `position`: block * block_size + offset.
@@ -63,6 +77,7 @@ class SequenceBlocks {
 
  private:
   std::vector<int32_t> blocks_;
+  std::vector<BlockHash> hashes_;  // keys of the leading full blocks published or reused
 };
 
 }  // namespace deepinfer

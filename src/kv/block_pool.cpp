@@ -1,0 +1,80 @@
+#include "kv/block_pool.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+BlockHash block_hash(BlockHash parent, std::span<const int32_t> tokens, uint64_t salt) {
+  XXH64_state_t* state = XXH64_createState();
+  XXH64_reset(state, parent ^ (salt * 0x9e3779b97f4a7c15ull));
+  XXH64_update(state, &salt, sizeof(salt));
+  XXH64_update(state, tokens.data(), tokens.size_bytes());
+  BlockHash hash = XXH64_digest(state);
+  XXH64_freeState(state);
+  return hash;
+}
+
+BlockPool::BlockPool(int64_t num_blocks) : blocks_(static_cast<size_t>(num_blocks)) {
+  DI_CHECK(num_blocks >= 2, "KV block pool needs at least 2 blocks (one is the null block)");
+  blocks_[kNullBlock].references = 1;  // pinned forever
+  for (int32_t block = 1; block < num_blocks; ++block)
+    blocks_[static_cast<size_t>(block)].idle_position = idle_.insert(idle_.end(), block);
+}
+
+int32_t BlockPool::allocate() {
+  if (idle_.empty()) return -1;
+  int32_t block = idle_.front();
+  idle_.pop_front();
+  unpublish(block);
+  blocks_[static_cast<size_t>(block)].references = 1;
+  return block;
+}
+
+int32_t BlockPool::take_cached(BlockHash hash, std::span<const int32_t> tokens) {
+  ++lookups_;
+  auto found = published_.find(hash);
+  if (found == published_.end()) return -1;
+  Block& entry = blocks_[static_cast<size_t>(found->second)];
+  if (!std::equal(tokens.begin(), tokens.end(), entry.tokens.begin(), entry.tokens.end()))
+    return -1;
+  if (entry.references == 0) idle_.erase(entry.idle_position);
+  ++entry.references;
+  ++hits_;
+  return found->second;
+}
+
+void BlockPool::publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens) {
+  Block& entry = blocks_[static_cast<size_t>(block)];
+  if (entry.published || published_.count(hash)) return;
+  entry.published = true;
+  entry.hash = hash;
+  entry.tokens.assign(tokens.begin(), tokens.end());
+  published_[hash] = block;
+}
+
+void BlockPool::retain(int32_t block) {
+  Block& entry = blocks_[static_cast<size_t>(block)];
+  if (entry.references == 0) idle_.erase(entry.idle_position);
+  ++entry.references;
+}
+
+void BlockPool::release(int32_t block) {
+  if (block == kNullBlock) return;
+  Block& entry = blocks_[static_cast<size_t>(block)];
+  DI_CHECK(entry.references > 0, "KV block {} released more often than taken", block);
+  if (--entry.references == 0) entry.idle_position = idle_.insert(idle_.end(), block);
+}
+
+void BlockPool::unpublish(int32_t block) {
+  Block& entry = blocks_[static_cast<size_t>(block)];
+  if (!entry.published) return;
+  published_.erase(entry.hash);
+  entry.published = false;
+  entry.tokens.clear();
+}
+
+}  // namespace deepinfer

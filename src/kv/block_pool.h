@@ -1,0 +1,64 @@
+// KV block bookkeeping with prefix caching: reference-counted blocks, full blocks published
+// under a chained content key, idle blocks kept in least-recently-used order and reused on a
+// later hit until something needs the space.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace deepinfer {
+
+using BlockHash = uint64_t;
+
+// Key of a full block: the previous block's key (0 for the first), its tokens, and the
+// request's cache salt, so requests with different salts never share a block.
+BlockHash block_hash(BlockHash parent, std::span<const int32_t> tokens, uint64_t salt);
+
+class BlockPool {
+ public:
+  // Block 0 is the null block (padding in block tables); it is never handed out.
+  static constexpr int32_t kNullBlock = 0;
+  explicit BlockPool(int64_t num_blocks);
+
+  int64_t num_blocks() const { return static_cast<int64_t>(blocks_.size()); }
+  // Blocks allocate() can still hand out: never used, or idle (possibly cached).
+  int64_t available() const { return static_cast<int64_t>(idle_.size()); }
+  // A block for new content with one reference: the least recently used idle block, whose
+  // cached content (if any) is forgotten. -1 when every block is in use.
+  int32_t allocate();
+  // The published block holding exactly `tokens` under `hash`, with a reference taken; -1 on
+  // a miss (a key match with different tokens is a miss).
+  int32_t take_cached(BlockHash hash, std::span<const int32_t> tokens);
+  // Makes a full block findable. Content already published elsewhere keeps its first block.
+  void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens);
+  void retain(int32_t block);
+  // Drops a reference; at zero the block is idle and, if published, still findable.
+  void release(int32_t block);
+  int references(int32_t block) const { return blocks_[static_cast<size_t>(block)].references; }
+  bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].published; }
+
+  // Lookups and hits of take_cached, for the prefix-cache hit rate.
+  int64_t lookups() const { return lookups_; }
+  int64_t hits() const { return hits_; }
+
+ private:
+  struct Block {
+    int references = 0;
+    bool published = false;
+    BlockHash hash = 0;
+    std::vector<int32_t> tokens;
+    std::list<int32_t>::iterator idle_position;
+  };
+  void unpublish(int32_t block);
+
+  std::vector<Block> blocks_;
+  std::list<int32_t> idle_;  // references == 0, least recently used first
+  std::unordered_map<BlockHash, int32_t> published_;
+  int64_t lookups_ = 0;
+  int64_t hits_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,103 @@
+// The block pool's prefix caching: chained keys, LRU reuse, salts, and a prefix hit giving the
+// logits of a cold run on real fixture models.
+#include <gtest/gtest.h>
+
+#include "kernels/ops.h"
+#include "kv/block_pool.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "support/test_support.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::fixture_model;
+using testing::max_abs_difference;
+
+TEST(BlockPool, KeysChainThroughParentsAndSalts) {
+  std::vector<int32_t> tokens = {1, 2, 3, 4};
+  BlockHash plain = block_hash(0, tokens, 0);
+  EXPECT_EQ(plain, block_hash(0, tokens, 0));
+  EXPECT_NE(plain, block_hash(plain, tokens, 0));  // same tokens, different prefix
+  EXPECT_NE(plain, block_hash(0, tokens, 7));      // another tenant
+  std::vector<int32_t> other = {1, 2, 3, 5};
+  EXPECT_NE(plain, block_hash(0, other, 0));
+}
+
+TEST(BlockPool, IdleBlocksStayFindableUntilReusedLeastRecentFirst) {
+  BlockPool pool(4);  // null block + 3
+  EXPECT_EQ(pool.available(), 3);
+  std::vector<int32_t> content = {9, 9};
+  int32_t a = pool.allocate(), b = pool.allocate();
+  EXPECT_NE(a, BlockPool::kNullBlock);
+  pool.publish(a, 11, content);
+  pool.release(a);
+  pool.release(b);
+  // a is idle but cached: a lookup takes it back.
+  EXPECT_EQ(pool.take_cached(11, content), a);
+  EXPECT_EQ(pool.references(a), 1);
+  std::vector<int32_t> different = {9, 8};
+  EXPECT_EQ(pool.take_cached(11, different), -1);  // same key, other tokens: a miss
+  pool.release(a);
+  // Idle order is now: never-used block, b, a. Allocating three evicts a's content last.
+  int32_t first = pool.allocate();
+  int32_t second = pool.allocate();
+  EXPECT_NE(first, a);
+  EXPECT_EQ(second, b);
+  EXPECT_EQ(pool.take_cached(11, content), a);  // still there
+  pool.release(a);
+  EXPECT_EQ(pool.allocate(), a);                 // reused for new content...
+  EXPECT_EQ(pool.take_cached(11, content), -1);  // ...so its old content is gone
+  EXPECT_EQ(pool.allocate(), -1);
+  EXPECT_EQ(pool.hits(), 2);
+}
+
+// Runs `tokens[cached:]` after the cache already holds `cached` tokens; the last row's logits.
+std::vector<float> run(CausalLM& model, KvCache& cache, SequenceBlocks& blocks,
+                       const std::vector<int32_t>& tokens, int64_t cached) {
+  blocks.reserve(cache, static_cast<int64_t>(tokens.size()));
+  ForwardBatch batch;
+  batch.add_sequence(std::vector<int32_t>(tokens.begin() + cached, tokens.end()), cached, blocks,
+                     cache.shape().block_size, false);
+  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+  model.forward(batch, cache, logits.data());
+  return logits;
+}
+
+TEST(PrefixCache, HitGivesTheLogitsOfAColdRunAndSaltsIsolate) {
+  for (const char* name : {"llama-gqa", "qwen3-qknorm", "deepseek-v3-mla-moe"}) {
+    auto ops = make_cpu_ops();
+    auto model = load_model(fixture_model(name), LoadMode::kMmap, *ops);
+    std::vector<int32_t> first;
+    for (int32_t i = 0; i < 30; ++i) first.push_back((i * 37 + 11) % model->config().vocab_size);
+    const int block_size = 4;
+    KvCache cache(model->kv_shape(block_size), 64);
+    SequenceBlocks a;
+    run(*model, cache, a, first, 0);
+    a.publish_full_blocks(cache, first, static_cast<int64_t>(first.size()), 0);
+    a.release_all(cache);
+
+    // Shares the first 17 tokens, then goes its own way.
+    std::vector<int32_t> second(first.begin(), first.begin() + 17);
+    for (int32_t token : {5, 6, 7, 8, 9}) second.push_back(token);
+    SequenceBlocks warm;
+    int64_t cached = warm.take_cached_prefix(cache, second, 0);
+    EXPECT_EQ(cached, 16) << name;  // four whole blocks
+    std::vector<float> hit = run(*model, cache, warm, second, cached);
+
+    KvCache fresh(model->kv_shape(block_size), 64);
+    SequenceBlocks cold;
+    std::vector<float> expected = run(*model, fresh, cold, second, 0);
+    EXPECT_LE(max_abs_difference(hit.data(), expected.data(), hit.size()), 1e-4f) << name;
+
+    SequenceBlocks salted;
+    EXPECT_EQ(salted.take_cached_prefix(cache, second, 42), 0) << name;
+    // A prompt that is all cached blocks still leaves its last token to compute.
+    SequenceBlocks exact;
+    std::vector<int32_t> sixteen(first.begin(), first.begin() + 16);
+    EXPECT_EQ(exact.take_cached_prefix(cache, sixteen, 0), 12) << name;
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
