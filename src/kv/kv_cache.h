@@ -41,6 +41,7 @@ class KvCache {
   int64_t free_blocks() const { return pool_.available(); }
   PagedKvView layer(int index) const;
   BlockPool& pool() { return pool_; }
+  const BlockPool& pool() const { return pool_; }
 
   // A free block id, or -1 when none is left.
   int32_t allocate() { return pool_.allocate(); }

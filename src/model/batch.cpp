@@ -3,14 +3,15 @@
 namespace deepinfer {
 
 void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t cached,
-                                const SequenceBlocks& blocks, int block_size, bool all_logits) {
+                                const SequenceBlocks& blocks, int block_size, bool all_logits,
+                                bool want_logits) {
   int32_t first_row = query_start.back();
   for (size_t i = 0; i < new_tokens.size(); ++i) {
     int64_t position = cached + static_cast<int64_t>(i);
     tokens.push_back(new_tokens[i]);
     positions.push_back(static_cast<int32_t>(position));
     slot_mapping.push_back(blocks.slot(position, block_size));
-    if (all_logits || i + 1 == new_tokens.size())
+    if (want_logits && (all_logits || i + 1 == new_tokens.size()))
       logit_rows.push_back(first_row + static_cast<int32_t>(i));
   }
   query_start.push_back(first_row + static_cast<int32_t>(new_tokens.size()));

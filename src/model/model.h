@@ -28,8 +28,10 @@ struct ForwardBatch {
 
   // Appends a sequence whose cache already holds `cached` tokens and which now adds `tokens`.
   // `all_logits` asks for every new row's logits, otherwise only the last row's.
+  // `want_logits` false asks for none (a prefill chunk that does not reach the end).
   void add_sequence(const std::vector<int32_t>& new_tokens, int64_t cached,
-                    const SequenceBlocks& blocks, int block_size, bool all_logits);
+                    const SequenceBlocks& blocks, int block_size, bool all_logits,
+                    bool want_logits = true);
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   AttentionBatch attention_view() const;
