@@ -5,6 +5,7 @@
 #include <charconv>
 #include <random>
 
+#include "cli/batch.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/sequence_runner.h"
@@ -108,6 +109,7 @@ void run_logits(const LogitsArgs& args) {
 
 struct GenerateArgs {
   ModelOptions model;
+  BatchOptions batch;
   std::string prompt_ids, output = "ids";
   int max_tokens = 16;
   bool ignore_eos = false;
@@ -122,8 +124,21 @@ struct GenerateArgs {
 };
 
 void run_generate(const GenerateArgs& args) {
+  bool offline = !args.batch.input.empty();
+  if (offline == !args.prompt_ids.empty())
+    fail("generate: give either --prompt-ids or --input (with --output)");
+  if (offline && args.output == "ids") fail("generate: --input needs --output RESULTS.jsonl");
+  if (!offline && args.output != "ids")
+    fail("generate: --output {} is only for --input batches (single prompts print ids)",
+         args.output);
   LoadedModel loaded = open_model(args.model);
   CausalLM* model = loaded.model.get();
+  if (offline) {
+    BatchOptions batch = args.batch;
+    batch.output = args.output;
+    run_offline_batch(*model, args.model.model_dir, batch);
+    return;
+  }
   std::vector<int32_t> prompt = parse_id_list(args.prompt_ids, "--prompt-ids");
   check_ids_fit(prompt, args.max_tokens, model->config(), "--prompt-ids");
   GenerateOptions options;
@@ -160,8 +175,30 @@ void add_generate_command(CLI::App& app) {
   CLI::App* command =
       app.add_subcommand("generate", "Continue a prompt and print the generated token ids");
   add_model_options(*command, args->model, "mmap");
-  command->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated")
-      ->required();
+  command->add_option("--prompt-ids", args->prompt_ids, "Prompt token ids, comma-separated");
+  command
+      ->add_option("--input", args->batch.input,
+                   "Offline batch: JSONL requests (prompt, messages or prompt_token_ids, plus "
+                   "sampling parameters)")
+      ->check(CLI::ExistingFile);
+  EngineConfig& engine = args->batch.engine;
+  command
+      ->add_option("--max-batched-tokens", engine.max_batched_tokens,
+                   "Offline batch: tokens per engine step (prefill chunks and decodes)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--max-running", engine.max_running, "Offline batch: sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--kv-cache-bytes", engine.kv_bytes, "Offline batch: KV cache budget in bytes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--block-size", engine.block_size, "Offline batch: tokens per KV block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  command->add_flag("!--no-prefix-caching", engine.prefix_caching,
+                    "Offline batch: do not reuse cached prompt prefixes");
   command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")
       ->check(CLI::Range(1, 1 << 20));
   sampling::SamplingParams& p = args->sampling;
@@ -180,8 +217,9 @@ void add_generate_command(CLI::App& app) {
       ->add_option("--seed", args->seed,
                    "Seed: the same seed gives the same tokens (default random)")
       ->check(CLI::NonNegativeNumber);
-  command->add_option("--output", args->output, "What to print: ids (space-separated on one line)")
-      ->check(CLI::IsMember({"ids"}));
+  command->add_option("--output", args->output,
+                      "Single prompt: what to print (ids, the default); with --input: the JSONL "
+                      "file to write results to, in input order");
   command->add_flag("--ignore-eos", args->ignore_eos,
                     "Keep generating past end-of-sequence tokens");
   command->callback([args] { run_generate(*args); });

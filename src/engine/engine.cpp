@@ -18,6 +18,7 @@ struct Engine::Sequence {
   sampling::TokenHistory history;
   int64_t cached_prompt_tokens = -1;  // set at first admission
   int preemptions = 0;
+  bool stop_requested = false;
 
   // Scheduling order: lower priority value first, then earlier arrival.
   bool before(const Sequence& other) const {
@@ -183,9 +184,37 @@ void Engine::finish(Sequence& sequence, FinishReason reason,
   sequence.blocks.release_all(cache_);
 }
 
-bool Engine::step(std::vector<GenerationResult>& finished) {
+void Engine::stop(const std::string& id) {
+  for (auto& sequence : running_)
+    if (sequence->request.id == id) sequence->stop_requested = true;
+  for (auto& sequence : waiting_)
+    if (sequence->request.id == id) sequence->stop_requested = true;
+}
+
+void Engine::finish_stopped(std::vector<GenerationResult>& finished) {
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (!(*it)->stop_requested) {
+      ++it;
+      continue;
+    }
+    finish(**it, FinishReason::kStop, finished);
+    it = running_.erase(it);
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (!(*it)->stop_requested) {
+      ++it;
+      continue;
+    }
+    finish(**it, FinishReason::kStop, finished);
+    it = waiting_.erase(it);
+  }
+}
+
+bool Engine::step(std::vector<GenerationResult>& finished, std::vector<SampledToken>* sampled_out) {
+  size_t already = finished.size();
+  finish_stopped(finished);
   Plan plan;
-  if (!schedule(plan)) return false;
+  if (!schedule(plan)) return finished.size() > already;
   ++stats_.steps;
   const int block_size = config_.block_size;
   ForwardBatch batch;
@@ -218,6 +247,7 @@ bool Engine::step(std::vector<GenerationResult>& finished) {
     sequence.tokens.push_back(draw.token);
     sequence.history.add_output(draw.token);
     ++stats_.generated_tokens;
+    if (sampled_out) sampled_out->push_back({request.id, draw.token});
     bool may_stop = static_cast<int>(sequence.generated.size()) >= request.min_tokens;
     bool is_eos = !request.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(),
                                                    draw.token) != c.eos_token_ids.end();

@@ -67,9 +67,17 @@ class Engine {
   // Admission: a request that can never fit (prompt + max_tokens beyond the model's context
   // or the whole cache) or has invalid sampling parameters is an Error here, not later.
   void submit(GenerationRequest request);
-  // One scheduling step. Appends requests that finished in it to `finished`; returns false
+  // One scheduling step. Appends requests that finished in it to `finished` and, when given,
+  // every token sampled in it to `sampled` (for streaming and stop strings); returns false
   // when there was nothing to do.
-  bool step(std::vector<GenerationResult>& finished);
+  struct SampledToken {
+    std::string id;
+    int32_t token;
+  };
+  bool step(std::vector<GenerationResult>& finished, std::vector<SampledToken>* sampled = nullptr);
+  // Finishes a request early with FinishReason::kStop (a stop string matched, or the client
+  // went away); it is reported by the next step(). Unknown ids are ignored.
+  void stop(const std::string& id);
   // Steps until every submitted request finished; results in completion order.
   std::vector<GenerationResult> run_to_completion();
   EngineStats stats() const;
@@ -82,6 +90,7 @@ class Engine {
   void preempt_lowest(const Sequence* keep);
   void admit_waiting(Plan& plan, int64_t& budget);
   void finish(Sequence& sequence, FinishReason reason, std::vector<GenerationResult>& finished);
+  void finish_stopped(std::vector<GenerationResult>& finished);
 
   CausalLM& model_;
   EngineConfig config_;

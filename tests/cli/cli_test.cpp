@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -66,6 +67,45 @@ TEST(Cli, SeededSamplingRepeatsAndParametersAreChecked) {
                                      fixture_model("llama-gqa").string()));
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("min_p must be in [0, 1], got 3"), std::string::npos) << bad.output;
+}
+
+TEST(Cli, OfflineBatchMatchesSinglePromptsAndHonoursStops) {
+  TempDir dir;
+  std::string model = fixture_model("demo-code-target").string();
+  std::string input = (dir.path() / "requests.jsonl").string();
+  std::string output = (dir.path() / "results.jsonl").string();
+  std::ofstream(input)
+      << R"({"id": "ids", "prompt_token_ids": [327, 3005, 306, 811], "max_tokens": 6, "temperature": 0, "ignore_eos": true}
+{"id": "text", "prompt": "def add(a, b):", "max_tokens": 20, "temperature": 0, "stop": ["return"]}
+{"id": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.8, "seed": 5}
+)";
+  auto batch = run_command(
+      fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
+  ASSERT_EQ(batch.status, 0) << batch.output;
+  std::ifstream results(output);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(results, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["id"], "ids");
+  EXPECT_EQ(lines[2]["id"], "chat");
+  auto single = run_command(fmt::format(
+      "{} generate {} --prompt-ids 327,3005,306,811 --max-tokens 6 --ignore-eos", kBinary, model));
+  std::string joined_ids;
+  for (const auto& id : lines[0]["token_ids"])
+    joined_ids += (joined_ids.empty() ? "" : " ") + std::to_string(id.get<int>());
+  EXPECT_EQ(single.output, joined_ids + "\n");
+  if (lines[1]["finish_reason"] == "stop") {
+    EXPECT_EQ(lines[1]["text"].get<std::string>().find("return"), std::string::npos);
+    EXPECT_EQ(lines[1]["stop_reason"], "return");
+  }
+  EXPECT_EQ(lines[2]["usage"]["completion_tokens"], 4);
+
+  std::ofstream(input) << R"({"prompt": "x", "prompt_token_ids": [1]})"
+                       << "\n";
+  auto bad = run_command(
+      fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("--input line 1"), std::string::npos) << bad.output;
 }
 
 TEST(Cli, MakeModelWritesLoadableCheckpointsForEveryFamily) {

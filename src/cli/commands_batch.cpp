@@ -1,0 +1,217 @@
+// generate --input requests.jsonl --output results.jsonl: offline batches through the engine.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "chat/model_template.h"
+#include "cli/batch.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::cli {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+// One input line, resolved to tokens and parameters.
+struct OfflineRequest {
+  GenerationRequest request;
+  std::vector<std::string> stop_strings;
+};
+
+template <typename T>
+void read_field(const Json& line, const char* key, T& target, int line_number) {
+  if (!line.contains(key) || line[key].is_null()) return;
+  try {
+    target = line[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("--input line {}: field \"{}\" has the wrong type ({})", line_number, key,
+         line[key].dump());
+  }
+}
+
+sampling::SamplingParams read_sampling(const Json& line, int n) {
+  sampling::SamplingParams p;
+  read_field(line, "temperature", p.temperature, n);
+  read_field(line, "top_k", p.top_k, n);
+  read_field(line, "top_p", p.top_p, n);
+  read_field(line, "min_p", p.min_p, n);
+  read_field(line, "repetition_penalty", p.repetition_penalty, n);
+  read_field(line, "presence_penalty", p.presence_penalty, n);
+  read_field(line, "frequency_penalty", p.frequency_penalty, n);
+  uint64_t seed = 0;
+  if (line.contains("seed") && !line["seed"].is_null()) {
+    read_field(line, "seed", seed, n);
+    p.seed = seed;
+  }
+  if (line.contains("logit_bias") && line["logit_bias"].is_object()) {
+    for (const auto& [token, bias] : line["logit_bias"].items()) {
+      try {
+        p.logit_bias.emplace_back(std::stoi(token), bias.get<float>());
+      } catch (const std::exception&) {
+        fail("--input line {}: logit_bias entry \"{}\" is not token id -> number", n, token);
+      }
+    }
+  }
+  return p;
+}
+
+OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* tokenizer,
+                          const chat::ModelChatTemplate* chat) {
+  Json line = Json::parse(text, nullptr, false);
+  if (line.is_discarded() || !line.is_object()) fail("--input line {}: not a JSON object", n);
+  int sources =
+      line.contains("prompt") + line.contains("messages") + line.contains("prompt_token_ids");
+  if (sources != 1)
+    fail("--input line {}: give exactly one of \"prompt\", \"messages\", \"prompt_token_ids\"", n);
+  OfflineRequest out;
+  GenerationRequest& r = out.request;
+  r.id = line.contains("id")
+             ? (line["id"].is_string() ? line["id"].get<std::string>() : line["id"].dump())
+             : std::to_string(n);
+  if (line.contains("prompt_token_ids")) {
+    read_field(line, "prompt_token_ids", r.prompt, n);
+  } else {
+    if (!tokenizer) fail("--input line {}: text prompts need the model folder's tokenizer.json", n);
+    if (line.contains("prompt")) {
+      std::string prompt;
+      read_field(line, "prompt", prompt, n);
+      r.prompt = tokenizer->encode(prompt, EncodeMode::kSpecials, true);
+    } else {
+      if (!chat) fail("--input line {}: messages need the model's chat template", n);
+      chat::ChatRequest chat_request;
+      chat_request.messages = line["messages"];
+      chat_request.add_generation_prompt = line.value("add_generation_prompt", true);
+      if (line.contains("tools")) chat_request.tools = line["tools"];
+      if (line.contains("chat_template_kwargs"))
+        chat_request.variables = line["chat_template_kwargs"];
+      r.prompt = tokenizer->encode(chat->render(chat_request), EncodeMode::kSpecials, false);
+    }
+  }
+  r.sampling = read_sampling(line, n);
+  read_field(line, "max_tokens", r.max_tokens, n);
+  read_field(line, "min_tokens", r.min_tokens, n);
+  read_field(line, "ignore_eos", r.ignore_eos, n);
+  read_field(line, "stop_token_ids", r.stop_token_ids, n);
+  read_field(line, "priority", r.priority, n);
+  if (line.contains("stop")) {
+    if (line["stop"].is_string()) {
+      out.stop_strings.push_back(line["stop"].get<std::string>());
+    } else {
+      read_field(line, "stop", out.stop_strings, n);
+    }
+  }
+  return out;
+}
+
+// Per request while it runs: its detokenizer and stop-string watcher.
+struct TextState {
+  std::unique_ptr<StreamingDetokenizer> detokenizer;
+  std::unique_ptr<sampling::StopStrings> stops;
+  std::string text;
+  bool stopped = false;
+};
+
+void show_progress(size_t done, size_t total, int64_t tokens, double seconds) {
+  constexpr int kWidth = 30;
+  int filled = total ? static_cast<int>(kWidth * done / total) : kWidth;
+  fmt::print(stderr, "\r[{}{}] {}/{} requests, {:.1f} tokens/s",
+             std::string(static_cast<size_t>(filled), '='),
+             std::string(static_cast<size_t>(kWidth - filled), ' '), done, total,
+             seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
+}
+
+}  // namespace
+
+void run_offline_batch(CausalLM& model, const std::string& model_dir, const BatchOptions& options) {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<chat::ModelChatTemplate> chat;
+  if (std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
+    tokenizer = Tokenizer::load(model_dir);
+    try {
+      chat = std::make_unique<chat::ModelChatTemplate>(chat::ModelChatTemplate::load(model_dir));
+    } catch (const Error&) {
+      chat.reset();  // no template: only "messages" lines need one, and they say so
+    }
+  }
+  std::ifstream input(options.input);
+  if (!input) fail("--input: cannot open {}", options.input);
+  std::vector<OfflineRequest> requests;
+  std::string text;
+  for (int n = 1; std::getline(input, text); ++n) {
+    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
+    requests.push_back(parse_line(text, n, tokenizer.get(), chat.get()));
+  }
+  EngineConfig config = options.engine;
+  Engine engine(model, config);
+  std::map<std::string, size_t> index;
+  std::map<std::string, TextState> states;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& request = requests[i].request;
+    if (index.count(request.id)) fail("--input: request id \"{}\" appears twice", request.id);
+    index[request.id] = i;
+    engine.submit(request);
+    TextState& state = states[request.id];
+    if (tokenizer) state.detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, true);
+    if (!requests[i].stop_strings.empty())
+      state.stops = std::make_unique<sampling::StopStrings>(requests[i].stop_strings);
+  }
+  std::vector<GenerationResult> results(requests.size());
+  std::vector<GenerationResult> finished;
+  std::vector<Engine::SampledToken> sampled;
+  bool tty = isatty(STDERR_FILENO) != 0;
+  size_t done = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (engine.step(finished, &sampled)) {
+    for (const Engine::SampledToken& token : sampled) {
+      TextState& state = states[token.id];
+      if (!state.detokenizer || state.stopped) continue;
+      std::string piece = state.detokenizer->push(token.token);
+      if (state.stops) {
+        piece = state.stops->push(piece, state.stopped);
+        if (state.stopped) engine.stop(token.id);
+      }
+      state.text += piece;
+    }
+    sampled.clear();
+    for (GenerationResult& result : finished) {
+      results[index[result.id]] = std::move(result);
+      ++done;
+    }
+    finished.clear();
+    if (tty) {
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      show_progress(done, requests.size(), engine.stats().generated_tokens, seconds);
+    }
+  }
+  if (tty) fmt::print(stderr, "\n");
+  std::ofstream output(options.output);
+  if (!output) fail("--output: cannot open {}", options.output);
+  for (GenerationResult& result : results) {
+    TextState& state = states[result.id];
+    if (state.detokenizer && !state.stopped) {
+      std::string tail = state.detokenizer->finish();
+      state.text +=
+          state.stops ? state.stops->push(tail, state.stopped) + state.stops->flush() : tail;
+    }
+    Json line = {{"id", result.id},
+                 {"token_ids", result.tokens},
+                 {"finish_reason", result.finish_reason == FinishReason::kStop ? "stop" : "length"},
+                 {"usage",
+                  {{"prompt_tokens", result.prompt_tokens},
+                   {"completion_tokens", result.tokens.size()},
+                   {"cached_tokens", result.cached_prompt_tokens}}}};
+    if (state.detokenizer) line["text"] = state.text;
+    if (state.stopped && state.stops) line["stop_reason"] = state.stops->matched();
+    output << line.dump() << "\n";
+  }
+  if (!output) fail("--output: write to {} failed", options.output);
+}
+
+}  // namespace deepinfer::cli
