@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   deepinfer::cli::add_make_model_command(app);
   deepinfer::cli::add_bench_command(app);
   deepinfer::cli::add_tokenizer_commands(app);
+  deepinfer::cli::add_engine_bench_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

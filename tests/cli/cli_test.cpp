@@ -238,8 +238,8 @@ TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
 }
 
 TEST(Cli, EveryCommandHasHelp) {
-  for (const char* command :
-       {"", "logits", "generate", "make-model", "bench", "tokenize", "detokenize", "render-chat"}) {
+  for (const char* command : {"", "logits", "generate", "make-model", "bench", "tokenize",
+                              "detokenize", "render-chat", "bench-engine"}) {
     auto help = run_command(fmt::format("{} {} --help", kBinary, command));
     EXPECT_EQ(help.status, 0) << command;
     EXPECT_NE(help.output.find("Options:"), std::string::npos) << command << help.output;

@@ -1,0 +1,179 @@
+// bench-engine: the serving engine's offline throughput at several concurrencies, and
+// time-to-first-token with and without prefix caching when requests share a long prefix.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "engine/engine.h"
+
+namespace deepinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct EngineBenchArgs {
+  ModelOptions model;
+  std::string concurrency = "1,8,32";
+  int prompt_tokens = 128;
+  int output_tokens = 64;
+  int shared_prefix_tokens = 0;
+  int unique_tokens = 100;
+  int prefix_requests = 3;
+  int64_t kv_bytes = int64_t{4} << 30;
+  bool json = false;
+};
+
+std::vector<int32_t> synthetic_tokens(int count, int seed, int32_t vocab) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < count; ++i)
+    tokens.push_back(static_cast<int32_t>((seed * 7919 + i * 104729 + 13) % vocab));
+  return tokens;
+}
+
+GenerationRequest request_of(std::string id, std::vector<int32_t> prompt, int max_tokens) {
+  GenerationRequest request;
+  request.id = std::move(id);
+  request.prompt = std::move(prompt);
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  request.sampling.temperature = 0.0f;
+  return request;
+}
+
+// N requests at once; output tokens per second over the whole run.
+nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int concurrency) {
+  EngineConfig config;
+  config.max_running = concurrency;
+  config.kv_bytes = static_cast<size_t>(args.kv_bytes);
+  Engine engine(model, config);
+  int32_t vocab = model.config().vocab_size;
+  for (int r = 0; r < concurrency; ++r)
+    engine.submit(request_of(std::to_string(r), synthetic_tokens(args.prompt_tokens, r + 1, vocab),
+                             args.output_tokens));
+  auto start = Clock::now();
+  std::vector<GenerationResult> results = engine.run_to_completion();
+  double seconds = seconds_since(start);
+  int64_t output = 0;
+  for (const GenerationResult& result : results)
+    output += static_cast<int64_t>(result.tokens.size());
+  return {{"concurrency", concurrency},
+          {"output_tokens", output},
+          {"seconds", seconds},
+          {"output_tokens_per_s", static_cast<double>(output) / seconds},
+          {"total_tokens_per_s",
+           static_cast<double>(output + int64_t{concurrency} * args.prompt_tokens) / seconds}};
+}
+
+// Requests that share a long prefix, one after another; mean time to their first token
+// (the first request, which fills the cache, is not counted).
+nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args, bool caching) {
+  EngineConfig config;
+  config.prefix_caching = caching;
+  config.kv_bytes = static_cast<size_t>(args.kv_bytes);
+  Engine engine(model, config);
+  int32_t vocab = model.config().vocab_size;
+  std::vector<int32_t> prefix = synthetic_tokens(args.shared_prefix_tokens, 99, vocab);
+  std::vector<double> ttft;
+  for (int r = 0; r <= args.prefix_requests; ++r) {
+    std::vector<int32_t> prompt = prefix;
+    std::vector<int32_t> unique = synthetic_tokens(args.unique_tokens, 1000 + r, vocab);
+    prompt.insert(prompt.end(), unique.begin(), unique.end());
+    engine.submit(request_of("p" + std::to_string(r), prompt, 1));
+    auto start = Clock::now();
+    std::vector<GenerationResult> finished;
+    while (finished.empty() && engine.step(finished)) {
+    }
+    if (r > 0) ttft.push_back(seconds_since(start));
+  }
+  double mean = 0.0;
+  for (double value : ttft) mean += value / static_cast<double>(ttft.size());
+  EngineStats stats = engine.stats();
+  return {{"prefix_caching", caching},
+          {"mean_ttft_s", mean},
+          {"requests_measured", ttft.size()},
+          {"prefix_hits", stats.prefix_hits},
+          {"prefix_lookups", stats.prefix_lookups}};
+}
+
+void run_engine_bench(const EngineBenchArgs& args) {
+  LoadedModel loaded = open_model(args.model);
+  CausalLM& model = *loaded.model;
+  nlohmann::json report = {{"model", args.model.model_dir},
+                           {"backend", loaded.ops->name()},
+                           {"threads", ThreadPool::global().size()},
+                           {"prompt_tokens", args.prompt_tokens},
+                           {"output_tokens", args.output_tokens}};
+  for (int32_t concurrency : parse_id_list(args.concurrency, "--concurrency")) {
+    if (concurrency < 1) fail("--concurrency: {} is not a positive count", concurrency);
+    nlohmann::json run = throughput(model, args, concurrency);
+    report["throughput"].push_back(run);
+    if (!args.json) {
+      fmt::print("concurrency {:3}: {:7.1f} output tokens/s ({} tokens in {:.1f} s)\n", concurrency,
+                 run["output_tokens_per_s"].get<double>(), run["output_tokens"].get<int64_t>(),
+                 run["seconds"].get<double>());
+    }
+  }
+  if (args.shared_prefix_tokens > 0) {
+    for (bool caching : {false, true}) {
+      nlohmann::json run = shared_prefix_ttft(model, args, caching);
+      report["shared_prefix"].push_back(run);
+      if (!args.json) {
+        fmt::print("shared prefix {} + {} tokens, prefix caching {}: mean TTFT {:.2f} s\n",
+                   args.shared_prefix_tokens, args.unique_tokens, caching ? "on " : "off",
+                   run["mean_ttft_s"].get<double>());
+      }
+    }
+  }
+  if (args.json) fmt::print("{}\n", report.dump());
+}
+
+}  // namespace
+
+void add_engine_bench_command(CLI::App& app) {
+  auto args = std::make_shared<EngineBenchArgs>();
+  CLI::App* command = app.add_subcommand(
+      "bench-engine",
+      "Measure the serving engine: throughput by concurrency, TTFT with a shared prefix");
+  add_model_options(*command, args->model, "read");
+  command
+      ->add_option("--concurrency", args->concurrency,
+                   "Concurrent requests to try, comma-separated")
+      ->capture_default_str();
+  command
+      ->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length of throughput requests")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command
+      ->add_option("--output-tokens", args->output_tokens,
+                   "Tokens each throughput request generates")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command
+      ->add_option("--shared-prefix-tokens", args->shared_prefix_tokens,
+                   "Also measure TTFT for requests sharing this many prompt tokens (0: skip)")
+      ->check(CLI::NonNegativeNumber);
+  command->add_option("--unique-tokens", args->unique_tokens, "Tokens after the shared prefix")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  command
+      ->add_option("--prefix-requests", args->prefix_requests,
+                   "Requests measured after the one that fills the cache")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  command->add_option("--kv-cache-bytes", args->kv_bytes, "KV cache budget in bytes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_flag("--json", args->json, "Print one JSON object instead of lines");
+  command->callback([args] { run_engine_bench(*args); });
+}
+
+}  // namespace deepinfer::cli
