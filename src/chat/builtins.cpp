@@ -268,8 +268,11 @@ bool contains(const Value& container, const Value& needle) {
   fail("argument of type '{}' is not iterable", container.type_name());
 }
 
-bool apply_filter(const std::string& name, const Value& input, CallArguments& arguments,
-                  Value& result) {
+namespace {
+
+// Filters that produce text: trim, tojson, case, replace, join, default.
+bool text_filter(const std::string& name, const Value& input, CallArguments& arguments,
+                 Value& result) {
   if (name == "trim") {
     result = Value(strip(input.str(), arguments.get(0, "chars"), true, true));
   } else if (name == "length" || name == "count") {
@@ -306,7 +309,16 @@ bool apply_filter(const std::string& name, const Value& input, CallArguments& ar
     bool boolean = arguments.get(1, "boolean", Value(false)).as_bool();
     bool use_default = input.is_undefined() || (boolean && !input.as_bool());
     result = use_default ? arguments.get(0, "default_value", Value("")) : input;
-  } else if (name == "first" || name == "last") {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Filters that pick or convert values: first/last, list, string, numbers, items.
+bool value_filter(const std::string& name, const Value& input, CallArguments& arguments,
+                  Value& result) {
+  if (name == "first" || name == "last") {
     List items = iterate(input);
     result = items.empty() ? Value() : (name == "first" ? items.front() : items.back());
   } else if (name == "list") {
@@ -341,7 +353,16 @@ bool apply_filter(const std::string& name, const Value& input, CallArguments& ar
       return a.as_list()[0].compare(b.as_list()[0]) < 0;
     });
     result = Value(std::move(items));
-  } else if (name == "selectattr" || name == "rejectattr") {
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// Filters over sequences (select, map, sort, ...) and markup helpers.
+bool sequence_filter(const std::string& name, const Value& input, CallArguments& arguments,
+                     Value& result) {
+  if (name == "selectattr" || name == "rejectattr") {
     result = select(input, arguments, true, name == "selectattr");
   } else if (name == "select" || name == "reject") {
     result = select(input, arguments, false, name == "select");
@@ -418,6 +439,69 @@ bool apply_filter(const std::string& name, const Value& input, CallArguments& ar
   return true;
 }
 
+// Python str methods templates call (strip, split, startswith, replace, ...).
+Value string_method(const std::string& text, const std::string& name, CallArguments& args) {
+  if (name == "strip") return Value(strip(text, args.get(0, "chars"), true, true));
+  if (name == "lstrip") return Value(strip(text, args.get(0, "chars"), true, false));
+  if (name == "rstrip") return Value(strip(text, args.get(0, "chars"), false, true));
+  if (name == "split")
+    return Value(split(text, args.get(0, "sep"), args.get(1, "maxsplit", Value(-1)).as_int()));
+  if (name == "splitlines")
+    return Value(split(replace_all(text, "\r\n", "\n", -1), Value("\n"), -1));
+  if (name == "startswith" || name == "endswith") {
+    Value affixes = args.get(0, "prefix");
+    List options = affixes.is_list() ? affixes.as_list() : List{affixes};
+    for (const Value& option : options) {
+      const std::string& affix = option.as_string();
+      bool match = affix.size() <= text.size() &&
+                   (name == "startswith"
+                        ? text.compare(0, affix.size(), affix) == 0
+                        : text.compare(text.size() - affix.size(), affix.size(), affix) == 0);
+      if (match) return Value(true);
+    }
+    return Value(false);
+  }
+  if (name == "upper" || name == "lower") return Value(ascii_case(text, name == "upper"));
+  if (name == "title") return Value(title_case(text));
+  if (name == "capitalize") {
+    std::string out = ascii_case(text, false);
+    if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+    return Value(out);
+  }
+  if (name == "replace")
+    return Value(replace_all(text, args.get(0, "old").as_string(), args.get(1, "new").as_string(),
+                             args.get(2, "count", Value(-1)).as_int()));
+  if (name == "find") {
+    size_t at = text.find(args.get(0, "sub").as_string());
+    return Value(at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(at));
+  }
+  if (name == "count") {
+    const std::string& sub = args.get(0, "sub").as_string();
+    int64_t count = 0;
+    for (size_t at = sub.empty() ? std::string::npos : text.find(sub); at != std::string::npos;
+         at = text.find(sub, at + sub.size())) {
+      ++count;
+    }
+    return Value(count);
+  }
+  if (name == "join") {
+    std::string out;
+    List items = iterate(args.get(0, "iterable"));
+    for (size_t i = 0; i < items.size(); ++i) out += (i ? text : "") + items[i].as_string();
+    return Value(out);
+  }
+  fail("str.{}() is not supported", name);
+}
+
+}  // namespace
+
+bool apply_filter(const std::string& name, const Value& input, CallArguments& arguments,
+                  Value& result) {
+  return text_filter(name, input, arguments, result) ||
+         value_filter(name, input, arguments, result) ||
+         sequence_filter(name, input, arguments, result);
+}
+
 bool apply_test(const std::string& name, const Value& input, CallArguments& arguments,
                 bool& result) {
   using Kind = Value::Kind;
@@ -485,60 +569,8 @@ bool bound_method(const Value& object, const std::string& name, Value& result) {
                      [&](const char* m) { return name == m; }) == std::end(kMethods)) {
       return false;
     }
-    result = Value::function([text, name](CallArguments& args) -> Value {
-      if (name == "strip") return Value(strip(text, args.get(0, "chars"), true, true));
-      if (name == "lstrip") return Value(strip(text, args.get(0, "chars"), true, false));
-      if (name == "rstrip") return Value(strip(text, args.get(0, "chars"), false, true));
-      if (name == "split")
-        return Value(split(text, args.get(0, "sep"), args.get(1, "maxsplit", Value(-1)).as_int()));
-      if (name == "splitlines")
-        return Value(split(replace_all(text, "\r\n", "\n", -1), Value("\n"), -1));
-      if (name == "startswith" || name == "endswith") {
-        Value affixes = args.get(0, "prefix");
-        List options = affixes.is_list() ? affixes.as_list() : List{affixes};
-        for (const Value& option : options) {
-          const std::string& affix = option.as_string();
-          bool match = affix.size() <= text.size() &&
-                       (name == "startswith"
-                            ? text.compare(0, affix.size(), affix) == 0
-                            : text.compare(text.size() - affix.size(), affix.size(), affix) == 0);
-          if (match) return Value(true);
-        }
-        return Value(false);
-      }
-      if (name == "upper" || name == "lower") return Value(ascii_case(text, name == "upper"));
-      if (name == "title") return Value(title_case(text));
-      if (name == "capitalize") {
-        std::string out = ascii_case(text, false);
-        if (!out.empty())
-          out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
-        return Value(out);
-      }
-      if (name == "replace")
-        return Value(replace_all(text, args.get(0, "old").as_string(),
-                                 args.get(1, "new").as_string(),
-                                 args.get(2, "count", Value(-1)).as_int()));
-      if (name == "find") {
-        size_t at = text.find(args.get(0, "sub").as_string());
-        return Value(at == std::string::npos ? int64_t{-1} : static_cast<int64_t>(at));
-      }
-      if (name == "count") {
-        const std::string& sub = args.get(0, "sub").as_string();
-        int64_t count = 0;
-        for (size_t at = sub.empty() ? std::string::npos : text.find(sub); at != std::string::npos;
-             at = text.find(sub, at + sub.size())) {
-          ++count;
-        }
-        return Value(count);
-      }
-      if (name == "join") {
-        std::string out;
-        List items = iterate(args.get(0, "iterable"));
-        for (size_t i = 0; i < items.size(); ++i) out += (i ? text : "") + items[i].as_string();
-        return Value(out);
-      }
-      fail("str.{}() is not supported", name);
-    });
+    result = Value::function(
+        [text, name](CallArguments& args) { return string_method(text, name, args); });
     return true;
   }
   if (object.is_dict()) {

@@ -90,6 +90,42 @@ struct Token {
   Value value;
 };
 
+// The quoted literal starting at code[i] (the quote), with Python's escapes; i moves past it.
+std::string string_literal(const std::string& code, size_t& i, int line) {
+  char quote = code[i++];
+  std::string text;
+  while (i < code.size() && code[i] != quote) {
+    if (code[i] == '\\' && i + 1 < code.size()) {
+      char escaped = code[++i];
+      switch (escaped) {
+        case 'n':
+          text += '\n';
+          break;
+        case 't':
+          text += '\t';
+          break;
+        case 'r':
+          text += '\r';
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          text += escaped;
+          break;
+        default:
+          text += '\\';
+          text += escaped;
+      }
+      ++i;
+    } else {
+      text += code[i++];
+    }
+  }
+  if (i >= code.size()) fail("chat template line {}: unterminated string", line);
+  ++i;
+  return text;
+}
+
 std::vector<Token> lex(const std::string& code, int line) {
   std::vector<Token> tokens;
   size_t i = 0;
@@ -118,41 +154,7 @@ std::vector<Token> lex(const std::string& code, int line) {
                           Value(static_cast<int64_t>(std::stoll(code.substr(start, i - start))))});
       }
     } else if (ch == '\'' || ch == '"') {
-      std::string text;
-      ++i;
-      while (i < code.size() && code[i] != ch) {
-        if (code[i] == '\\' && i + 1 < code.size()) {
-          char escaped = code[++i];
-          switch (escaped) {
-            case 'n':
-              text += '\n';
-              break;
-            case 't':
-              text += '\t';
-              break;
-            case 'r':
-              text += '\r';
-              break;
-            case '\\':
-              text += '\\';
-              break;
-            case '\'':
-              text += '\'';
-              break;
-            case '"':
-              text += '"';
-              break;
-            default:
-              text += '\\';
-              text += escaped;
-          }
-          ++i;
-        } else {
-          text += code[i++];
-        }
-      }
-      if (i >= code.size()) fail("chat template line {}: unterminated string", line);
-      ++i;
+      std::string text = string_literal(code, i, line);
       tokens.push_back({Token::Kind::kString, "", Value(text)});
     } else {
       static const char* kOperators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",

@@ -126,73 +126,41 @@ void show_progress(size_t done, size_t total, int64_t tokens, double seconds) {
              seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
 }
 
-}  // namespace
-
-void run_offline_batch(CausalLM& model, const std::string& model_dir, const BatchOptions& options) {
+// The model folder's tokenizer and chat template, where it has them.
+struct TextTools {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<chat::ModelChatTemplate> chat;
-  if (std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) {
-    tokenizer = Tokenizer::load(model_dir);
-    try {
-      chat = std::make_unique<chat::ModelChatTemplate>(chat::ModelChatTemplate::load(model_dir));
-    } catch (const Error&) {
-      chat.reset();  // no template: only "messages" lines need one, and they say so
-    }
+};
+
+TextTools load_text_tools(const std::string& model_dir) {
+  TextTools tools;
+  if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return tools;
+  tools.tokenizer = Tokenizer::load(model_dir);
+  try {
+    tools.chat =
+        std::make_unique<chat::ModelChatTemplate>(chat::ModelChatTemplate::load(model_dir));
+  } catch (const Error&) {
+    tools.chat.reset();  // no template: only "messages" lines need one, and they say so
   }
-  std::ifstream input(options.input);
-  if (!input) fail("--input: cannot open {}", options.input);
+  return tools;
+}
+
+std::vector<OfflineRequest> read_requests(const std::string& path, const TextTools& tools) {
+  std::ifstream input(path);
+  if (!input) fail("--input: cannot open {}", path);
   std::vector<OfflineRequest> requests;
   std::string text;
   for (int n = 1; std::getline(input, text); ++n) {
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;
-    requests.push_back(parse_line(text, n, tokenizer.get(), chat.get()));
+    requests.push_back(parse_line(text, n, tools.tokenizer.get(), tools.chat.get()));
   }
-  EngineConfig config = options.engine;
-  Engine engine(model, config);
-  std::map<std::string, size_t> index;
-  std::map<std::string, TextState> states;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const GenerationRequest& request = requests[i].request;
-    if (index.count(request.id)) fail("--input: request id \"{}\" appears twice", request.id);
-    index[request.id] = i;
-    engine.submit(request);
-    TextState& state = states[request.id];
-    if (tokenizer) state.detokenizer = std::make_unique<StreamingDetokenizer>(*tokenizer, true);
-    if (!requests[i].stop_strings.empty())
-      state.stops = std::make_unique<sampling::StopStrings>(requests[i].stop_strings);
-  }
-  std::vector<GenerationResult> results(requests.size());
-  std::vector<GenerationResult> finished;
-  std::vector<Engine::SampledToken> sampled;
-  bool tty = isatty(STDERR_FILENO) != 0;
-  size_t done = 0;
-  auto start = std::chrono::steady_clock::now();
-  while (engine.step(finished, &sampled)) {
-    for (const Engine::SampledToken& token : sampled) {
-      TextState& state = states[token.id];
-      if (!state.detokenizer || state.stopped) continue;
-      std::string piece = state.detokenizer->push(token.token);
-      if (state.stops) {
-        piece = state.stops->push(piece, state.stopped);
-        if (state.stopped) engine.stop(token.id);
-      }
-      state.text += piece;
-    }
-    sampled.clear();
-    for (GenerationResult& result : finished) {
-      results[index[result.id]] = std::move(result);
-      ++done;
-    }
-    finished.clear();
-    if (tty) {
-      double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      show_progress(done, requests.size(), engine.stats().generated_tokens, seconds);
-    }
-  }
-  if (tty) fmt::print(stderr, "\n");
-  std::ofstream output(options.output);
-  if (!output) fail("--output: cannot open {}", options.output);
+  return requests;
+}
+
+void write_results(const std::string& path, std::vector<GenerationResult>& results,
+                   std::map<std::string, TextState>& states) {
+  std::ofstream output(path);
+  if (!output) fail("--output: cannot open {}", path);
   for (GenerationResult& result : results) {
     TextState& state = states[result.id];
     if (state.detokenizer && !state.stopped) {
@@ -211,7 +179,65 @@ void run_offline_batch(CausalLM& model, const std::string& model_dir, const Batc
     if (state.stopped && state.stops) line["stop_reason"] = state.stops->matched();
     output << line.dump() << "\n";
   }
-  if (!output) fail("--output: write to {} failed", options.output);
+  if (!output) fail("--output: write to {} failed", path);
+}
+
+// Feeds one step's sampled tokens through each request's detokenizer and stop strings.
+void follow_text(Engine& engine, const std::vector<Engine::SampledToken>& sampled,
+                 std::map<std::string, TextState>& states) {
+  for (const Engine::SampledToken& token : sampled) {
+    TextState& state = states[token.id];
+    if (!state.detokenizer || state.stopped) continue;
+    std::string piece = state.detokenizer->push(token.token);
+    if (state.stops) {
+      piece = state.stops->push(piece, state.stopped);
+      if (state.stopped) engine.stop(token.id);
+    }
+    state.text += piece;
+  }
+}
+
+}  // namespace
+
+void run_offline_batch(CausalLM& model, const std::string& model_dir, const BatchOptions& options) {
+  TextTools tools = load_text_tools(model_dir);
+  std::vector<OfflineRequest> requests = read_requests(options.input, tools);
+  Engine engine(model, options.engine);
+  std::map<std::string, size_t> index;
+  std::map<std::string, TextState> states;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const GenerationRequest& request = requests[i].request;
+    if (index.count(request.id)) fail("--input: request id \"{}\" appears twice", request.id);
+    index[request.id] = i;
+    engine.submit(request);
+    TextState& state = states[request.id];
+    if (tools.tokenizer)
+      state.detokenizer = std::make_unique<StreamingDetokenizer>(*tools.tokenizer, true);
+    if (!requests[i].stop_strings.empty())
+      state.stops = std::make_unique<sampling::StopStrings>(requests[i].stop_strings);
+  }
+  std::vector<GenerationResult> results(requests.size());
+  std::vector<GenerationResult> finished;
+  std::vector<Engine::SampledToken> sampled;
+  bool tty = isatty(STDERR_FILENO) != 0;
+  size_t done = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (engine.step(finished, &sampled)) {
+    follow_text(engine, sampled, states);
+    sampled.clear();
+    for (GenerationResult& result : finished) {
+      results[index[result.id]] = std::move(result);
+      ++done;
+    }
+    finished.clear();
+    if (tty) {
+      double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      show_progress(done, requests.size(), engine.stats().generated_tokens, seconds);
+    }
+  }
+  if (tty) fmt::print(stderr, "\n");
+  write_results(options.output, results, states);
 }
 
 }  // namespace deepinfer::cli

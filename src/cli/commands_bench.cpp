@@ -99,6 +99,38 @@ struct BenchArgs {
   bool json = false;
 };
 
+// The bench result as the human-readable table.
+void print_table(const nlohmann::json& r, const BenchArgs& args) {
+  auto number = [&](const char* key) { return r.at(key).get<double>(); };
+  double peak = number("peak_f32_fma_gflops");
+  double decode = number("decode_tokens_per_s");
+  double roofline = number("decode_roofline_tokens_per_s");
+  double bytes_per_token = number("weight_bytes_per_token");
+  double bandwidth = number("bandwidth_gbs") * 1e9;
+  fmt::print("model            {}\n", args.model.model_dir);
+  fmt::print("backend          {} ({} threads, weights {}, loaded in {:.2f} s)\n",
+             r.at("backend").get<std::string>(), r.at("threads").get<int>(), args.model.load,
+             number("load_seconds"));
+  fmt::print(
+      "read bandwidth   {:.2f} GB/s ({} MiB probe, best of 5); {:.2f} GB/s reading the weights "
+      "between decode steps (mean; best pass {:.2f})\n",
+      number("bandwidth_gbs"), args.bandwidth_mib, number("weight_read_bandwidth_gbs"),
+      number("weight_read_bandwidth_best_gbs"));
+  fmt::print("peak f32 FMA     {:.1f} GFLOP/s\n", peak);
+  fmt::print("prompt ({} tok)  {:.1f} tokens/s, {:.1f} GFLOP/s ({:.0f}% of f32 peak; {} matmuls)\n",
+             args.prompt_tokens, number("prompt_tokens_per_s"), number("prefill_gflops"),
+             100.0 * number("prefill_gflops") / peak, args.model.matmul_precision);
+  fmt::print(
+      "decode (batch 1) {:.2f} tokens/s; roofline {:.2f} tokens/s ({:.1f} MB of weights/token): "
+      "{:.0f}%\n",
+      decode, roofline, bytes_per_token / 1e6, 100.0 * decode / roofline);
+  fmt::print("                 against the probe's bandwidth: roofline {:.2f} tokens/s: {:.0f}%\n",
+             bandwidth / bytes_per_token, 100.0 * decode * bytes_per_token / bandwidth);
+  std::string cache = r.at("mla_cache").get<std::string>();
+  fmt::print("KV cache         {:.0f} bytes/token ({}f32)\n", number("kv_bytes_per_token"),
+             cache == "none" ? "" : "MLA " + cache + " cache, ");
+}
+
 void run_bench(const BenchArgs& args) {
   auto load_start = Clock::now();
   LoadedModel loaded = open_model(args.model);
@@ -142,51 +174,33 @@ void run_bench(const BenchArgs& args) {
   double weight_bandwidth = bytes_per_token * args.decode_tokens / read_seconds;
   double roofline = args.decode_tokens / read_seconds;
   double best_weight_bandwidth = bytes_per_token / fastest_read;
+  nlohmann::json result = {
+      {"model", args.model.model_dir},
+      {"backend", ops->name()},
+      {"threads", ThreadPool::global().size()},
+      {"load", args.model.load},
+      {"load_seconds", load_seconds},
+      {"bandwidth_gbs", bandwidth / 1e9},
+      {"weight_read_bandwidth_gbs", weight_bandwidth / 1e9},
+      {"weight_read_bandwidth_best_gbs", best_weight_bandwidth / 1e9},
+      {"prompt_tokens", args.prompt_tokens},
+      {"prompt_tokens_per_s", prompt_rate},
+      {"prefill_gflops", prefill_flops / prefill_seconds / 1e9},
+      {"peak_f32_fma_gflops", peak_flops / 1e9},
+      {"matmul_precision", args.model.matmul_precision},
+      {"decode_tokens", args.decode_tokens},
+      {"decode_tokens_per_s", decode_rate},
+      {"weight_bytes_per_token", bytes_per_token},
+      {"kv_bytes_per_token", kv_bytes_per_token},
+      {"mla_cache", c.is_deepseek() ? args.model.mla_cache : "none"},
+      {"decode_roofline_tokens_per_s", roofline},
+      {"decode_fraction_of_roofline", decode_rate / roofline},
+      {"decode_fraction_of_probe_roofline", decode_rate * bytes_per_token / bandwidth}};
   if (args.json) {
-    nlohmann::json result = {
-        {"model", args.model.model_dir},
-        {"backend", ops->name()},
-        {"threads", ThreadPool::global().size()},
-        {"load", args.model.load},
-        {"load_seconds", load_seconds},
-        {"bandwidth_gbs", bandwidth / 1e9},
-        {"weight_read_bandwidth_gbs", weight_bandwidth / 1e9},
-        {"weight_read_bandwidth_best_gbs", best_weight_bandwidth / 1e9},
-        {"prompt_tokens", args.prompt_tokens},
-        {"prompt_tokens_per_s", prompt_rate},
-        {"prefill_gflops", prefill_flops / prefill_seconds / 1e9},
-        {"peak_f32_fma_gflops", peak_flops / 1e9},
-        {"matmul_precision", args.model.matmul_precision},
-        {"decode_tokens", args.decode_tokens},
-        {"decode_tokens_per_s", decode_rate},
-        {"weight_bytes_per_token", bytes_per_token},
-        {"kv_bytes_per_token", kv_bytes_per_token},
-        {"mla_cache", c.is_deepseek() ? args.model.mla_cache : "none"},
-        {"decode_roofline_tokens_per_s", roofline},
-        {"decode_fraction_of_roofline", decode_rate / roofline},
-        {"decode_fraction_of_probe_roofline", decode_rate * bytes_per_token / bandwidth}};
     fmt::print("{}\n", result.dump());
-    return;
+  } else {
+    print_table(result, args);
   }
-  fmt::print("model            {}\n", args.model.model_dir);
-  fmt::print("backend          {} ({} threads, weights {}, loaded in {:.2f} s)\n", ops->name(),
-             ThreadPool::global().size(), args.model.load, load_seconds);
-  fmt::print(
-      "read bandwidth   {:.2f} GB/s ({} MiB probe, best of 5); {:.2f} GB/s reading the weights "
-      "between decode steps (mean; best pass {:.2f})\n",
-      bandwidth / 1e9, args.bandwidth_mib, weight_bandwidth / 1e9, best_weight_bandwidth / 1e9);
-  fmt::print("peak f32 FMA     {:.1f} GFLOP/s\n", peak_flops / 1e9);
-  fmt::print("prompt ({} tok)  {:.1f} tokens/s, {:.1f} GFLOP/s ({:.0f}% of f32 peak; {} matmuls)\n",
-             args.prompt_tokens, prompt_rate, prefill_flops / prefill_seconds / 1e9,
-             100.0 * prefill_flops / prefill_seconds / peak_flops, args.model.matmul_precision);
-  fmt::print(
-      "decode (batch 1) {:.2f} tokens/s; roofline {:.2f} tokens/s ({:.1f} MB of weights/token): "
-      "{:.0f}%\n",
-      decode_rate, roofline, bytes_per_token / 1e6, 100.0 * decode_rate / roofline);
-  fmt::print("                 against the probe's bandwidth: roofline {:.2f} tokens/s: {:.0f}%\n",
-             bandwidth / bytes_per_token, 100.0 * decode_rate * bytes_per_token / bandwidth);
-  fmt::print("KV cache         {:.0f} bytes/token ({}f32)\n", kv_bytes_per_token,
-             c.is_deepseek() ? "MLA " + args.model.mla_cache + " cache, " : "");
 }
 
 }  // namespace
