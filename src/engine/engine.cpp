@@ -55,6 +55,10 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
       cache_(model.kv_shape(config.block_size), default_blocks(model, config)) {
   DI_CHECK(config.max_batched_tokens > 0 && config.max_running > 0,
            "engine: max_batched_tokens and max_running must be positive");
+  const std::vector<int>& windows = model.config().layer_window;
+  bool all_sliding = !windows.empty() && std::all_of(windows.begin(), windows.end(),
+                                                     [](int window) { return window > 0; });
+  if (all_sliding) widest_window_ = *std::max_element(windows.begin(), windows.end());
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
   arrivals_ = (uint64_t{device()} << 20) ^ device();
@@ -235,6 +239,9 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<SampledTo
       sequence->blocks.publish_full_blocks(cache_, sequence->tokens, sequence->computed,
                                            sequence->request.cache_salt);
     }
+    // The next query sits at `computed`; keys before its window are never read again.
+    if (widest_window_ > 0)
+      sequence->blocks.release_before(cache_, sequence->computed - widest_window_ + 1);
   }
   const ModelConfig& c = model_.config();
   for (size_t i = 0; i < sampled.size(); ++i) {

@@ -94,6 +94,9 @@ class Engine {
 
   CausalLM& model_;
   EngineConfig config_;
+  // Tokens a query still attends to when every layer has a sliding window (0: some layer sees
+  // everything, so no block is ever freed early).
+  int64_t widest_window_ = 0;
   KvCache cache_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;

@@ -96,11 +96,22 @@ void SequenceBlocks::publish_full_blocks(KvCache& cache, std::span<const int32_t
                                   block_size);
   full = std::min(full, blocks_.size());
   for (size_t i = hashes_.size(); i < full; ++i) {
+    if (blocks_[i] == BlockPool::kNullBlock) break;  // left the window before it was published
     auto content =
         tokens.subspan(i * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
     BlockHash hash = block_hash(hashes_.empty() ? 0 : hashes_.back(), content, salt);
     cache.pool().publish(blocks_[i], hash, content);
     hashes_.push_back(hash);
+  }
+}
+
+void SequenceBlocks::release_before(KvCache& cache, int64_t first_needed) {
+  int block_size = cache.shape().block_size;
+  auto whole = static_cast<size_t>(std::max<int64_t>(0, first_needed) / block_size);
+  for (size_t i = 0; i < std::min(whole, blocks_.size()); ++i) {
+    if (blocks_[i] == BlockPool::kNullBlock) continue;
+    cache.release(blocks_[i]);
+    blocks_[i] = BlockPool::kNullBlock;
   }
 }
 

@@ -71,6 +71,9 @@ class SequenceBlocks {
   // so later requests with the same prefix reuse them.
   void publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens, int64_t computed,
                            uint64_t salt);
+  // Gives back the blocks that hold only tokens before `first_needed` (they left every
+  // attention window), leaving the null block in their table slots.
+  void release_before(KvCache& cache, int64_t first_needed);
   void release_all(KvCache& cache);
   const std::vector<int32_t>& table() const { return blocks_; }
   // Cache slot of token `position`: block * block_size + offset.
