@@ -19,6 +19,7 @@ struct Engine::Sequence {
   int64_t cached_prompt_tokens = -1;  // set at first admission
   int preemptions = 0;
   bool stop_requested = false;
+  std::chrono::steady_clock::time_point submitted, last_token;
 
   // Scheduling order: lower priority value first, then earlier arrival.
   bool before(const Sequence& other) const {
@@ -34,6 +35,15 @@ struct Engine::Plan {
                        [&](const auto& chunk) { return chunk.first == sequence; });
   }
 };
+
+void LatencyHistogram::observe(double seconds) {
+  for (size_t i = 0; i < std::size(kBounds); ++i) {
+    if (seconds <= kBounds[i]) ++cumulative[i];
+  }
+  ++cumulative.back();
+  sum += seconds;
+  ++count;
+}
 
 namespace {
 
@@ -91,6 +101,7 @@ void Engine::submit(GenerationRequest request) {
   sequence->seed = request.sampling.seed.value_or(sequence->arrival * 0x9e3779b97f4a7c15ull);
   sequence->tokens = request.prompt;
   sequence->history.add_prompt(request.prompt);
+  sequence->submitted = std::chrono::steady_clock::now();
   sequence->request = std::move(request);
   waiting_.push_back(std::move(sequence));
 }
@@ -255,6 +266,15 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<SampledTo
     sequence.history.add_output(draw.token);
     ++stats_.generated_tokens;
     if (sampled_out) sampled_out->push_back({request.id, draw.token});
+    auto now = std::chrono::steady_clock::now();
+    if (sequence.generated.size() == 1) {
+      stats_.time_to_first_token.observe(
+          std::chrono::duration<double>(now - sequence.submitted).count());
+    } else {
+      stats_.inter_token_latency.observe(
+          std::chrono::duration<double>(now - sequence.last_token).count());
+    }
+    sequence.last_token = now;
     bool may_stop = static_cast<int>(sequence.generated.size()) >= request.min_tokens;
     bool is_eos = !request.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(),
                                                    draw.token) != c.eos_token_ids.end();

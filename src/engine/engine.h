@@ -3,8 +3,10 @@
 // forward, samples, and finishes or preempts requests. One thread drives it (step()).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +49,17 @@ struct GenerationResult {
   int preemptions = 0;
 };
 
+// Counts of observations at or below each bound (seconds), Prometheus-style; the last bucket
+// is +Inf. sum and count as Prometheus histograms report them.
+struct LatencyHistogram {
+  static constexpr double kBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
+                                       0.5,   1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
+  std::vector<int64_t> cumulative = std::vector<int64_t>(std::size(kBounds) + 1, 0);
+  double sum = 0.0;
+  int64_t count = 0;
+  void observe(double seconds);
+};
+
 struct EngineStats {
   int64_t waiting = 0;
   int64_t running = 0;
@@ -57,6 +70,8 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t preemptions = 0;
   int64_t generated_tokens = 0;
+  LatencyHistogram time_to_first_token;  // from submit() to the first sampled token
+  LatencyHistogram inter_token_latency;  // between consecutive tokens of one request
 };
 
 class Engine {

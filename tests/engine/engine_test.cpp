@@ -88,6 +88,12 @@ TEST(Engine, PreemptionUnderATinyCacheStillCompletesEveryRequestIdentically) {
   EngineStats stats;
   EXPECT_EQ(run_engine(*model, tiny, requests, &stats), run_engine(*model, roomy, requests));
   EXPECT_GT(stats.preemptions, 0);
+  // Every request reports a first token, and every later token an inter-token gap.
+  EXPECT_EQ(stats.time_to_first_token.count, 8);
+  EXPECT_EQ(stats.inter_token_latency.count, 8 * 11);
+  EXPECT_EQ(stats.time_to_first_token.cumulative.back(), 8);
+  EXPECT_GT(stats.time_to_first_token.sum, 0.0);
+  EXPECT_EQ(stats.generated_tokens, 8 * 12);
 }
 
 TEST(Engine, PrefixCacheHitsAndSaltsIsolate) {
