@@ -664,19 +664,22 @@ class TemplateParser {
     return node;
   }
 
+  // After '(': "name" or "name=default" entries up to ')', for macros and call blocks.
+  void parameters(ExpressionParser& parser, Node& node) {
+    while (!parser.accept_operator(")")) {
+      std::string name = parser.expect_name();
+      ExprPtr fallback;
+      if (parser.accept_operator("=")) fallback = parser.expression();
+      node.parameters.emplace_back(name, std::move(fallback));
+      if (!parser.is_operator(")")) parser.expect_operator(",");
+    }
+  }
+
   // {% call(params) macro(args) %}body{% endcall %}: the macro's caller() renders the body.
   std::unique_ptr<Node> call_statement(int line) {
     auto node = node_of(Node::Type::kCallBlock, line);
     ExpressionParser parser = open_statement();
-    if (parser.accept_operator("(")) {
-      while (!parser.accept_operator(")")) {
-        std::string name = parser.expect_name();
-        ExprPtr fallback;
-        if (parser.accept_operator("=")) fallback = parser.expression();
-        node->parameters.emplace_back(name, std::move(fallback));
-        if (!parser.is_operator(")")) parser.expect_operator(",");
-      }
-    }
+    if (parser.accept_operator("(")) parameters(parser, *node);
     node->expr = parser.expression();
     parser.expect_end();
     node->branches.push_back(parse_body({"endcall"}));
@@ -689,13 +692,7 @@ class TemplateParser {
     ExpressionParser parser = open_statement();
     node->targets.push_back(parser.expect_name());
     parser.expect_operator("(");
-    while (!parser.accept_operator(")")) {
-      std::string name = parser.expect_name();
-      ExprPtr fallback;
-      if (parser.accept_operator("=")) fallback = parser.expression();
-      node->parameters.emplace_back(name, std::move(fallback));
-      if (!parser.is_operator(")")) parser.expect_operator(",");
-    }
+    parameters(parser, *node);
     parser.expect_end();
     node->branches.push_back(parse_body({"endmacro"}));
     close("endmacro");

@@ -110,7 +110,7 @@ class Renderer {
 
   void assign(const Node& node, const Value& value) {
     if (!node.attribute.empty()) {
-      Value target = lookup(node.targets[0], node.line);
+      Value target = lookup(node.targets[0]);
       if (!target.is_dict())
         fail("line {}: cannot set attribute '{}' of {}", node.line, node.attribute,
              target.type_name());
@@ -218,14 +218,13 @@ class Renderer {
     });
   }
 
-  Value lookup(const std::string& name, int line) {
+  Value lookup(const std::string& name) {
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
       auto found = scope->find(name);
       if (found != scope->end()) return found->second;
     }
     Value builtin;
     if (global_function(name, builtin)) return builtin;
-    (void)line;
     return Value();
   }
 
@@ -254,7 +253,7 @@ class Renderer {
       case Expr::Type::kLiteral:
         return expr.value;
       case Expr::Type::kName:
-        return lookup(expr.name, expr.line);
+        return lookup(expr.name);
       case Expr::Type::kList:
       case Expr::Type::kTuple: {
         List items;

@@ -30,10 +30,6 @@ struct Engine::Sequence {
 
 struct Engine::Plan {
   std::vector<std::pair<Sequence*, int64_t>> chunks;  // sequence, new tokens this step
-  bool contains(const Sequence* sequence) const {
-    return std::any_of(chunks.begin(), chunks.end(),
-                       [&](const auto& chunk) { return chunk.first == sequence; });
-  }
 };
 
 void LatencyHistogram::observe(double seconds) {
@@ -169,6 +165,8 @@ bool Engine::schedule(Plan& plan) {
   int64_t budget = config_.max_batched_tokens;
   std::stable_sort(running_.begin(), running_.end(),
                    [](const auto& a, const auto& b) { return a->before(*b); });
+  // Preemption only ever removes the sequence at hand or ones after it in this order, so the
+  // planned ones keep their positions.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* sequence = running_[i].get();
     int64_t chunk = std::min<int64_t>(
@@ -176,11 +174,7 @@ bool Engine::schedule(Plan& plan) {
     if (!ensure_blocks(*sequence, sequence->computed + chunk)) continue;  // it was preempted
     plan.chunks.emplace_back(sequence, chunk);
     budget -= chunk;
-    // Preemption may have removed later entries; find this sequence's slot again.
-    i = static_cast<size_t>(std::find_if(running_.begin(), running_.end(),
-                                         [&](const auto& s) { return s.get() == sequence; }) -
-                            running_.begin()) +
-        1;
+    ++i;
   }
   admit_waiting(plan, budget);
   return !plan.chunks.empty();
@@ -207,22 +201,18 @@ void Engine::stop(const std::string& id) {
 }
 
 void Engine::finish_stopped(std::vector<GenerationResult>& finished) {
-  for (auto it = running_.begin(); it != running_.end();) {
-    if (!(*it)->stop_requested) {
-      ++it;
-      continue;
+  auto finish_from = [&](auto& queue) {
+    for (auto it = queue.begin(); it != queue.end();) {
+      if ((*it)->stop_requested) {
+        finish(**it, FinishReason::kStop, finished);
+        it = queue.erase(it);
+      } else {
+        ++it;
+      }
     }
-    finish(**it, FinishReason::kStop, finished);
-    it = running_.erase(it);
-  }
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (!(*it)->stop_requested) {
-      ++it;
-      continue;
-    }
-    finish(**it, FinishReason::kStop, finished);
-    it = waiting_.erase(it);
-  }
+  };
+  finish_from(running_);
+  finish_from(waiting_);
 }
 
 bool Engine::step(std::vector<GenerationResult>& finished, std::vector<SampledToken>* sampled_out) {

@@ -324,14 +324,19 @@ const std::string& Tokenizer::eos_token() const {
 StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {}
 
+// Decodes ids_[prefix_offset_, read_offset_) (text already emitted) and ids_[prefix_offset_,
+// end): the decoder sees the same leading context in both, so their difference is the new text.
+std::pair<std::string, std::string> StreamingDetokenizer::decode_window() const {
+  auto first = ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_);
+  std::vector<int32_t> prefix(first, ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
+  std::vector<int32_t> window(first, ids_.end());
+  return {tokenizer_.decode(prefix, skip_special_tokens_),
+          tokenizer_.decode(window, skip_special_tokens_)};
+}
+
 std::string StreamingDetokenizer::push(int32_t id) {
   ids_.push_back(id);
-  std::vector<int32_t> prefix(ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_),
-                              ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
-  std::vector<int32_t> window(ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_),
-                              ids_.end());
-  std::string prefix_text = tokenizer_.decode(prefix, skip_special_tokens_);
-  std::string text = tokenizer_.decode(window, skip_special_tokens_);
+  auto [prefix_text, text] = decode_window();
   // An incomplete character decodes to U+FFFD at the end: wait for the rest of it.
   bool incomplete = text.size() >= 3 && text.compare(text.size() - 3, 3, "\xef\xbf\xbd") == 0;
   if (incomplete || text.size() <= prefix_text.size() ||
@@ -344,12 +349,7 @@ std::string StreamingDetokenizer::push(int32_t id) {
 }
 
 std::string StreamingDetokenizer::finish() {
-  std::vector<int32_t> prefix(ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_),
-                              ids_.begin() + static_cast<std::ptrdiff_t>(read_offset_));
-  std::vector<int32_t> window(ids_.begin() + static_cast<std::ptrdiff_t>(prefix_offset_),
-                              ids_.end());
-  std::string prefix_text = tokenizer_.decode(prefix, skip_special_tokens_);
-  std::string text = tokenizer_.decode(window, skip_special_tokens_);
+  auto [prefix_text, text] = decode_window();
   read_offset_ = prefix_offset_ = ids_.size();
   return text.size() > prefix_text.size() ? text.substr(prefix_text.size()) : "";
 }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace deepinfer {
@@ -67,6 +68,8 @@ class StreamingDetokenizer {
   std::string finish();
 
  private:
+  std::pair<std::string, std::string> decode_window() const;
+
   const Tokenizer& tokenizer_;
   bool skip_special_tokens_;
   std::vector<int32_t> ids_;
