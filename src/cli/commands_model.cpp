@@ -60,12 +60,18 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
                   "decode) or expanded (per-head keys and values)")
       ->check(CLI::IsMember({"latent", "expanded"}))
       ->capture_default_str();
+  command.add_flag("--batch-invariant", options.batch_invariant,
+                   "Bitwise the same logits for a request whatever is batched with it and however "
+                   "its prompt is chunked (fixed summation order; slower, see BENCHMARKS.md)");
 }
 
 LoadedModel open_model(const ModelOptions& options) {
   LoadedModel loaded;
-  loaded.ops = make_cpu_ops(options.matmul_precision == "bf16" ? MatmulPrecision::kBf16
-                                                               : MatmulPrecision::kF32);
+  if (options.batch_invariant && options.matmul_precision != "f32")
+    fail("--batch-invariant needs --matmul-precision f32");
+  loaded.ops = make_cpu_ops(
+      options.matmul_precision == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32,
+      options.batch_invariant);
   ModelLoadOptions load;
   load.mode = options.load == "read" ? LoadMode::kRead : LoadMode::kMmap;
   load.mla_cache = options.mla_cache == "expanded" ? MlaCache::kExpanded : MlaCache::kLatent;

@@ -81,6 +81,8 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
+  // Whether results are bitwise independent of batch composition and prefill chunking.
+  virtual bool batch_invariant() const { return false; }
 
   // y[T, N] = x[T, K] * weight[N, K]^T (+ bias[N]). weight is f32, bf16, f16 or block-scaled
   // FP8.
@@ -137,6 +139,10 @@ enum class MatmulPrecision { kF32, kBf16 };
 
 // The CPU backend; picks AVX-512, AVX2 or portable kernels for this CPU at run time
 // (DEEPINFER_ISA=avx512|avx2|generic overrides, for testing every path).
-std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision = MatmulPrecision::kF32);
+// batch_invariant: every matmul and attention sums in one fixed order whatever the batch
+// holds, so a sequence's logits are bitwise the same alone, batched or chunked (slower decode:
+// the single-row kernels' extra accumulators change the order and are not used).
+std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision = MatmulPrecision::kF32,
+                                  bool batch_invariant = false);
 
 }  // namespace deepinfer

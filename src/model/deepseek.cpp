@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "model/layers.h"
@@ -80,6 +81,9 @@ class DeepseekModel final : public CausalLM {
     }
     expand_min_tokens_ =
         options.mla_expand_min_tokens > 0 ? options.mla_expand_min_tokens : break_even_tokens();
+    // The absorbed and expanding paths round differently, and which one runs depends on how
+    // many tokens a sequence adds: a batch-invariant run always takes the absorbed one.
+    if (ops.batch_invariant()) expand_min_tokens_ = std::numeric_limits<int>::max();
     bind_weights();
   }
 

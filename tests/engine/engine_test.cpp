@@ -65,16 +65,8 @@ TEST_P(EngineOnFixture, BatchedGreedyEqualsAloneForEveryChunkSize) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnFixture,
-                         ::testing::Values("llama-gqa", "llama3-rope-tied", "qwen2-mqa-bias-f32",
-                                           "qwen3-qknorm", "qwen3-hybrid-swa", "mistral-swa",
-                                           "deepseek-v3-mla-moe", "deepseek-v3-fp8",
-                                           "deepseek-v2-lite-style"),
-                         [](const ::testing::TestParamInfo<std::string>& param_info) {
-                           std::string name = param_info.param;
-                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineOnFixture, ::testing::ValuesIn(testing::kFixtureModels),
+                         testing::fixture_test_name);
 
 TEST(Engine, PreemptionUnderATinyCacheStillCompletesEveryRequestIdentically) {
   auto ops = make_cpu_ops();

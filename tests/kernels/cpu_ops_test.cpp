@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "core/error.h"
@@ -187,51 +188,38 @@ TEST(IsaKernels, DotMatchesReference) {
   }
 }
 
-TEST(IsaKernels, AttentionHeadMatchesReference) {
-  const int block_size = 4, kv_heads = 2, blocks = 6;
-  std::vector<int32_t> table = {3, 0, 5, 1, 4, 2};
-  // (key_dim, value_dim): equal as in Llama, 192/128-like as expanded MLA, and values inside
-  // keys as the latent MLA cache (value_dim < key_dim, same storage).
-  struct Dims {
-    int key_dim, value_dim;
-    bool values_in_keys;
-  };
-  for (const IsaKernels* kernels : simd_tables()) {
-    for (Dims dims : {Dims{8, 8, false}, Dims{16, 16, false}, Dims{40, 40, false},
-                      Dims{64, 64, false}, Dims{24, 16, false}, Dims{40, 32, true}}) {
-      int64_t key_stride = int64_t{kv_heads} * dims.key_dim;
-      int64_t value_stride = dims.values_in_keys ? key_stride : int64_t{kv_heads} * dims.value_dim;
-      std::vector<float> keys =
-          random_values(static_cast<size_t>(blocks * block_size * key_stride), 9);
-      std::vector<float> values =
-          random_values(static_cast<size_t>(blocks * block_size * value_stride), 10);
-      std::vector<float> query = random_values(static_cast<size_t>(dims.key_dim), 11);
-      for (auto [first, last] : {std::pair<int64_t, int64_t>{0, 0}, {0, 22}, {5, 17}, {13, 14}}) {
-        std::vector<float> scores(static_cast<size_t>(last - first + 1)),
-            want(static_cast<size_t>(dims.value_dim)), got(want.size());
-        cpu::AttentionHeadTask task;
-        task.query = query.data();
-        task.keys = keys.data();
-        task.values = dims.values_in_keys ? keys.data() : values.data();
-        task.block_table = table.data();
-        task.block_size = block_size;
-        task.key_stride = key_stride;
-        task.key_offset = dims.key_dim;  // the second KV head
-        task.value_stride = value_stride;
-        task.value_offset = dims.values_in_keys ? dims.key_dim : dims.value_dim;
-        task.key_dim = dims.key_dim;
-        task.value_dim = dims.value_dim;
-        task.first = first;
-        task.last = last;
-        task.scale = 0.3f;
-        task.scores = scores.data();
-        task.out = want.data();
-        cpu::generic_kernels().attention_head(task);
-        task.out = got.data();
-        kernels->attention_head(task);
-        EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-5f)
-            << kernels->name << " dims " << dims.key_dim << "/" << dims.value_dim << " tokens "
-            << first << ".." << last;
+// The batch-invariant kernel: row r's outputs are bitwise the same whether it runs alone, as
+// part of any row count (full tiles, remainder rows) or in any column split, for every weight
+// type; and they still match the reference.
+TEST(IsaKernels, FixedOrderMatmulGivesEveryRowTheSameBitsInAnyBatch) {
+  std::vector<const IsaKernels*> tables = simd_tables();
+  tables.push_back(&cpu::generic_kernels());
+  const int64_t cols = 45, depth = 300, rows = 23;
+  std::vector<float> x = random_values(static_cast<size_t>(rows * depth), 4);
+  std::vector<float> bias = random_values(static_cast<size_t>(cols), 5);
+  TypedWeights weights(cols, depth, 6, 16, 128);
+  for (const IsaKernels* table : tables) {
+    for (const cpu::WeightMatrix& w : weights.matrices) {
+      std::vector<float> alone(static_cast<size_t>(rows * cols));
+      for (int64_t r = 0; r < rows; ++r) {
+        table->matmul_fixed_order(x.data() + r * depth, depth, w, bias.data(), 1, 0, cols, depth,
+                                  alone.data() + r * cols, cols);
+      }
+      std::vector<float> want(alone.size());
+      cpu::generic_kernels().matmul(x.data(), depth, w, bias.data(), rows, 0, cols, depth,
+                                    want.data(), cols);
+      EXPECT_LE(testing::max_abs_difference(want.data(), alone.data(), want.size()), 1e-3f);
+      for (int64_t batch : {2, 3, 4, 5, 8, 17, 23}) {
+        for (int64_t split : {int64_t{0}, int64_t{16}, int64_t{7}}) {
+          std::vector<float> got(static_cast<size_t>(batch * cols));
+          table->matmul_fixed_order(x.data(), depth, w, bias.data(), batch, 0, split, depth,
+                                    got.data(), cols);
+          table->matmul_fixed_order(x.data(), depth, w, bias.data(), batch, split, cols, depth,
+                                    got.data(), cols);
+          EXPECT_EQ(0, std::memcmp(got.data(), alone.data(), got.size() * sizeof(float)))
+              << table->name << " type " << static_cast<int>(w.type) << " rows " << batch
+              << " split " << split;
+        }
       }
     }
   }

@@ -142,20 +142,12 @@ TEST_P(FixtureParity, ChunkedPrefillMatchesOneShot) {
   }
 }
 
-std::string case_name(const ::testing::TestParamInfo<std::string>& param_info) {
-  std::string name = param_info.param;
-  for (char& ch : name) {
-    if (ch == '-' || ch == '@') ch = '_';
-  }
-  return name;
-}
-
 INSTANTIATE_TEST_SUITE_P(DenseFamilies, FixtureParity,
                          ::testing::Values("llama-gqa", "llama3-rope-tied", "qwen2-mqa-bias-f32",
                                            "qwen3-qknorm", "qwen3-hybrid-swa", "mistral-swa",
                                            "tiny-qwen3-chat", "tiny-llama3-chat",
                                            "demo-code-target"),
-                         case_name);
+                         testing::fixture_test_name);
 
 std::vector<std::string> deepseek_cases() {
   std::vector<std::string> cases;
@@ -167,7 +159,8 @@ std::vector<std::string> deepseek_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(DeepSeek, FixtureParity, ::testing::ValuesIn(deepseek_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(DeepSeek, FixtureParity, ::testing::ValuesIn(deepseek_cases()),
+                         testing::fixture_test_name);
 
 }  // namespace
 }  // namespace deepinfer

@@ -17,6 +17,14 @@ fs::path fixture_model(const std::string& name) {
   return fs::path(DEEPINFER_FIXTURES) / "models" / name;
 }
 
+std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& param_info) {
+  std::string name = param_info.param;
+  for (char& ch : name) {
+    if (ch == '-' || ch == '@') ch = '_';
+  }
+  return name;
+}
+
 TempDir::TempDir() {
   std::random_device device;
   path_ = fs::temp_directory_path() /

@@ -105,10 +105,19 @@ int64_t leading_dimension(const Tensor& tensor) {
 
 class CpuOps final : public Ops {
  public:
-  explicit CpuOps(MatmulPrecision precision)
-      : isa_(cpu::select_kernels()), pool_(ThreadPool::global()), precision_(precision) {}
+  CpuOps(MatmulPrecision precision, bool batch_invariant)
+      : isa_(cpu::select_kernels()),
+        pool_(ThreadPool::global()),
+        precision_(precision),
+        batch_invariant_(batch_invariant),
+        matmul_kernel_(batch_invariant ? isa_.matmul_fixed_order : isa_.matmul) {
+    DI_CHECK(!batch_invariant || precision == MatmulPrecision::kF32,
+             "batch-invariant mode needs f32 matmul precision (bf16 prompt matmuls change "
+             "their summation order with the row count)");
+  }
 
   std::string name() const override { return std::string("cpu-") + isa_.name; }
+  bool batch_invariant() const override { return batch_invariant_; }
 
   void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
     matmuls(x, {{&weight, bias, &y}});
@@ -164,9 +173,9 @@ class CpuOps final : public Ops {
                                bias, rows_of(input), piece.begin, piece.end, depth,
                                job.out->as<float>(), leading_dimension(*job.out));
             } else {
-              isa_.matmul(input.as<const float>(), leading_dimension(input), weight, bias,
-                          rows_of(input), piece.begin, piece.end, depth, job.out->as<float>(),
-                          leading_dimension(*job.out));
+              matmul_kernel_(input.as<const float>(), leading_dimension(input), weight, bias,
+                             rows_of(input), piece.begin, piece.end, depth, job.out->as<float>(),
+                             leading_dimension(*job.out));
             }
           }
         });
@@ -201,8 +210,8 @@ class CpuOps final : public Ops {
           isa_.matmul_columns(in, x.strides[0], rows, tokens, begin, end, in_width, result,
                               out.strides[0]);
         } else {
-          isa_.matmul(in, x.strides[0], rows, nullptr, tokens, begin, end, in_width, result,
-                      out.strides[0]);
+          matmul_kernel_(in, x.strides[0], rows, nullptr, tokens, begin, end, in_width, result,
+                         out.strides[0]);
         }
       }
     });
@@ -398,6 +407,8 @@ class CpuOps final : public Ops {
   const IsaKernels& isa_;
   ThreadPool& pool_;
   MatmulPrecision precision_;
+  bool batch_invariant_;
+  decltype(cpu::IsaKernels::matmul) matmul_kernel_;
   std::vector<uint16_t> rounded_;  // activations rounded to bf16, reused across calls
 };
 
@@ -424,8 +435,8 @@ void CpuOps::attend_group(const GroupAttention& a) const {
   for_each_block([&](int64_t index, int64_t slot, int64_t n) {
     cpu::WeightMatrix keys{cache.keys + slot * cache.key_stride() + a.key_offset,
                            cache.key_stride(), WeightType::kF32};
-    isa_.matmul(a.query, cache.key_dim, keys, nullptr, a.group, 0, n, cache.key_dim,
-                scores.data() + index, count);
+    matmul_kernel_(a.query, cache.key_dim, keys, nullptr, a.group, 0, n, cache.key_dim,
+                   scores.data() + index, count);
   });
   for (int h = 0; h < a.group; ++h) {
     float* row = scores.data() + h * count;
@@ -495,8 +506,8 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision) {
-  return std::make_unique<CpuOps>(precision);
+std::unique_ptr<Ops> make_cpu_ops(MatmulPrecision precision, bool batch_invariant) {
+  return std::make_unique<CpuOps>(precision, batch_invariant);
 }
 
 }  // namespace deepinfer

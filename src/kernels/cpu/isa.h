@@ -26,29 +26,6 @@ struct WeightMatrix {
   }
 };
 
-// One query head attending to cached tokens [first, last]: scores, softmax and the weighted
-// sum of values into out[value_dim]. Token t lives in block block_table[t / block_size] at
-// offset t % block_size; its key starts key_stride * slot + key_offset floats into `keys` (the
-// same for values). `scores` needs room for last - first + 1 values.
-struct AttentionHeadTask {
-  const float* query = nullptr;
-  const float* keys = nullptr;
-  const float* values = nullptr;
-  const int32_t* block_table = nullptr;
-  int block_size = 0;
-  int64_t key_stride = 0;
-  int64_t key_offset = 0;
-  int64_t value_stride = 0;
-  int64_t value_offset = 0;
-  int key_dim = 0;
-  int value_dim = 0;
-  int64_t first = 0;
-  int64_t last = 0;
-  float scale = 1.0f;
-  float* scores = nullptr;
-  float* out = nullptr;
-};
-
 // The inner loops that differ per instruction set; everything else is shared C++.
 struct IsaKernels {
   const char* name;
@@ -61,8 +38,12 @@ struct IsaKernels {
   // c in [c_begin, c_end), w's rows k < depth (MLA folds kv_b_proj into queries this way).
   void (*matmul_columns)(const float* x, int64_t ldx, const WeightMatrix& w, int64_t rows,
                          int64_t c_begin, int64_t c_end, int64_t depth, float* y, int64_t ldy);
+  // matmul with one summation order for every element whatever `rows` is (the
+  // batch-invariant mode): a row's result does not depend on what is batched with it.
+  void (*matmul_fixed_order)(const float* x, int64_t ldx, const WeightMatrix& w, const float* bias,
+                             int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth, float* y,
+                             int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
-  void (*attention_head)(const AttentionHeadTask& task);
   // Independent FMA chains for `iterations` rounds: the peak-FLOP/s probe. Returns a value
   // the caller must consume. FLOPs = iterations * fma_probe_flops_per_iteration.
   float (*fma_probe)(int64_t iterations);

@@ -67,14 +67,9 @@ inline float hsum(Vec v) {
 }  // namespace avx2
 
 const IsaKernels* avx2_kernels() {
-  static const IsaKernels table{"avx2",
-                                avx2::matmul,
-                                avx2::matmul_columns,
-                                avx2::dot,
-                                avx2::attention_head,
-                                avx2::fma_probe,
-                                avx2::kProbeFlopsPerIteration,
-                                nullptr};
+  static const IsaKernels table{
+      "avx2",    avx2::matmul,    avx2::matmul_columns,          avx2::matmul_fixed_order,
+      avx2::dot, avx2::fma_probe, avx2::kProbeFlopsPerIteration, nullptr};
   return &table;
 }
 

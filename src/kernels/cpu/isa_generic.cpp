@@ -57,32 +57,6 @@ float generic_dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-void generic_attention_head(const AttentionHeadTask& task) {
-  auto slot = [&](int64_t token) {
-    return int64_t{task.block_table[token / task.block_size]} * task.block_size +
-           token % task.block_size;
-  };
-  float max_score = -INFINITY;
-  for (int64_t token = task.first; token <= task.last; ++token) {
-    const float* key = task.keys + slot(token) * task.key_stride + task.key_offset;
-    float score = generic_dot(task.query, key, task.key_dim) * task.scale;
-    task.scores[token - task.first] = score;
-    max_score = std::max(max_score, score);
-  }
-  float total = 0.0f;
-  for (int64_t token = task.first; token <= task.last; ++token) {
-    float& score = task.scores[token - task.first];
-    score = std::exp(score - max_score);
-    total += score;
-  }
-  std::fill_n(task.out, task.value_dim, 0.0f);
-  for (int64_t token = task.first; token <= task.last; ++token) {
-    const float* value = task.values + slot(token) * task.value_stride + task.value_offset;
-    float weight = task.scores[token - task.first] / total;
-    for (int d = 0; d < task.value_dim; ++d) task.out[d] += weight * value[d];
-  }
-}
-
 float generic_fma_probe(int64_t iterations) {
   float chains[4] = {1.0f, 1.1f, 1.2f, 1.3f};
   for (int64_t i = 0; i < iterations; ++i) {
@@ -94,13 +68,9 @@ float generic_fma_probe(int64_t iterations) {
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{"generic",
-                                generic_matmul,
-                                generic_matmul_columns,
-                                generic_dot,
-                                generic_attention_head,
-                                generic_fma_probe,
-                                8,
+  static const IsaKernels table{"generic",      generic_matmul,    generic_matmul_columns,
+                                generic_matmul,  // already one order for every row count
+                                generic_dot,    generic_fma_probe, 8,
                                 nullptr};
   return table;
 }
