@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "kernels/ops.h"
 #include "model/model.h"
 
@@ -29,6 +30,10 @@ struct ModelOptions {
   bool batch_invariant = false;
 };
 void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load);
+
+// The engine's flags (batch size, KV budget, prefix caching, overlapped scheduling); `prefix`
+// starts each help text ("Offline batch: ").
+void add_engine_options(CLI::App& command, EngineConfig& engine, const std::string& prefix);
 
 // A model and the backend it runs on.
 struct LoadedModel {

@@ -44,6 +44,10 @@ sampling::SamplingParams read_sampling(const Json& line, int n) {
   read_field(line, "repetition_penalty", p.repetition_penalty, n);
   read_field(line, "presence_penalty", p.presence_penalty, n);
   read_field(line, "frequency_penalty", p.frequency_penalty, n);
+  read_field(line, "n", p.n, n);
+  read_field(line, "logprobs", p.logprobs, n);
+  read_field(line, "top_logprobs", p.top_logprobs, n);
+  read_field(line, "prompt_logprobs", p.prompt_logprobs, n);
   uint64_t seed = 0;
   if (line.contains("seed") && !line["seed"].is_null()) {
     read_field(line, "seed", seed, n);
@@ -109,13 +113,14 @@ OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* token
   return out;
 }
 
-// Per request while it runs: its detokenizer and stop-string watcher.
+// Per completion while it runs: its detokenizer and stop-string watcher.
 struct TextState {
   std::unique_ptr<StreamingDetokenizer> detokenizer;
   std::unique_ptr<sampling::StopStrings> stops;
   std::string text;
   bool stopped = false;
 };
+using CompletionKey = std::pair<std::string, int>;  // request id, completion index
 
 void show_progress(size_t done, size_t total, int64_t tokens, double seconds) {
   constexpr int kWidth = 30;
@@ -157,41 +162,82 @@ std::vector<OfflineRequest> read_requests(const std::string& path, const TextToo
   return requests;
 }
 
-void write_results(const std::string& path, std::vector<GenerationResult>& results,
-                   std::map<std::string, TextState>& states) {
+Json logprob_json(const sampling::Sample& sample) {
+  Json entry = {{"token_id", sample.token}, {"logprob", sample.logprob}};
+  if (!sample.top.empty()) {
+    Json top = Json::array();
+    for (const sampling::Logprob& alternative : sample.top)
+      top.push_back({{"token_id", alternative.token}, {"logprob", alternative.logprob}});
+    entry["top_logprobs"] = top;
+  }
+  return entry;
+}
+
+// One completion of a request as a "choices" entry.
+Json choice_json(GenerationResult& result, TextState& state) {
+  if (state.detokenizer && !state.stopped) {
+    std::string tail = state.detokenizer->finish();
+    state.text +=
+        state.stops ? state.stops->push(tail, state.stopped) + state.stops->flush() : tail;
+  }
+  Json choice = {
+      {"index", result.index},
+      {"token_ids", result.tokens},
+      {"finish_reason", result.finish_reason == FinishReason::kStop ? "stop" : "length"}};
+  if (state.detokenizer) choice["text"] = state.text;
+  if (state.stopped && state.stops) choice["stop_reason"] = state.stops->matched();
+  if (!result.logprobs.empty()) {
+    Json logprobs = Json::array();
+    for (const sampling::Sample& sample : result.logprobs) logprobs.push_back(logprob_json(sample));
+    choice["logprobs"] = logprobs;
+  }
+  return choice;
+}
+
+// One line per request, its completions in index order.
+void write_results(const std::string& path, const std::vector<OfflineRequest>& requests,
+                   std::vector<std::vector<GenerationResult>>& results,
+                   std::map<CompletionKey, TextState>& states) {
   std::ofstream output(path);
   if (!output) fail("--output: cannot open {}", path);
-  for (GenerationResult& result : results) {
-    TextState& state = states[result.id];
-    if (state.detokenizer && !state.stopped) {
-      std::string tail = state.detokenizer->finish();
-      state.text +=
-          state.stops ? state.stops->push(tail, state.stopped) + state.stops->flush() : tail;
+  for (size_t r = 0; r < results.size(); ++r) {
+    std::vector<GenerationResult>& completions = results[r];
+    std::sort(completions.begin(), completions.end(),
+              [](const auto& a, const auto& b) { return a.index < b.index; });
+    Json choices = Json::array();
+    int64_t generated = 0;
+    for (GenerationResult& result : completions) {
+      choices.push_back(choice_json(result, states[{result.id, result.index}]));
+      generated += static_cast<int64_t>(result.tokens.size());
     }
-    Json line = {{"id", result.id},
-                 {"token_ids", result.tokens},
-                 {"finish_reason", result.finish_reason == FinishReason::kStop ? "stop" : "length"},
+    const GenerationResult& first = completions.front();
+    Json line = {{"id", first.id},
+                 {"choices", choices},
                  {"usage",
-                  {{"prompt_tokens", result.prompt_tokens},
-                   {"completion_tokens", result.tokens.size()},
-                   {"cached_tokens", result.cached_prompt_tokens}}}};
-    if (state.detokenizer) line["text"] = state.text;
-    if (state.stopped && state.stops) line["stop_reason"] = state.stops->matched();
+                  {{"prompt_tokens", first.prompt_tokens},
+                   {"completion_tokens", generated},
+                   {"cached_tokens", first.cached_prompt_tokens}}}};
+    if (requests[r].request.sampling.prompt_logprobs >= 0) {
+      Json prompt = Json::array({nullptr});  // the first prompt token has no logprob
+      for (const sampling::Sample& sample : first.prompt_logprobs)
+        prompt.push_back(logprob_json(sample));
+      line["prompt_logprobs"] = prompt;
+    }
     output << line.dump() << "\n";
   }
   if (!output) fail("--output: write to {} failed", path);
 }
 
-// Feeds one step's sampled tokens through each request's detokenizer and stop strings.
-void follow_text(Engine& engine, const std::vector<Engine::SampledToken>& sampled,
-                 std::map<std::string, TextState>& states) {
-  for (const Engine::SampledToken& token : sampled) {
-    TextState& state = states[token.id];
+// Feeds one step's sampled tokens through each completion's detokenizer and stop strings.
+void follow_text(Engine& engine, const std::vector<TokenEvent>& sampled,
+                 std::map<CompletionKey, TextState>& states) {
+  for (const TokenEvent& token : sampled) {
+    TextState& state = states[{token.id, token.index}];
     if (!state.detokenizer || state.stopped) continue;
     std::string piece = state.detokenizer->push(token.token);
     if (state.stops) {
       piece = state.stops->push(piece, state.stopped);
-      if (state.stopped) engine.stop(token.id);
+      if (state.stopped) engine.stop(token.id, token.index);
     }
     state.text += piece;
   }
@@ -204,21 +250,25 @@ void run_offline_batch(CausalLM& model, const std::string& model_dir, const Batc
   std::vector<OfflineRequest> requests = read_requests(options.input, tools);
   Engine engine(model, options.engine);
   std::map<std::string, size_t> index;
-  std::map<std::string, TextState> states;
+  std::map<CompletionKey, TextState> states;
+  size_t completions = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     const GenerationRequest& request = requests[i].request;
     if (index.count(request.id)) fail("--input: request id \"{}\" appears twice", request.id);
     index[request.id] = i;
     engine.submit(request);
-    TextState& state = states[request.id];
-    if (tools.tokenizer)
-      state.detokenizer = std::make_unique<StreamingDetokenizer>(*tools.tokenizer, true);
-    if (!requests[i].stop_strings.empty())
-      state.stops = std::make_unique<sampling::StopStrings>(requests[i].stop_strings);
+    for (int c = 0; c < request.sampling.n; ++c) {
+      TextState& state = states[{request.id, c}];
+      if (tools.tokenizer)
+        state.detokenizer = std::make_unique<StreamingDetokenizer>(*tools.tokenizer, true);
+      if (!requests[i].stop_strings.empty())
+        state.stops = std::make_unique<sampling::StopStrings>(requests[i].stop_strings);
+    }
+    completions += static_cast<size_t>(request.sampling.n);
   }
-  std::vector<GenerationResult> results(requests.size());
+  std::vector<std::vector<GenerationResult>> results(requests.size());
   std::vector<GenerationResult> finished;
-  std::vector<Engine::SampledToken> sampled;
+  std::vector<TokenEvent> sampled;
   bool tty = isatty(STDERR_FILENO) != 0;
   size_t done = 0;
   auto start = std::chrono::steady_clock::now();
@@ -226,18 +276,18 @@ void run_offline_batch(CausalLM& model, const std::string& model_dir, const Batc
     follow_text(engine, sampled, states);
     sampled.clear();
     for (GenerationResult& result : finished) {
-      results[index[result.id]] = std::move(result);
+      results[index[result.id]].push_back(std::move(result));
       ++done;
     }
     finished.clear();
     if (tty) {
       double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      show_progress(done, requests.size(), engine.stats().generated_tokens, seconds);
+      show_progress(done, completions, engine.stats().generated_tokens, seconds);
     }
   }
   if (tty) fmt::print(stderr, "\n");
-  write_results(options.output, results, states);
+  write_results(options.output, requests, results, states);
 }
 
 }  // namespace deepinfer::cli

@@ -28,8 +28,14 @@ struct EngineBenchArgs {
   int shared_prefix_tokens = 0;
   int unique_tokens = 100;
   int prefix_requests = 3;
-  int64_t kv_bytes = int64_t{4} << 30;
+  EngineConfig engine = default_engine();
   bool json = false;
+
+  static EngineConfig default_engine() {
+    EngineConfig config;
+    config.kv_bytes = size_t{4} << 30;
+    return config;
+  }
 };
 
 std::vector<int32_t> synthetic_tokens(int count, int seed, int32_t vocab) {
@@ -51,9 +57,8 @@ GenerationRequest request_of(std::string id, std::vector<int32_t> prompt, int ma
 
 // N requests at once; output tokens per second over the whole run.
 nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int concurrency) {
-  EngineConfig config;
+  EngineConfig config = args.engine;
   config.max_running = concurrency;
-  config.kv_bytes = static_cast<size_t>(args.kv_bytes);
   Engine engine(model, config);
   int32_t vocab = model.config().vocab_size;
   for (int r = 0; r < concurrency; ++r)
@@ -76,9 +81,8 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
 // Requests that share a long prefix, one after another; mean time to their first token
 // (the first request, which fills the cache, is not counted).
 nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args, bool caching) {
-  EngineConfig config;
+  EngineConfig config = args.engine;
   config.prefix_caching = caching;
-  config.kv_bytes = static_cast<size_t>(args.kv_bytes);
   Engine engine(model, config);
   int32_t vocab = model.config().vocab_size;
   std::vector<int32_t> prefix = synthetic_tokens(args.shared_prefix_tokens, 99, vocab);
@@ -109,6 +113,8 @@ void run_engine_bench(const EngineBenchArgs& args) {
   CausalLM& model = *loaded.model;
   nlohmann::json report = {{"model", args.model.model_dir},
                            {"backend", loaded.ops->name()},
+                           {"batch_invariant", loaded.ops->batch_invariant()},
+                           {"async_scheduling", args.engine.async_scheduling},
                            {"threads", ThreadPool::global().size()},
                            {"prompt_tokens", args.prompt_tokens},
                            {"output_tokens", args.output_tokens}};
@@ -169,9 +175,7 @@ void add_engine_bench_command(CLI::App& app) {
                    "Requests measured after the one that fills the cache")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  command->add_option("--kv-cache-bytes", args->kv_bytes, "KV cache budget in bytes")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  add_engine_options(*command, args->engine, "");
   command->add_flag("--json", args->json, "Print one JSON object instead of lines");
   command->callback([args] { run_engine_bench(*args); });
 }

@@ -65,6 +65,33 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
                    "its prompt is chunked (fixed summation order; slower, see BENCHMARKS.md)");
 }
 
+void add_engine_options(CLI::App& command, EngineConfig& engine, const std::string& prefix) {
+  command
+      .add_option("--max-batched-tokens", engine.max_batched_tokens,
+                  prefix + "tokens per engine step (prefill chunks and decodes)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--max-running", engine.max_running, prefix + "sequences per step")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command.add_option("--kv-cache-bytes", engine.kv_bytes, prefix + "KV cache budget in bytes")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      .add_option("--kv-cache-fraction", engine.kv_memory_fraction,
+                  prefix +
+                      "KV cache budget as a share of the memory available at start "
+                      "(overrides --kv-cache-bytes)")
+      ->check(CLI::Range(0.0, 0.99));
+  command.add_option("--block-size", engine.block_size, prefix + "tokens per KV block")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  command.add_flag("!--no-prefix-caching", engine.prefix_caching,
+                   prefix + "do not reuse cached prompt prefixes");
+  command.add_flag("--async-scheduling", engine.async_scheduling,
+                   prefix + "schedule the next step while the model runs this one");
+}
+
 LoadedModel open_model(const ModelOptions& options) {
   LoadedModel loaded;
   if (options.batch_invariant && options.matmul_precision != "f32")
@@ -187,24 +214,7 @@ void add_generate_command(CLI::App& app) {
                    "Offline batch: JSONL requests (prompt, messages or prompt_token_ids, plus "
                    "sampling parameters)")
       ->check(CLI::ExistingFile);
-  EngineConfig& engine = args->batch.engine;
-  command
-      ->add_option("--max-batched-tokens", engine.max_batched_tokens,
-                   "Offline batch: tokens per engine step (prefill chunks and decodes)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  command->add_option("--max-running", engine.max_running, "Offline batch: sequences per step")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  command
-      ->add_option("--kv-cache-bytes", engine.kv_bytes, "Offline batch: KV cache budget in bytes")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  command->add_option("--block-size", engine.block_size, "Offline batch: tokens per KV block")
-      ->check(CLI::Range(1, 1024))
-      ->capture_default_str();
-  command->add_flag("!--no-prefix-caching", engine.prefix_caching,
-                    "Offline batch: do not reuse cached prompt prefixes");
+  add_engine_options(*command, args->batch.engine, "Offline batch: ");
   command->add_option("--max-tokens", args->max_tokens, "Most tokens to generate")
       ->check(CLI::Range(1, 1 << 20));
   sampling::SamplingParams& p = args->sampling;

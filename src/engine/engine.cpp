@@ -1,35 +1,68 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "core/error.h"
 
 namespace deepinfer {
 
+// A request with n completions runs as n sequences; they share the request's id.
 struct Engine::Sequence {
   GenerationRequest request;
-  uint64_t arrival = 0;
+  int index = 0;
+  QueueKey key;
   uint64_t seed = 0;
-  std::vector<int32_t> tokens;  // prompt, then generated
+  std::vector<int32_t> tokens;  // prompt, then generated (sampled ones only, see pending)
   std::vector<int32_t> generated;
-  int64_t computed = 0;  // tokens whose K/V are in the cache
+  std::vector<sampling::Sample> logprobs, prompt_logprobs;
+  // Tokens whose K/V are written, or being written by a launched step.
+  int64_t computed = 0;
+  // A launched step samples this sequence's next token; it is not in `tokens` yet.
+  bool pending = false;
+  // Bumped by preemption: a launched step of an older epoch no longer owns the blocks.
+  uint64_t epoch = 0;
   SequenceBlocks blocks;
   sampling::TokenHistory history;
   int64_t cached_prompt_tokens = -1;  // set at first admission
   int preemptions = 0;
   bool stop_requested = false;
+  bool finished = false;
+  // Siblings (n > 1) wait for the first completion's prompt to be cached, then share it.
+  std::shared_ptr<bool> prompt_cached;
   std::chrono::steady_clock::time_point submitted, last_token;
 
-  // Scheduling order: lower priority value first, then earlier arrival.
-  bool before(const Sequence& other) const {
-    return request.priority != other.request.priority ? request.priority < other.request.priority
-                                                      : arrival < other.arrival;
+  int64_t prompt_size() const { return static_cast<int64_t>(request.prompt.size()); }
+  int64_t length() const { return static_cast<int64_t>(tokens.size()) + (pending ? 1 : 0); }
+  bool wants_prompt_logprobs() const {
+    return request.sampling.prompt_logprobs >= 0 && index == 0 &&
+           static_cast<int64_t>(prompt_logprobs.size()) < prompt_size() - 1;
   }
 };
 
-struct Engine::Plan {
-  std::vector<std::pair<Sequence*, int64_t>> chunks;  // sequence, new tokens this step
+// Tokens of one sequence in one step, and what comes back for them.
+struct Engine::Chunk {
+  Sequence* sequence = nullptr;
+  int64_t start = 0;  // position of the first token
+  int64_t count = 0;
+  uint64_t epoch = 0;
+  size_t first_logit_row = 0;
+  size_t logit_rows = 0;
+  bool samples = false;      // the chunk ends at the sequence's end: its last row is sampled
+  bool prompt_rows = false;  // every row's logits are kept for prompt logprobs
+  uint64_t output_position = 0;
+  sampling::Sample sample;
+  std::vector<sampling::Sample> prompt_scores;  // for prompt positions start+1 ...
+};
+
+struct Engine::StepWork {
+  ForwardBatch batch;
+  std::vector<Chunk> chunks;
+  // Decode inputs that the step before samples: batch row and sequence.
+  std::vector<std::pair<size_t, Sequence*>> placeholders;
+  std::vector<float> logits;
 };
 
 void LatencyHistogram::observe(double seconds) {
@@ -43,70 +76,88 @@ void LatencyHistogram::observe(double seconds) {
 
 namespace {
 
-int64_t blocks_for(int64_t tokens, int block_size) {
-  return (tokens + block_size - 1) / block_size;
+// MemAvailable from /proc/meminfo: what the kernel can give without swapping.
+size_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    size_t kib = 0;
+    fields >> kib;
+    return kib * 1024;
+  }
+  fail("engine: /proc/meminfo has no MemAvailable line; give the KV budget in bytes instead");
 }
 
 int64_t default_blocks(const CausalLM& model, const EngineConfig& config) {
   if (config.num_blocks > 0) return config.num_blocks;
   size_t per_block = model.kv_shape(config.block_size).bytes_per_block();
-  return std::max<int64_t>(2, static_cast<int64_t>(config.kv_bytes / per_block));
+  return std::max<int64_t>(2, static_cast<int64_t>(kv_budget_bytes(config) / per_block));
+}
+
+double seconds_between(std::chrono::steady_clock::time_point from,
+                       std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
 }
 
 }  // namespace
 
+size_t kv_budget_bytes(const EngineConfig& config) {
+  if (config.kv_memory_fraction <= 0.0) return config.kv_bytes;
+  DI_CHECK(config.kv_memory_fraction < 1.0, "engine: the KV memory fraction must be in (0, 1)");
+  return static_cast<size_t>(static_cast<double>(available_memory_bytes()) *
+                             config.kv_memory_fraction);
+}
+
 Engine::Engine(CausalLM& model, const EngineConfig& config)
     : model_(model),
       config_(config),
-      cache_(model.kv_shape(config.block_size), default_blocks(model, config)) {
+      cache_(model.kv_shape(config.block_size), default_blocks(model, config)),
+      started_(std::chrono::steady_clock::now()) {
   DI_CHECK(config.max_batched_tokens > 0 && config.max_running > 0,
            "engine: max_batched_tokens and max_running must be positive");
-  const std::vector<int>& windows = model.config().layer_window;
+  const ModelConfig& c = model.config();
+  limits_ = {c.vocab_size, c.max_position_embeddings, cache_.num_blocks() - 1, config.block_size};
+  const std::vector<int>& windows = c.layer_window;
   bool all_sliding = !windows.empty() && std::all_of(windows.begin(), windows.end(),
                                                      [](int window) { return window > 0; });
   if (all_sliding) widest_window_ = *std::max_element(windows.begin(), windows.end());
+  if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
   arrivals_ = (uint64_t{device()} << 20) ^ device();
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (runner_) runner_->wait();
+}
 
 void Engine::submit(GenerationRequest request) {
-  const ModelConfig& c = model_.config();
-  if (request.prompt.empty()) fail("request {}: the prompt is empty", request.id);
-  for (int32_t token : request.prompt) {
-    if (token < 0 || token >= c.vocab_size)
-      fail("request {}: token id {} is outside the vocabulary (size {})", request.id, token,
-           c.vocab_size);
+  check_admission(request, limits_);
+  auto now = std::chrono::steady_clock::now();
+  auto prompt_cached = std::make_shared<bool>(false);
+  uint64_t arrival = ++arrivals_;
+  uint64_t base_seed = request.sampling.seed.value_or(arrival * 0x9e3779b97f4a7c15ull);
+  for (int index = 0; index < request.sampling.n; ++index) {
+    auto sequence = std::make_unique<Sequence>();
+    sequence->index = index;
+    sequence->key = {request.priority, arrival};
+    sequence->seed = sampling::completion_seed(base_seed, index);
+    sequence->tokens = request.prompt;
+    sequence->history.add_prompt(request.prompt);
+    sequence->prompt_cached = prompt_cached;
+    sequence->submitted = now;
+    sequence->request = request;
+    waiting_.push_back(std::move(sequence));
   }
-  if (request.max_tokens < 1) fail("request {}: max_tokens must be at least 1", request.id);
-  int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  if (total > c.max_position_embeddings) {
-    fail("request {}: {} prompt tokens + {} max_tokens exceed the model's context length of {}",
-         request.id, request.prompt.size(), request.max_tokens, c.max_position_embeddings);
-  }
-  int64_t usable = cache_.num_blocks() - 1;
-  if (blocks_for(total, config_.block_size) > usable) {
-    fail("request {}: {} tokens need {} KV blocks but the cache has {}", request.id, total,
-         blocks_for(total, config_.block_size), usable);
-  }
-  sampling::validate(request.sampling, c.vocab_size);
-  auto sequence = std::make_unique<Sequence>();
-  sequence->arrival = ++arrivals_;
-  sequence->seed = request.sampling.seed.value_or(sequence->arrival * 0x9e3779b97f4a7c15ull);
-  sequence->tokens = request.prompt;
-  sequence->history.add_prompt(request.prompt);
-  sequence->submitted = std::chrono::steady_clock::now();
-  sequence->request = std::move(request);
-  waiting_.push_back(std::move(sequence));
 }
 
 // Grows a sequence's blocks to `tokens`, preempting lower-priority running sequences while the
 // pool is short. False when `sequence` itself had to go.
 bool Engine::ensure_blocks(Sequence& sequence, int64_t tokens) {
   while (!sequence.blocks.try_reserve(cache_, tokens)) {
-    preempt_lowest(&sequence);
+    preempt_lowest(sequence);
     bool still_running = std::any_of(running_.begin(), running_.end(),
                                      [&](const auto& s) { return s.get() == &sequence; });
     if (!still_running) return false;
@@ -114,180 +165,293 @@ bool Engine::ensure_blocks(Sequence& sequence, int64_t tokens) {
   return true;
 }
 
-// Frees the running sequence that comes last in scheduling order (it is recomputed later, its
-// output so far kept), or `keep` itself when nothing else can give blocks back.
-void Engine::preempt_lowest(const Sequence* keep) {
-  auto victim = running_.end();
-  for (auto it = running_.begin(); it != running_.end(); ++it) {
-    if (it->get() == keep) continue;
-    if (victim == running_.end() || (*victim)->before(**it)) victim = it;
+// The victim is recomputed later with its output so far kept; a step already launched for
+// it still delivers its token (its KV writes land in blocks nobody reads before then).
+void Engine::preempt_lowest(Sequence& needing) {
+  std::vector<QueueKey> keys;
+  size_t needing_index = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    keys.push_back(running_[i]->key);
+    if (running_[i].get() == &needing) needing_index = i;
   }
-  if (victim == running_.end() || (*victim)->before(*keep)) {
-    victim = std::find_if(running_.begin(), running_.end(),
-                          [&](const auto& s) { return s.get() == keep; });
-  }
+  auto victim =
+      running_.begin() + static_cast<std::ptrdiff_t>(choose_preemption_victim(keys, needing_index));
   std::unique_ptr<Sequence> sequence = std::move(*victim);
   running_.erase(victim);
   sequence->blocks.release_all(cache_);
   sequence->computed = 0;
+  ++sequence->epoch;
   ++sequence->preemptions;
   ++stats_.preemptions;
   waiting_.push_front(std::move(sequence));
 }
 
-void Engine::admit_waiting(Plan& plan, int64_t& budget) {
+bool Engine::may_admit(const Sequence& sequence) const {
+  if (sequence.pending) return false;  // its token from a launched step is still coming
+  return sequence.index == 0 || !config_.prefix_caching || *sequence.prompt_cached;
+}
+
+void Engine::admit_waiting(StepWork& work, int64_t& budget) {
   std::stable_sort(waiting_.begin(), waiting_.end(),
-                   [](const auto& a, const auto& b) { return a->before(*b); });
-  while (!waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < config_.max_running) {
-    Sequence& sequence = *waiting_.front();
-    if (config_.prefix_caching && sequence.computed == 0) {
+                   [](const auto& a, const auto& b) { return a->key.runs_before(b->key); });
+  for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+                                   static_cast<int>(running_.size()) < config_.max_running;) {
+    Sequence& sequence = **it;
+    if (!may_admit(sequence)) {
+      ++it;
+      continue;
+    }
+    // Prompt logprobs need every prompt row's logits, so such a prompt is computed in full.
+    if (config_.prefix_caching && sequence.computed == 0 && !sequence.wants_prompt_logprobs()) {
       sequence.computed =
           sequence.blocks.take_cached_prefix(cache_, sequence.tokens, sequence.request.cache_salt);
     }
     if (sequence.cached_prompt_tokens < 0) sequence.cached_prompt_tokens = sequence.computed;
-    int64_t chunk =
-        std::min<int64_t>(budget, static_cast<int64_t>(sequence.tokens.size()) - sequence.computed);
+    int64_t chunk = std::min<int64_t>(budget, sequence.length() - sequence.computed);
     if (!sequence.blocks.try_reserve(cache_, sequence.computed + chunk)) {
       // Waiting requests never preempt running ones; try again when blocks come back.
       sequence.blocks.release_all(cache_);
       sequence.computed = 0;
       break;
     }
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
-    plan.chunks.emplace_back(running_.back().get(), chunk);
+    running_.push_back(std::move(*it));
+    it = waiting_.erase(it);
+    add_chunk(work, *running_.back(), chunk);
     budget -= chunk;
   }
 }
 
-bool Engine::schedule(Plan& plan) {
+void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count) {
+  Chunk chunk;
+  chunk.sequence = &sequence;
+  chunk.start = sequence.computed;
+  chunk.count = count;
+  chunk.epoch = sequence.epoch;
+  chunk.first_logit_row = work.batch.logit_rows.size();
+  std::vector<int32_t> input(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t position = chunk.start + i;
+    if (position < static_cast<int64_t>(sequence.tokens.size())) {
+      input[static_cast<size_t>(i)] = sequence.tokens[static_cast<size_t>(position)];
+    } else {
+      work.placeholders.emplace_back(work.batch.tokens.size() + static_cast<size_t>(i), &sequence);
+    }
+  }
+  chunk.samples = chunk.start + count == sequence.length();
+  chunk.prompt_rows = sequence.wants_prompt_logprobs() && chunk.start < sequence.prompt_size() - 1;
+  work.batch.add_sequence(input, chunk.start, sequence.blocks, config_.block_size,
+                          chunk.prompt_rows, chunk.samples || chunk.prompt_rows);
+  chunk.logit_rows = work.batch.logit_rows.size() - chunk.first_logit_row;
+  chunk.output_position = sequence.generated.size() + (sequence.pending ? 1 : 0);
+  sequence.computed += count;
+  if (chunk.samples) sequence.pending = true;
+  work.chunks.push_back(std::move(chunk));
+}
+
+std::unique_ptr<Engine::StepWork> Engine::plan_step() {
+  auto work = std::make_unique<StepWork>();
   int64_t budget = config_.max_batched_tokens;
   std::stable_sort(running_.begin(), running_.end(),
-                   [](const auto& a, const auto& b) { return a->before(*b); });
+                   [](const auto& a, const auto& b) { return a->key.runs_before(b->key); });
   // Preemption only ever removes the sequence at hand or ones after it in this order, so the
   // planned ones keep their positions.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence* sequence = running_[i].get();
-    int64_t chunk = std::min<int64_t>(
-        budget, static_cast<int64_t>(sequence->tokens.size()) - sequence->computed);
-    if (!ensure_blocks(*sequence, sequence->computed + chunk)) continue;  // it was preempted
-    plan.chunks.emplace_back(sequence, chunk);
-    budget -= chunk;
+    Sequence& sequence = *running_[i];
+    bool last_token_pending = sequence.pending && static_cast<int>(sequence.generated.size()) + 1 >=
+                                                      sequence.request.max_tokens;
+    int64_t count = std::min<int64_t>(budget, sequence.length() - sequence.computed);
+    if (last_token_pending || count == 0) {
+      ++i;
+      continue;
+    }
+    if (!ensure_blocks(sequence, sequence.computed + count)) continue;  // it was preempted
+    add_chunk(*work, sequence, count);
+    budget -= count;
     ++i;
   }
-  admit_waiting(plan, budget);
-  return !plan.chunks.empty();
+  admit_waiting(*work, budget);
+  if (work->chunks.empty()) return nullptr;
+  return work;
 }
 
+// The forward and sampling of one step (on the runner thread with async scheduling): reads
+// the sequences' sampling parameters and histories, writes only into `work`.
+void Engine::execute(StepWork& work) {
+  const int32_t vocab = model_.config().vocab_size;
+  work.logits.resize(work.batch.logit_rows.size() * static_cast<size_t>(vocab));
+  model_.forward(work.batch, cache_, work.logits.data());
+  for (Chunk& chunk : work.chunks) {
+    const Sequence& sequence = *chunk.sequence;
+    const sampling::SamplingParams& params = sequence.request.sampling;
+    auto row = [&](size_t r) { return work.logits.data() + r * static_cast<size_t>(vocab); };
+    if (chunk.samples) {
+      chunk.sample =
+          sampling::sample(row(chunk.first_logit_row + chunk.logit_rows - 1), vocab, params,
+                           sequence.history, sequence.seed, chunk.output_position);
+    }
+    if (chunk.prompt_rows) {
+      for (size_t r = 0; r < chunk.logit_rows; ++r) {
+        int64_t next = chunk.start + static_cast<int64_t>(r) + 1;
+        if (next >= sequence.prompt_size()) break;
+        chunk.prompt_scores.push_back(sampling::score_token(
+            row(chunk.first_logit_row + r), vocab,
+            sequence.request.prompt[static_cast<size_t>(next)], params.prompt_logprobs));
+      }
+    }
+  }
+}
+
+// Appends the tokens `done` sampled, and writes them into the decode rows of `next` that were
+// planned before they were known.
+void Engine::apply_samples(StepWork& done, StepWork* next) {
+  for (Chunk& chunk : done.chunks) {
+    Sequence& sequence = *chunk.sequence;
+    if (!chunk.samples || sequence.finished) continue;
+    sequence.pending = false;
+    sequence.tokens.push_back(chunk.sample.token);
+    sequence.generated.push_back(chunk.sample.token);
+    sequence.history.add_output(chunk.sample.token);
+  }
+  if (!next) return;
+  for (auto [row, sequence] : next->placeholders) {
+    auto position = static_cast<size_t>(next->batch.positions[row]);
+    next->batch.tokens[row] = sequence->tokens[position];
+  }
+}
+
+void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
+                    std::vector<TokenEvent>* tokens) {
+  ++stats_.steps;
+  for (Chunk& chunk : done.chunks) {
+    Sequence& sequence = *chunk.sequence;
+    if (sequence.finished) continue;
+    int64_t end = chunk.start + chunk.count;
+    stats_.prompt_tokens += std::max<int64_t>(
+        0, std::min(end, sequence.prompt_size()) - std::max(chunk.start, int64_t{0}));
+    if (chunk.epoch == sequence.epoch) {
+      if (config_.prefix_caching) {
+        sequence.blocks.publish_full_blocks(cache_, sequence.tokens, end,
+                                            sequence.request.cache_salt);
+      }
+      // The next query sits at `end`; keys before its window are never read again.
+      if (widest_window_ > 0) sequence.blocks.release_before(cache_, end - widest_window_ + 1);
+    }
+    if (end >= sequence.prompt_size()) *sequence.prompt_cached = true;
+    // Only scores that extend the recorded ones count (a recomputed prefix repeats them).
+    for (size_t i = 0; i < chunk.prompt_scores.size(); ++i) {
+      if (chunk.start + static_cast<int64_t>(i) ==
+          static_cast<int64_t>(sequence.prompt_logprobs.size()))
+        sequence.prompt_logprobs.push_back(std::move(chunk.prompt_scores[i]));
+    }
+    if (chunk.samples) record_token(sequence, chunk.sample, finished, tokens);
+  }
+}
+
+void Engine::record_token(Sequence& sequence, const sampling::Sample& sample,
+                          std::vector<GenerationResult>& finished,
+                          std::vector<TokenEvent>* tokens) {
+  const GenerationRequest& request = sequence.request;
+  if (request.sampling.logprobs) sequence.logprobs.push_back(sample);
+  ++stats_.generated_tokens;
+  if (tokens) tokens->push_back({request.id, sequence.index, sample.token, sample});
+  auto now = std::chrono::steady_clock::now();
+  if (sequence.generated.size() == 1) {
+    stats_.time_to_first_token.observe(seconds_between(sequence.submitted, now));
+  } else {
+    stats_.inter_token_latency.observe(seconds_between(sequence.last_token, now));
+  }
+  sequence.last_token = now;
+  const std::vector<int32_t>& eos = model_.config().eos_token_ids;
+  bool may_stop = static_cast<int>(sequence.generated.size()) >= request.min_tokens;
+  bool is_eos = !request.ignore_eos && std::find(eos.begin(), eos.end(), sample.token) != eos.end();
+  bool is_stop = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
+                           sample.token) != request.stop_token_ids.end();
+  if (may_stop && (is_eos || is_stop)) {
+    finish(sequence, FinishReason::kStop, finished);
+  } else if (static_cast<int>(sequence.generated.size()) >= request.max_tokens) {
+    finish(sequence, FinishReason::kLength, finished);
+  }
+}
+
+// Reports the completion and moves the sequence to retired_: a launched step may still hold
+// a pointer to it. Its blocks go back now (nothing reads them once the launched step ends).
 void Engine::finish(Sequence& sequence, FinishReason reason,
                     std::vector<GenerationResult>& finished) {
   GenerationResult result;
   result.id = sequence.request.id;
+  result.index = sequence.index;
   result.tokens = sequence.generated;
   result.finish_reason = reason;
-  result.prompt_tokens = static_cast<int64_t>(sequence.request.prompt.size());
+  result.prompt_tokens = sequence.prompt_size();
   result.cached_prompt_tokens = std::max<int64_t>(0, sequence.cached_prompt_tokens);
   result.preemptions = sequence.preemptions;
+  result.logprobs = std::move(sequence.logprobs);
+  result.prompt_logprobs = std::move(sequence.prompt_logprobs);
   finished.push_back(std::move(result));
   sequence.blocks.release_all(cache_);
+  sequence.finished = true;
+  *sequence.prompt_cached = true;  // siblings must not wait for a prompt that stopped early
+  auto take = [&](auto& queue) {
+    auto it = std::find_if(queue.begin(), queue.end(),
+                           [&](const auto& s) { return s.get() == &sequence; });
+    if (it == queue.end()) return false;
+    retired_.push_back(std::move(*it));
+    queue.erase(it);
+    return true;
+  };
+  if (!take(running_)) take(waiting_);
 }
 
-void Engine::stop(const std::string& id) {
-  for (auto& sequence : running_)
-    if (sequence->request.id == id) sequence->stop_requested = true;
-  for (auto& sequence : waiting_)
-    if (sequence->request.id == id) sequence->stop_requested = true;
+void Engine::stop(const std::string& id, int index) {
+  auto mark = [&](auto& queue) {
+    for (auto& sequence : queue) {
+      if (sequence->request.id == id && (index < 0 || sequence->index == index))
+        sequence->stop_requested = true;
+    }
+  };
+  mark(running_);
+  mark(waiting_);
 }
 
 void Engine::finish_stopped(std::vector<GenerationResult>& finished) {
-  auto finish_from = [&](auto& queue) {
-    for (auto it = queue.begin(); it != queue.end();) {
-      if ((*it)->stop_requested) {
-        finish(**it, FinishReason::kStop, finished);
-        it = queue.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  };
-  finish_from(running_);
-  finish_from(waiting_);
+  std::vector<Sequence*> stopped;
+  for (auto& sequence : running_)
+    if (sequence->stop_requested) stopped.push_back(sequence.get());
+  for (auto& sequence : waiting_)
+    if (sequence->stop_requested) stopped.push_back(sequence.get());
+  for (Sequence* sequence : stopped) finish(*sequence, FinishReason::kStop, finished);
 }
 
-bool Engine::step(std::vector<GenerationResult>& finished, std::vector<SampledToken>* sampled_out) {
+// Plain loop: plan, run, commit. Overlapped: plan N+1 while N runs, wait for N, hand its
+// tokens to N+1 and launch it, then commit N while N+1 runs.
+bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEvent>* tokens) {
   size_t already = finished.size();
   finish_stopped(finished);
-  Plan plan;
-  if (!schedule(plan)) return finished.size() > already;
-  ++stats_.steps;
-  const int block_size = config_.block_size;
-  ForwardBatch batch;
-  std::vector<Sequence*> sampled;
-  for (auto [sequence, chunk] : plan.chunks) {
-    auto begin = sequence->tokens.begin() + sequence->computed;
-    bool reaches_end = sequence->computed + chunk == static_cast<int64_t>(sequence->tokens.size());
-    batch.add_sequence(std::vector<int32_t>(begin, begin + chunk), sequence->computed,
-                       sequence->blocks, block_size, false, reaches_end);
-    if (reaches_end) sampled.push_back(sequence);
+  std::unique_ptr<StepWork> next = plan_step();
+  std::unique_ptr<StepWork> done = std::move(in_flight_);
+  if (done) {
+    runner_->wait();
+    apply_samples(*done, next.get());
   }
-  int64_t vocab = model_.config().vocab_size;
-  std::vector<float> logits(sampled.size() * static_cast<size_t>(vocab));
-  model_.forward(batch, cache_, logits.data());
-  for (auto [sequence, chunk] : plan.chunks) {
-    sequence->computed += chunk;
-    if (config_.prefix_caching) {
-      sequence->blocks.publish_full_blocks(cache_, sequence->tokens, sequence->computed,
-                                           sequence->request.cache_salt);
-    }
-    // The next query sits at `computed`; keys before its window are never read again.
-    if (widest_window_ > 0)
-      sequence->blocks.release_before(cache_, sequence->computed - widest_window_ + 1);
+  // Sequences retired before `next` was planned are in no step still running after this.
+  std::vector<std::unique_ptr<Sequence>> released = std::move(retired_);
+  if (next && runner_) {
+    in_flight_ = std::move(next);
+    runner_->start([this, work = in_flight_.get()] { execute(*work); });
+  } else if (next) {
+    execute(*next);
+    apply_samples(*next, nullptr);
+    done = std::move(next);
   }
-  const ModelConfig& c = model_.config();
-  for (size_t i = 0; i < sampled.size(); ++i) {
-    Sequence& sequence = *sampled[i];
-    const GenerationRequest& request = sequence.request;
-    sampling::Sample draw = sampling::sample(logits.data() + i * static_cast<size_t>(vocab),
-                                             c.vocab_size, request.sampling, sequence.history,
-                                             sequence.seed, sequence.generated.size());
-    sequence.generated.push_back(draw.token);
-    sequence.tokens.push_back(draw.token);
-    sequence.history.add_output(draw.token);
-    ++stats_.generated_tokens;
-    if (sampled_out) sampled_out->push_back({request.id, draw.token});
-    auto now = std::chrono::steady_clock::now();
-    if (sequence.generated.size() == 1) {
-      stats_.time_to_first_token.observe(
-          std::chrono::duration<double>(now - sequence.submitted).count());
-    } else {
-      stats_.inter_token_latency.observe(
-          std::chrono::duration<double>(now - sequence.last_token).count());
-    }
-    sequence.last_token = now;
-    bool may_stop = static_cast<int>(sequence.generated.size()) >= request.min_tokens;
-    bool is_eos = !request.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(),
-                                                   draw.token) != c.eos_token_ids.end();
-    bool is_stop = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
-                             draw.token) != request.stop_token_ids.end();
-    std::optional<FinishReason> reason;
-    if (may_stop && (is_eos || is_stop)) reason = FinishReason::kStop;
-    if (!reason && static_cast<int>(sequence.generated.size()) >= request.max_tokens)
-      reason = FinishReason::kLength;
-    if (!reason) continue;
-    finish(sequence, *reason, finished);
-    running_.erase(std::find_if(running_.begin(), running_.end(),
-                                [&](const auto& s) { return s.get() == &sequence; }));
-  }
-  return true;
+  if (done) commit(*done, finished, tokens);
+  return done || in_flight_ || finished.size() > already;
 }
 
 std::vector<GenerationResult> Engine::run_to_completion() {
   std::vector<GenerationResult> finished;
   while (step(finished)) {
   }
-  DI_CHECK(waiting_.empty() && running_.empty(), "engine: stalled with {} waiting requests",
-           waiting_.size());
+  DI_CHECK(idle(), "engine: stalled with {} waiting requests", waiting_.size());
   return finished;
 }
 
@@ -299,6 +463,7 @@ EngineStats Engine::stats() const {
   stats.kv_blocks_used = stats.kv_blocks_total - cache_.free_blocks();
   stats.prefix_lookups = cache_.pool().lookups();
   stats.prefix_hits = cache_.pool().hits();
+  stats.seconds = seconds_between(started_, std::chrono::steady_clock::now());
   return stats;
 }
 

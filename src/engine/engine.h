@@ -1,6 +1,8 @@
 // The serving engine's core loop: continuous batching over a paged, prefix-cached KV cache.
 // Each step schedules decodes and prefill chunks under one token budget, runs one flattened
-// forward, samples, and finishes or preempts requests. One thread drives it (step()).
+// forward, samples, and finishes or preempts requests. One thread drives it (step()); with
+// async_scheduling the forward and sampling of step N run on a runner thread while that
+// thread schedules step N+1 and reports step N-1's tokens.
 #pragma once
 
 #include <chrono>
@@ -11,43 +13,28 @@
 #include <string>
 #include <vector>
 
+#include "engine/policies.h"
+#include "engine/request.h"
+#include "engine/step_runner.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
-#include "sampling/sampling.h"
 
 namespace deepinfer {
 
 struct EngineConfig {
   int block_size = 16;
-  int64_t num_blocks = 0;             // KV blocks; 0: as many as kv_bytes holds
-  size_t kv_bytes = size_t{1} << 30;  // the KV budget when num_blocks is 0
+  int64_t num_blocks = 0;             // KV blocks; 0: as many as the budget below holds
+  size_t kv_bytes = size_t{1} << 30;  // the KV budget when num_blocks is 0 ...
+  double kv_memory_fraction = 0.0;    // ... unless this is > 0: that share of available memory
   int max_batched_tokens = 2048;      // tokens per step: prefill chunks and decodes together
   int max_running = 64;               // sequences per step
   bool prefix_caching = true;
+  // Schedule step N+1 while step N runs (results are the same as without).
+  bool async_scheduling = false;
 };
 
-struct GenerationRequest {
-  std::string id;
-  std::vector<int32_t> prompt;
-  sampling::SamplingParams sampling;
-  int max_tokens = 16;
-  int min_tokens = 0;  // eos and stop tokens are ignored before this many
-  bool ignore_eos = false;
-  std::vector<int32_t> stop_token_ids;
-  uint64_t cache_salt = 0;  // requests only share cached blocks with the same salt
-  int priority = 0;         // lower runs first and is preempted last (FCFS among equals)
-};
-
-enum class FinishReason { kStop, kLength };
-
-struct GenerationResult {
-  std::string id;
-  std::vector<int32_t> tokens;
-  FinishReason finish_reason = FinishReason::kLength;
-  int64_t prompt_tokens = 0;
-  int64_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache
-  int preemptions = 0;
-};
+// The KV bytes `config` asks for (kv_bytes, or the fraction of the memory available now).
+size_t kv_budget_bytes(const EngineConfig& config);
 
 // Counts of observations at or below each bound (seconds), Prometheus-style; the last bucket
 // is +Inf. sum and count as Prometheus histograms report them.
@@ -69,9 +56,11 @@ struct EngineStats {
   int64_t prefix_hits = 0;
   int64_t steps = 0;
   int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;  // prompt tokens computed (prefix hits excluded)
   int64_t generated_tokens = 0;
+  double seconds = 0.0;                  // since the engine started, for tokens/s
   LatencyHistogram time_to_first_token;  // from submit() to the first sampled token
-  LatencyHistogram inter_token_latency;  // between consecutive tokens of one request
+  LatencyHistogram inter_token_latency;  // between consecutive tokens of one completion
 };
 
 class Engine {
@@ -82,28 +71,36 @@ class Engine {
   // Admission: a request that can never fit (prompt + max_tokens beyond the model's context
   // or the whole cache) or has invalid sampling parameters is an Error here, not later.
   void submit(GenerationRequest request);
-  // One scheduling step. Appends requests that finished in it to `finished` and, when given,
-  // every token sampled in it to `sampled` (for streaming and stop strings); returns false
-  // when there was nothing to do.
-  struct SampledToken {
-    std::string id;
-    int32_t token;
-  };
-  bool step(std::vector<GenerationResult>& finished, std::vector<SampledToken>* sampled = nullptr);
+  // The limits submit() checks against; check_admission() with them is safe from any thread.
+  const AdmissionLimits& admission_limits() const { return limits_; }
+  // One scheduling step. Appends completions that finished to `finished` and, when given,
+  // every token sampled to `tokens`; returns false when there was nothing to do.
+  bool step(std::vector<GenerationResult>& finished, std::vector<TokenEvent>* tokens = nullptr);
   // Finishes a request early with FinishReason::kStop (a stop string matched, or the client
-  // went away); it is reported by the next step(). Unknown ids are ignored.
-  void stop(const std::string& id);
+  // went away): completion `index`, or every completion when it is negative. Reported by the
+  // next step(); unknown ids are ignored.
+  void stop(const std::string& id, int index = -1);
   // Steps until every submitted request finished; results in completion order.
   std::vector<GenerationResult> run_to_completion();
+  bool idle() const { return waiting_.empty() && running_.empty() && !in_flight_; }
   EngineStats stats() const;
 
  private:
   struct Sequence;
-  struct Plan;
-  bool schedule(Plan& plan);
+  struct Chunk;
+  struct StepWork;
+  std::unique_ptr<StepWork> plan_step();
+  void add_chunk(StepWork& work, Sequence& sequence, int64_t count);
   bool ensure_blocks(Sequence& sequence, int64_t tokens);
-  void preempt_lowest(const Sequence* keep);
-  void admit_waiting(Plan& plan, int64_t& budget);
+  void preempt_lowest(Sequence& needing);
+  void admit_waiting(StepWork& work, int64_t& budget);
+  bool may_admit(const Sequence& sequence) const;
+  void execute(StepWork& work);
+  void apply_samples(StepWork& done, StepWork* next);
+  void commit(StepWork& done, std::vector<GenerationResult>& finished,
+              std::vector<TokenEvent>* tokens);
+  void record_token(Sequence& sequence, const sampling::Sample& sample,
+                    std::vector<GenerationResult>& finished, std::vector<TokenEvent>* tokens);
   void finish(Sequence& sequence, FinishReason reason, std::vector<GenerationResult>& finished);
   void finish_stopped(std::vector<GenerationResult>& finished);
 
@@ -113,9 +110,15 @@ class Engine {
   // everything, so no block is ever freed early).
   int64_t widest_window_ = 0;
   KvCache cache_;
+  AdmissionLimits limits_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
+  // Finished sequences that a launched step may still read; freed once it is done.
+  std::vector<std::unique_ptr<Sequence>> retired_;
+  std::unique_ptr<StepWork> in_flight_;
+  std::unique_ptr<StepRunner> runner_;
   uint64_t arrivals_ = 0;
+  std::chrono::steady_clock::time_point started_;
   EngineStats stats_;
 };
 

@@ -39,6 +39,14 @@ void validate(const SamplingParams& p, int32_t vocab_size) {
   }
   if (p.top_logprobs < 0 || p.top_logprobs > 20)
     fail("top_logprobs must be in [0, 20], got {}", p.top_logprobs);
+  if (p.top_logprobs > 0 && !p.logprobs) fail("top_logprobs needs logprobs to be enabled");
+  if (p.n < 1 || p.n > 128) fail("n must be in [1, 128], got {}", p.n);
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20)
+    fail("prompt_logprobs must be in [0, 20] (or -1: off), got {}", p.prompt_logprobs);
+}
+
+uint64_t completion_seed(uint64_t seed, int index) {
+  return index == 0 ? seed : mix(seed ^ mix(static_cast<uint64_t>(index)));
 }
 
 double counter_uniform(uint64_t seed, uint64_t position) {
@@ -153,13 +161,24 @@ Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& par
       }
     }
   }
-  // Logprobs describe the model's own distribution (vLLM's default "raw" mode).
+  if (params.logprobs) {
+    Sample scored = score_token(logits, vocab_size, result.token, params.top_logprobs);
+    result.logprob = scored.logprob;
+    result.top = std::move(scored.top);
+  }
+  return result;
+}
+
+// Logprobs describe the model's own distribution (vLLM's default "raw" mode).
+Sample score_token(const float* logits, int32_t vocab_size, int32_t token, int top) {
   std::vector<float> raw = log_softmax(logits, vocab_size);
-  result.logprob = raw[static_cast<size_t>(result.token)];
-  if (params.top_logprobs > 0) {
+  Sample result;
+  result.token = token;
+  result.logprob = raw[static_cast<size_t>(token)];
+  if (top > 0) {
     std::vector<int32_t> order(static_cast<size_t>(vocab_size));
     std::iota(order.begin(), order.end(), 0);
-    auto count = static_cast<size_t>(std::min(params.top_logprobs, vocab_size));
+    auto count = static_cast<size_t>(std::min(top, vocab_size));
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count),
                       order.end(), [&](int32_t a, int32_t b) {
                         float la = raw[static_cast<size_t>(a)], lb = raw[static_cast<size_t>(b)];

@@ -24,7 +24,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;
   std::optional<uint64_t> seed;
-  int top_logprobs = 0;  // alternatives reported besides the chosen token
+  int n = 1;                 // independent completions of one prompt
+  bool logprobs = false;     // report each output token's logprob
+  int top_logprobs = 0;      // ... and this many most likely alternatives (needs logprobs)
+  int prompt_logprobs = -1;  // -1: off; k >= 0: each prompt token's logprob plus k alternatives
 };
 
 // Clear errors for out-of-range values ("top_p must be in (0, 1], got 1.5"); vocab_size bounds
@@ -34,6 +37,9 @@ void validate(const SamplingParams& params, int32_t vocab_size);
 // A uniform double in [0, 1) that depends only on (seed, position): a counter-based
 // generator (no state to carry between steps or copy on preemption).
 double counter_uniform(uint64_t seed, uint64_t position);
+// The draw seed of completion `index` of a request with n > 1: `seed` itself for index 0 (so
+// n = 1 draws the same tokens), an independent mix of both for the others.
+uint64_t completion_seed(uint64_t seed, int index);
 
 // Token counts of a request, for the penalties.
 struct TokenHistory {
@@ -59,8 +65,11 @@ struct Sample {
 Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& params,
               const TokenHistory& history, uint64_t draw_seed, uint64_t position);
 
-// log_softmax of logits [vocab] (prompt logprobs use it directly).
+// log_softmax of logits [vocab].
 std::vector<float> log_softmax(const float* logits, int32_t vocab_size);
+
+// `token`'s logprob under logits [vocab] and the `top` most likely tokens (prompt logprobs).
+Sample score_token(const float* logits, int32_t vocab_size, int32_t token, int top);
 
 // Watches generated text for stop strings. Text that might be the start of a stop string is
 // held back until it is known not to be, so streamed output never contains part of a stop

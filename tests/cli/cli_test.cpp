@@ -78,6 +78,7 @@ TEST(Cli, OfflineBatchMatchesSinglePromptsAndHonoursStops) {
       << R"({"id": "ids", "prompt_token_ids": [327, 3005, 306, 811], "max_tokens": 6, "temperature": 0, "ignore_eos": true}
 {"id": "text", "prompt": "def add(a, b):", "max_tokens": 20, "temperature": 0, "stop": ["return"]}
 {"id": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.8, "seed": 5}
+{"id": "three", "prompt": "def add(a, b):", "max_tokens": 3, "temperature": 0.8, "seed": 9, "n": 3, "logprobs": true, "top_logprobs": 2, "prompt_logprobs": 1}
 )";
   auto batch = run_command(
       fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
@@ -85,20 +86,36 @@ TEST(Cli, OfflineBatchMatchesSinglePromptsAndHonoursStops) {
   std::ifstream results(output);
   std::vector<nlohmann::json> lines;
   for (std::string line; std::getline(results, line);) lines.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0]["id"], "ids");
   EXPECT_EQ(lines[2]["id"], "chat");
   auto single = run_command(fmt::format(
       "{} generate {} --prompt-ids 327,3005,306,811 --max-tokens 6 --ignore-eos", kBinary, model));
   std::string joined_ids;
-  for (const auto& id : lines[0]["token_ids"])
+  for (const auto& id : lines[0]["choices"][0]["token_ids"])
     joined_ids += (joined_ids.empty() ? "" : " ") + std::to_string(id.get<int>());
   EXPECT_EQ(single.output, joined_ids + "\n");
-  if (lines[1]["finish_reason"] == "stop") {
-    EXPECT_EQ(lines[1]["text"].get<std::string>().find("return"), std::string::npos);
-    EXPECT_EQ(lines[1]["stop_reason"], "return");
+  const nlohmann::json& text = lines[1]["choices"][0];
+  if (text["finish_reason"] == "stop") {
+    EXPECT_EQ(text["text"].get<std::string>().find("return"), std::string::npos);
+    EXPECT_EQ(text["stop_reason"], "return");
   }
   EXPECT_EQ(lines[2]["usage"]["completion_tokens"], 4);
+  // n = 3 completions in index order, each with a logprob and 2 alternatives per token; the
+  // prompt's logprobs start with null for its first token.
+  const nlohmann::json& three = lines[3];
+  ASSERT_EQ(three["choices"].size(), 3u);
+  EXPECT_EQ(three["usage"]["completion_tokens"], 9);
+  for (int c = 0; c < 3; ++c) {
+    const nlohmann::json& choice = three["choices"][c];
+    EXPECT_EQ(choice["index"], c);
+    ASSERT_EQ(choice["logprobs"].size(), 3u);
+    EXPECT_EQ(choice["logprobs"][0]["top_logprobs"].size(), 2u);
+    EXPECT_LE(choice["logprobs"][0]["logprob"].get<double>(), 0.0);
+  }
+  int64_t prompt_tokens = three["usage"]["prompt_tokens"].get<int64_t>();
+  ASSERT_EQ(three["prompt_logprobs"].size(), static_cast<size_t>(prompt_tokens));
+  EXPECT_TRUE(three["prompt_logprobs"][0].is_null());
 
   std::ofstream(input) << R"({"prompt": "x", "prompt_token_ids": [1]})"
                        << "\n";

@@ -57,11 +57,15 @@ TEST_P(EngineOnFixture, BatchedGreedyEqualsAloneForEveryChunkSize) {
     alone[request.id] = generate_greedy(*model, request.prompt, options);
   }
   for (int chunk : {1, 7, 4096}) {
-    EngineConfig config;
-    config.block_size = 4;
-    config.num_blocks = 256;
-    config.max_batched_tokens = chunk;
-    EXPECT_EQ(run_engine(*model, config, requests), alone) << "chunk " << chunk;
+    for (bool overlapped : {false, true}) {
+      EngineConfig config;
+      config.block_size = 4;
+      config.num_blocks = 256;
+      config.max_batched_tokens = chunk;
+      config.async_scheduling = overlapped;
+      EXPECT_EQ(run_engine(*model, config, requests), alone)
+          << "chunk " << chunk << (overlapped ? " overlapped" : "");
+    }
   }
 }
 
@@ -78,7 +82,13 @@ TEST(Engine, PreemptionUnderATinyCacheStillCompletesEveryRequestIdentically) {
   EngineConfig tiny = roomy;
   tiny.num_blocks = 16;  // the longest request alone needs 12 of the 15 usable blocks
   EngineStats stats;
-  EXPECT_EQ(run_engine(*model, tiny, requests, &stats), run_engine(*model, roomy, requests));
+  std::map<std::string, std::vector<int32_t>> expected = run_engine(*model, roomy, requests);
+  EngineConfig tiny_overlapped = tiny;
+  tiny_overlapped.async_scheduling = true;
+  EngineStats overlapped_stats;
+  EXPECT_EQ(run_engine(*model, tiny_overlapped, requests, &overlapped_stats), expected);
+  EXPECT_GT(overlapped_stats.preemptions, 0);
+  EXPECT_EQ(run_engine(*model, tiny, requests, &stats), expected);
   EXPECT_GT(stats.preemptions, 0);
   // Every request reports a first token, and every later token an inter-token gap.
   EXPECT_EQ(stats.time_to_first_token.count, 8);
@@ -130,6 +140,9 @@ TEST(Engine, SeededSamplingIsTheSameInAnyBatch) {
   config.block_size = 4;
   config.num_blocks = 256;
   auto together = run_engine(*model, config, requests);
+  EngineConfig overlapped = config;
+  overlapped.async_scheduling = true;
+  EXPECT_EQ(run_engine(*model, overlapped, requests), together);
   config.max_batched_tokens = 5;
   for (const GenerationRequest& request : requests) {
     EXPECT_EQ(run_engine(*model, config, {request})[request.id], together[request.id])

@@ -123,6 +123,7 @@ TEST(Sampling, LogprobsComeFromTheModelDistribution) {
   std::vector<float> logits = {1.0f, 3.0f, 2.0f};
   SamplingParams params;
   params.temperature = 0.0f;
+  params.logprobs = true;
   params.top_logprobs = 2;
   params.logit_bias = {{0, 100.0f}};  // changes the choice, not the reported logprobs
   Sample result = sample(logits.data(), 3, params, TokenHistory{}, 1, 0);
@@ -146,8 +147,24 @@ TEST(Sampling, ValidationNamesTheParameter) {
   params.logit_bias = {{99, 1.0f}};
   EXPECT_NE(validate_error(params).find("outside the vocabulary"), std::string::npos);
   params = {};
+  params.logprobs = true;
   params.top_logprobs = 50;
   EXPECT_NE(validate_error(params).find("top_logprobs"), std::string::npos);
+  params = {};
+  params.top_logprobs = 2;
+  EXPECT_EQ(validate_error(params), "top_logprobs needs logprobs to be enabled");
+  params = {};
+  params.n = 0;
+  EXPECT_EQ(validate_error(params), "n must be in [1, 128], got 0");
+  params = {};
+  params.prompt_logprobs = 21;
+  EXPECT_NE(validate_error(params).find("prompt_logprobs"), std::string::npos);
+}
+
+TEST(Sampling, CompletionSeedsKeepTheFirstAndSpreadTheRest) {
+  EXPECT_EQ(completion_seed(42, 0), 42u);
+  EXPECT_NE(completion_seed(42, 1), completion_seed(42, 2));
+  EXPECT_NE(completion_seed(42, 1), completion_seed(43, 1));
 }
 
 TEST(StopStrings, CaughtAcrossTokenBoundariesAndNeverStreamedInPart) {
