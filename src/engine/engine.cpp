@@ -24,7 +24,7 @@ struct Engine::Sequence {
   bool pending = false;
   // Bumped by preemption: a launched step of an older epoch no longer owns the blocks.
   uint64_t epoch = 0;
-  SequenceBlocks blocks;
+  SequenceKv blocks;
   sampling::TokenHistory history;
   int64_t cached_prompt_tokens = -1;  // set at first admission
   int preemptions = 0;
@@ -118,11 +118,8 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
   DI_CHECK(config.max_batched_tokens > 0 && config.max_running > 0,
            "engine: max_batched_tokens and max_running must be positive");
   const ModelConfig& c = model.config();
-  limits_ = {c.vocab_size, c.max_position_embeddings, cache_.num_blocks() - 1, config.block_size};
-  const std::vector<int>& windows = c.layer_window;
-  bool all_sliding = !windows.empty() && std::all_of(windows.begin(), windows.end(),
-                                                     [](int window) { return window > 0; });
-  if (all_sliding) widest_window_ = *std::max_element(windows.begin(), windows.end());
+  limits_ = {c.vocab_size,      c.max_position_embeddings,    cache_.num_blocks() - 1,
+             config.block_size, cache_.groups().group_window, config.max_batched_tokens};
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
@@ -333,8 +330,9 @@ void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
         sequence.blocks.publish_full_blocks(cache_, sequence.tokens, end,
                                             sequence.request.cache_salt);
       }
-      // The next query sits at `end`; keys before its window are never read again.
-      if (widest_window_ > 0) sequence.blocks.release_before(cache_, end - widest_window_ + 1);
+      // The next query sits at `end`; keys before a sliding layer's window are never read
+      // by it again.
+      sequence.blocks.release_out_of_window(cache_, end);
     }
     if (end >= sequence.prompt_size()) *sequence.prompt_cached = true;
     // Only scores that extend the recorded ones count (a recomputed prefix repeats them).

@@ -106,9 +106,6 @@ class Engine {
 
   CausalLM& model_;
   EngineConfig config_;
-  // Tokens a query still attends to when every layer has a sliding window (0: some layer sees
-  // everything, so no block is ever freed early).
-  int64_t widest_window_ = 0;
   KvCache cache_;
   AdmissionLimits limits_;
   std::deque<std::unique_ptr<Sequence>> waiting_;

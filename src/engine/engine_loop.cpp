@@ -55,9 +55,9 @@ void RequestStream::abandon(const std::string& why) {
   changed_.notify_all();
 }
 
-bool RequestStream::ended() const {
+bool RequestStream::ends_with(size_t finished) const {
   std::lock_guard lock(mutex_);
-  return remaining_ == 0 || !error_.empty();
+  return static_cast<size_t>(remaining_) <= finished;
 }
 
 EngineLoop::EngineLoop(CausalLM& model, const EngineConfig& config)
@@ -151,16 +151,14 @@ void EngineLoop::dispatch(std::vector<TokenEvent>& tokens,
   for (auto& [id, events] : by_id) {
     std::shared_ptr<RequestStream> stream;
     {
+      // The id is free again before the reader can see its request end.
       std::lock_guard lock(mutex_);
       auto it = streams_.find(id);
       if (it == streams_.end()) continue;
       stream = it->second;
+      if (stream->ends_with(events.second.size())) streams_.erase(it);
     }
     stream->deliver(std::move(events.first), std::move(events.second));
-    if (stream->ended()) {
-      std::lock_guard lock(mutex_);
-      streams_.erase(id);
-    }
   }
 }
 

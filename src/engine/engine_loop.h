@@ -41,7 +41,8 @@ class RequestStream {
   // Engine side.
   void deliver(std::vector<TokenEvent> tokens, std::vector<GenerationResult> finished);
   void abandon(const std::string& why);
-  bool ended() const;
+  // Whether `finished` more completions end the request.
+  bool ends_with(size_t finished) const;
 
  private:
   std::string id_;

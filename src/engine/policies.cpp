@@ -1,5 +1,7 @@
 #include "engine/policies.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -20,12 +22,23 @@ void check_admission(const GenerationRequest& request, const AdmissionLimits& li
     fail("request {}: {} prompt tokens + {} max_tokens exceed the model's context length of {}",
          request.id, request.prompt.size(), request.max_tokens, limits.max_context);
   }
-  int64_t blocks = (total + limits.block_size - 1) / limits.block_size;
+  int64_t blocks = limits.peak_blocks(total);
   if (blocks > limits.usable_blocks) {
     fail("request {}: {} tokens need {} KV blocks but the cache has {}", request.id, total, blocks,
          limits.usable_blocks);
   }
   sampling::validate(request.sampling, limits.vocab_size);
+}
+
+int64_t AdmissionLimits::peak_blocks(int64_t tokens) const {
+  auto blocks = [&](int64_t count) { return (count + block_size - 1) / block_size; };
+  int64_t total = 0;
+  for (int window : group_windows) {
+    // A block boundary can split both ends of the span, hence the extra block.
+    total +=
+        window > 0 ? std::min(blocks(tokens), blocks(window - 1 + max_chunk) + 1) : blocks(tokens);
+  }
+  return total;
 }
 
 size_t choose_preemption_victim(std::span<const QueueKey> running, size_t needing) {

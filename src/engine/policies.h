@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "engine/request.h"
 
@@ -15,8 +16,14 @@ namespace deepinfer {
 struct AdmissionLimits {
   int32_t vocab_size = 0;
   int64_t max_context = 0;    // the model's context length
-  int64_t usable_blocks = 0;  // KV blocks one sequence could ever hold (all but the null block)
+  int64_t usable_blocks = 0;  // KV blocks in the pool (all but the null block)
   int block_size = 16;
+  std::vector<int> group_windows = {0};  // per KV cache group: 0 full, else its window
+  int64_t max_chunk = 2048;              // the most tokens one step adds to a sequence
+
+  // The most blocks a sequence of `tokens` tokens holds at once over all cache groups: a
+  // full group all of them, a sliding group its window plus one step's chunk.
+  int64_t peak_blocks(int64_t tokens) const;
 };
 
 // Throws Error with a clear message when `request` can never run: empty prompt, ids outside

@@ -8,9 +8,10 @@ namespace deepinfer {
 
 SequenceRunner::SequenceRunner(CausalLM& model, int64_t max_tokens, int block_size)
     : model_(model),
-      // One block more than the tokens need: block 0 is the pool's null block.
+      // Every cache group keeps every block here; one more is the pool's null block.
       cache_(model.kv_shape(block_size),
-             1 + std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size)),
+             1 + model.kv_shape(block_size).groups().num_groups() *
+                     std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size)),
       capacity_(max_tokens) {}
 
 std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool all_logits,

@@ -26,7 +26,7 @@ class SequenceRunner {
  private:
   CausalLM& model_;
   KvCache cache_;
-  SequenceBlocks blocks_;
+  SequenceKv blocks_;
   int64_t length_ = 0;
   int64_t capacity_;
 };

@@ -34,17 +34,19 @@ int32_t BlockPool::allocate() {
   return block;
 }
 
-int32_t BlockPool::take_cached(BlockHash hash, std::span<const int32_t> tokens) {
-  ++lookups_;
+int32_t BlockPool::find_cached(BlockHash hash, std::span<const int32_t> tokens) const {
   auto found = published_.find(hash);
   if (found == published_.end()) return -1;
-  Block& entry = blocks_[static_cast<size_t>(found->second)];
+  const Block& entry = blocks_[static_cast<size_t>(found->second)];
   if (!std::equal(tokens.begin(), tokens.end(), entry.tokens.begin(), entry.tokens.end()))
     return -1;
-  if (entry.references == 0) idle_.erase(entry.idle_position);
-  ++entry.references;
-  ++hits_;
   return found->second;
+}
+
+int32_t BlockPool::take_cached(BlockHash hash, std::span<const int32_t> tokens) {
+  int32_t block = find_cached(hash, tokens);
+  if (block >= 0) retain(block);
+  return block;
 }
 
 void BlockPool::publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens) {

@@ -32,6 +32,8 @@ class BlockPool {
   // The published block holding exactly `tokens` under `hash`, with a reference taken; -1 on
   // a miss (a key match with different tokens is a miss).
   int32_t take_cached(BlockHash hash, std::span<const int32_t> tokens);
+  // As take_cached, without taking anything.
+  int32_t find_cached(BlockHash hash, std::span<const int32_t> tokens) const;
   // Makes a full block findable. Content already published elsewhere keeps its first block.
   void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens);
   void retain(int32_t block);
@@ -40,7 +42,11 @@ class BlockPool {
   int references(int32_t block) const { return blocks_[static_cast<size_t>(block)].references; }
   bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].published; }
 
-  // Lookups and hits of take_cached, for the prefix-cache hit rate.
+  // Prefix-cache hit rate: full prompt blocks looked up, and those found.
+  void record_lookup(int64_t blocks, int64_t found) {
+    lookups_ += blocks;
+    hits_ += found;
+  }
   int64_t lookups() const { return lookups_; }
   int64_t hits() const { return hits_; }
 

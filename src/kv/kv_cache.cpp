@@ -1,13 +1,15 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <map>
+#include <numeric>
 
 #include "core/error.h"
 
 namespace deepinfer {
 
 KvCacheShape KvCacheShape::heads(int num_layers, int num_kv_heads, int head_dim, int block_size) {
-  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false};
+  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false, {}};
 }
 
 int64_t KvCacheShape::floats_per_token_layer() const {
@@ -20,8 +22,44 @@ size_t KvCacheShape::bytes_per_token() const {
          static_cast<size_t>(floats_per_token_layer());
 }
 
+size_t KvCacheShape::bytes_per_block() const {
+  return sizeof(float) * static_cast<size_t>(groups().layers_per_page) *
+         static_cast<size_t>(floats_per_token_layer()) * static_cast<size_t>(block_size);
+}
+
+KvGroupLayout KvGroupLayout::of(const std::vector<int>& layer_window, int num_layers) {
+  std::vector<int> windows =
+      layer_window.empty() ? std::vector<int>(static_cast<size_t>(num_layers), 0) : layer_window;
+  DI_CHECK(static_cast<int>(windows.size()) == num_layers,
+           "KV cache: {} layer windows for {} layers", windows.size(), num_layers);
+  std::vector<int> kinds;  // windows in order of first appearance
+  std::map<int, std::vector<int>> layers_of;
+  for (int layer = 0; layer < num_layers; ++layer) {
+    int window = windows[static_cast<size_t>(layer)];
+    if (!layers_of.count(window)) kinds.push_back(window);
+    layers_of[window].push_back(layer);
+  }
+  KvGroupLayout layout;
+  for (int window : kinds)
+    layout.layers_per_page =
+        std::gcd(layout.layers_per_page, static_cast<int>(layers_of[window].size()));
+  layout.layer_group.resize(static_cast<size_t>(num_layers));
+  layout.layer_slot.resize(static_cast<size_t>(num_layers));
+  for (int window : kinds) {
+    const std::vector<int>& layers = layers_of[window];
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (i % static_cast<size_t>(layout.layers_per_page) == 0)
+        layout.group_window.push_back(window);
+      layout.layer_group[static_cast<size_t>(layers[i])] = layout.num_groups() - 1;
+      layout.layer_slot[static_cast<size_t>(layers[i])] =
+          static_cast<int>(i % static_cast<size_t>(layout.layers_per_page));
+    }
+  }
+  return layout;
+}
+
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
-    : shape_(shape), num_blocks_(num_blocks), pool_(num_blocks) {
+    : shape_(shape), groups_(shape.groups()), num_blocks_(num_blocks), pool_(num_blocks) {
   DI_CHECK(!shape.values_in_keys || shape.value_dim <= shape.key_dim,
            "KV cache: values inside keys need value_dim <= key_dim");
   auto slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size);
@@ -29,18 +67,18 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
                      static_cast<size_t>(shape.key_dim);
   size_t value_bytes = sizeof(float) * slots * static_cast<size_t>(shape.num_kv_heads) *
                        static_cast<size_t>(shape.value_dim);
-  for (int layer = 0; layer < shape.num_layers; ++layer) {
+  // One buffer per page slot: layer l uses slot layer_slot[l] of its group's blocks.
+  for (int slot = 0; slot < groups_.layers_per_page; ++slot) {
     keys_.emplace_back(key_bytes);
     values_.emplace_back(shape.values_in_keys ? 0 : value_bytes);
   }
 }
 
 PagedKvView KvCache::layer(int index) const {
+  auto slot = static_cast<size_t>(groups_.layer_slot[static_cast<size_t>(index)]);
   PagedKvView view;
-  view.keys = static_cast<float*>(keys_[static_cast<size_t>(index)].data());
-  view.values = shape_.values_in_keys
-                    ? view.keys
-                    : static_cast<float*>(values_[static_cast<size_t>(index)].data());
+  view.keys = static_cast<float*>(keys_[slot].data());
+  view.values = shape_.values_in_keys ? view.keys : static_cast<float*>(values_[slot].data());
   view.block_size = shape_.block_size;
   view.num_kv_heads = shape_.num_kv_heads;
   view.key_dim = shape_.key_dim;
@@ -68,25 +106,6 @@ bool SequenceBlocks::try_reserve(KvCache& cache, int64_t tokens) {
   if (static_cast<int64_t>(needed - blocks_.size()) > cache.free_blocks()) return false;
   reserve(cache, tokens);
   return true;
-}
-
-int64_t SequenceBlocks::take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens,
-                                           uint64_t salt) {
-  DI_CHECK(blocks_.empty(), "take_cached_prefix: the sequence already holds blocks");
-  int block_size = cache.shape().block_size;
-  auto usable = tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(block_size);
-  BlockHash parent = 0;
-  for (size_t i = 0; i < usable; ++i) {
-    auto content =
-        tokens.subspan(i * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
-    BlockHash hash = block_hash(parent, content, salt);
-    int32_t block = cache.pool().take_cached(hash, content);
-    if (block < 0) break;
-    blocks_.push_back(block);
-    hashes_.push_back(hash);
-    parent = hash;
-  }
-  return static_cast<int64_t>(blocks_.size()) * block_size;
 }
 
 void SequenceBlocks::publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens,
@@ -121,9 +140,140 @@ void SequenceBlocks::release_all(KvCache& cache) {
   hashes_.clear();
 }
 
+int64_t SequenceBlocks::blocks_missing(int64_t tokens, int block_size) const {
+  int64_t needed = (tokens + block_size - 1) / block_size;
+  return std::max<int64_t>(0, needed - static_cast<int64_t>(blocks_.size()));
+}
+
+void SequenceBlocks::adopt(std::vector<int32_t> blocks, std::vector<BlockHash> hashes) {
+  DI_CHECK(blocks_.empty(), "adopt: the sequence already holds blocks");
+  blocks_ = std::move(blocks);
+  hashes_ = std::move(hashes);
+}
+
 int64_t SequenceBlocks::slot(int64_t position, int block_size) const {
   return static_cast<int64_t>(blocks_[static_cast<size_t>(position / block_size)]) * block_size +
          position % block_size;
+}
+
+namespace {
+
+// The first block a query at `position` reads in a group with `window` (0: all of them).
+int64_t first_block_read(int64_t position, int window, int block_size) {
+  return window > 0 ? std::max<int64_t>(0, position - window + 1) / block_size : 0;
+}
+
+// Groups hold different layers, so their chains never share keys.
+uint64_t group_salt(uint64_t salt, int group) {
+  return group == 0 ? salt : salt ^ (0xc2b2ae3d27d4eb4full * static_cast<uint64_t>(group));
+}
+
+std::span<const int32_t> block_tokens(std::span<const int32_t> tokens, size_t block,
+                                      int block_size) {
+  return tokens.subspan(block * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
+}
+
+}  // namespace
+
+void SequenceKv::ensure_groups(const KvCache& cache) {
+  if (groups_.empty()) groups_.resize(static_cast<size_t>(cache.groups().num_groups()));
+}
+
+void SequenceKv::reserve(KvCache& cache, int64_t tokens) {
+  ensure_groups(cache);
+  for (SequenceBlocks& group : groups_) group.reserve(cache, tokens);
+}
+
+bool SequenceKv::try_reserve(KvCache& cache, int64_t tokens) {
+  ensure_groups(cache);
+  int64_t missing = 0;
+  for (const SequenceBlocks& group : groups_)
+    missing += group.blocks_missing(tokens, cache.shape().block_size);
+  if (missing > cache.free_blocks()) return false;
+  reserve(cache, tokens);
+  return true;
+}
+
+// How many leading blocks can be taken: every full-attention group has all of them, and every
+// sliding group has the ones its window reads from the first uncached position.
+int64_t SequenceKv::cached_blocks(const KvCache& cache, std::span<const int32_t> tokens,
+                                  const std::vector<std::vector<BlockHash>>& hashes) const {
+  const KvGroupLayout& layout = cache.groups();
+  const int block_size = cache.shape().block_size;
+  auto present = [&](int group, int64_t block) {
+    return cache.pool().find_cached(hashes[static_cast<size_t>(group)][static_cast<size_t>(block)],
+                                    block_tokens(tokens, static_cast<size_t>(block), block_size)) >=
+           0;
+  };
+  auto count = static_cast<int64_t>(hashes.front().size());
+  for (int g = 0; g < layout.num_groups(); ++g) {
+    if (layout.group_window[static_cast<size_t>(g)] > 0) continue;
+    int64_t found = 0;
+    while (found < count && present(g, found)) ++found;
+    count = found;
+  }
+  for (; count > 0; --count) {
+    bool usable = true;
+    for (int g = 0; g < layout.num_groups() && usable; ++g) {
+      int window = layout.group_window[static_cast<size_t>(g)];
+      if (window == 0) continue;
+      for (int64_t b = first_block_read(count * block_size, window, block_size);
+           b < count && usable; ++b)
+        usable = present(g, b);
+    }
+    if (usable) break;
+  }
+  return count;
+}
+
+int64_t SequenceKv::take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens,
+                                       uint64_t salt) {
+  ensure_groups(cache);
+  DI_CHECK(empty(), "take_cached_prefix: the sequence already holds blocks");
+  const KvGroupLayout& layout = cache.groups();
+  const int block_size = cache.shape().block_size;
+  size_t usable = tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(block_size);
+  std::vector<std::vector<BlockHash>> hashes(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    BlockHash parent = 0;
+    for (size_t b = 0; b < usable; ++b) {
+      parent = block_hash(parent, block_tokens(tokens, b, block_size),
+                          group_salt(salt, static_cast<int>(g)));
+      hashes[g].push_back(parent);
+    }
+  }
+  int64_t count = usable ? cached_blocks(cache, tokens, hashes) : 0;
+  cache.pool().record_lookup(static_cast<int64_t>(usable), count);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t first = first_block_read(count * block_size, layout.group_window[g], block_size);
+    std::vector<int32_t> blocks(static_cast<size_t>(count), BlockPool::kNullBlock);
+    for (int64_t b = first; b < count; ++b) {
+      blocks[static_cast<size_t>(b)] =
+          cache.pool().take_cached(hashes[g][static_cast<size_t>(b)],
+                                   block_tokens(tokens, static_cast<size_t>(b), block_size));
+    }
+    hashes[g].resize(static_cast<size_t>(count));
+    groups_[g].adopt(std::move(blocks), std::move(hashes[g]));
+  }
+  return count * block_size;
+}
+
+void SequenceKv::publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens,
+                                     int64_t computed, uint64_t salt) {
+  for (size_t g = 0; g < groups_.size(); ++g)
+    groups_[g].publish_full_blocks(cache, tokens, computed, group_salt(salt, static_cast<int>(g)));
+}
+
+void SequenceKv::release_out_of_window(KvCache& cache, int64_t next_position) {
+  const KvGroupLayout& layout = cache.groups();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    int window = layout.group_window[g];
+    if (window > 0) groups_[g].release_before(cache, next_position - window + 1);
+  }
+}
+
+void SequenceKv::release_all(KvCache& cache) {
+  for (SequenceBlocks& group : groups_) group.release_all(cache);
 }
 
 }  // namespace deepinfer

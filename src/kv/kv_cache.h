@@ -11,6 +11,22 @@
 
 namespace deepinfer {
 
+// Cache groups: layers that keep the same tokens share one block table per sequence. Layers
+// are grouped by attention window (0: full attention); when the kinds have different layer
+// counts they are cut into groups of gcd(counts) layers, so every group's page holds the same
+// number of layers. A block id then means the same bytes in every group and one pool serves
+// them all, while a sliding-window group holds only the blocks of its window.
+struct KvGroupLayout {
+  std::vector<int> group_window;  // per group: 0 full, W > 0 the window
+  std::vector<int> layer_group;   // per layer
+  std::vector<int> layer_slot;    // per layer: its place in its group's page
+  int layers_per_page = 0;
+
+  // `layer_window` per layer (0: full); an empty list means `num_layers` full layers.
+  static KvGroupLayout of(const std::vector<int>& layer_window, int num_layers);
+  int num_groups() const { return static_cast<int>(group_window.size()); }
+};
+
 // What one token stores per layer: num_kv_heads keys of key_dim floats and values of
 // value_dim floats, or (values_in_keys) keys only, whose first value_dim floats are the value.
 struct KvCacheShape {
@@ -20,14 +36,17 @@ struct KvCacheShape {
   int value_dim = 0;
   int block_size = 16;
   bool values_in_keys = false;
+  std::vector<int> layer_window;  // per layer, 0: full attention (empty: all full)
 
   // A cache of separate K and V heads of one size (Llama, Qwen, Mistral).
   static KvCacheShape heads(int num_layers, int num_kv_heads, int head_dim, int block_size);
+  KvGroupLayout groups() const { return KvGroupLayout::of(layer_window, num_layers); }
   // Floats one token takes in one layer.
   int64_t floats_per_token_layer() const;
-  // Bytes one token takes across all layers, and one block.
+  // Bytes one token takes across all layers when every layer keeps it.
   size_t bytes_per_token() const;
-  size_t bytes_per_block() const { return bytes_per_token() * static_cast<size_t>(block_size); }
+  // Bytes one block id stands for: one page of layers_per_page layers.
+  size_t bytes_per_block() const;
 };
 
 // Owns the K/V storage of every layer; its BlockPool hands out blocks (block 0 is the null
@@ -37,6 +56,7 @@ class KvCache {
   KvCache(const KvCacheShape& shape, int64_t num_blocks);
 
   const KvCacheShape& shape() const { return shape_; }
+  const KvGroupLayout& groups() const { return groups_; }
   int64_t num_blocks() const { return num_blocks_; }
   int64_t free_blocks() const { return pool_.available(); }
   PagedKvView layer(int index) const;
@@ -49,6 +69,7 @@ class KvCache {
 
  private:
   KvCacheShape shape_;
+  KvGroupLayout groups_;
   int64_t num_blocks_;
   std::vector<Buffer> keys_;
   std::vector<Buffer> values_;
@@ -63,10 +84,6 @@ class SequenceBlocks {
   // As reserve(), but returns false (taking nothing more) when blocks run out: the scheduler
   // then preempts someone instead of failing.
   bool try_reserve(KvCache& cache, int64_t tokens);
-  // On an empty table: takes the published blocks holding the longest prefix of `tokens`
-  // (whole blocks under `salt`; never the last token, which must be computed for logits).
-  // Returns how many tokens are already in the cache.
-  int64_t take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens, uint64_t salt);
   // Publishes the full blocks among the first `computed` tokens (chained keys under `salt`),
   // so later requests with the same prefix reuse them.
   void publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens, int64_t computed,
@@ -78,10 +95,43 @@ class SequenceBlocks {
   const std::vector<int32_t>& table() const { return blocks_; }
   // Cache slot of token `position`: block * block_size + offset.
   int64_t slot(int64_t position, int block_size) const;
+  // Blocks try_reserve(tokens) would have to allocate.
+  int64_t blocks_missing(int64_t tokens, int block_size) const;
+  // Takes the given cached blocks (already referenced) as the table's first entries; null
+  // blocks stand for ones outside a window. `hashes` are their chained keys.
+  void adopt(std::vector<int32_t> blocks, std::vector<BlockHash> hashes);
 
  private:
   std::vector<int32_t> blocks_;
   std::vector<BlockHash> hashes_;  // keys of the leading full blocks published or reused
+};
+
+// A sequence's blocks in every cache group (see KvGroupLayout).
+class SequenceKv {
+ public:
+  // As SequenceBlocks::reserve / try_reserve, for every group at once.
+  void reserve(KvCache& cache, int64_t tokens);
+  bool try_reserve(KvCache& cache, int64_t tokens);
+  // On empty tables: the longest prefix of `tokens` every group has cached, in whole blocks
+  // under `salt` and never the last token (it must be computed for logits); a sliding group
+  // needs only the blocks its window still reads. Takes those blocks and returns their token
+  // count.
+  int64_t take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens, uint64_t salt);
+  void publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens, int64_t computed,
+                           uint64_t salt);
+  // Gives back blocks a sliding-window group no longer reads once the next query sits at
+  // `next_position`.
+  void release_out_of_window(KvCache& cache, int64_t next_position);
+  void release_all(KvCache& cache);
+  bool empty() const { return groups_.empty() || groups_.front().table().empty(); }
+  int num_groups() const { return static_cast<int>(groups_.size()); }
+  const SequenceBlocks& group(int index) const { return groups_[static_cast<size_t>(index)]; }
+
+ private:
+  void ensure_groups(const KvCache& cache);
+  int64_t cached_blocks(const KvCache& cache, std::span<const int32_t> tokens,
+                        const std::vector<std::vector<BlockHash>>& hashes) const;
+  std::vector<SequenceBlocks> groups_;
 };
 
 }  // namespace deepinfer

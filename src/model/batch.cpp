@@ -1,37 +1,49 @@
+#include "core/error.h"
 #include "model/model.h"
 
 namespace deepinfer {
 
 void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t cached,
-                                const SequenceBlocks& blocks, int block_size, bool all_logits,
+                                const SequenceKv& kv, int block_size, bool all_logits,
                                 bool want_logits) {
+  auto groups = static_cast<size_t>(kv.num_groups());
+  DI_CHECK(groups > 0 && (block_tables.empty() || block_tables.size() == groups),
+           "forward batch: sequences must hold blocks in the same cache groups");
+  block_tables.resize(groups);
+  slot_mapping.resize(groups);
   int32_t first_row = query_start.back();
   for (size_t i = 0; i < new_tokens.size(); ++i) {
     int64_t position = cached + static_cast<int64_t>(i);
     tokens.push_back(new_tokens[i]);
     positions.push_back(static_cast<int32_t>(position));
-    slot_mapping.push_back(blocks.slot(position, block_size));
+    for (size_t g = 0; g < groups; ++g)
+      slot_mapping[g].push_back(kv.group(static_cast<int>(g)).slot(position, block_size));
     if (want_logits && (all_logits || i + 1 == new_tokens.size()))
       logit_rows.push_back(first_row + static_cast<int32_t>(i));
   }
   query_start.push_back(first_row + static_cast<int32_t>(new_tokens.size()));
   context_lens.push_back(static_cast<int32_t>(cached + static_cast<int64_t>(new_tokens.size())));
-  // Re-pad every sequence's row when this one needs a wider table.
-  const auto& table = blocks.table();
-  int width = std::max(max_blocks_per_seq, static_cast<int>(table.size()));
-  if (width != max_blocks_per_seq) {
-    std::vector<int32_t> widened(static_cast<size_t>(num_seqs() - 1) * static_cast<size_t>(width),
-                                 0);
-    for (int s = 0; s + 1 < num_seqs(); ++s) {
-      std::copy_n(block_tables.begin() + static_cast<std::ptrdiff_t>(s) * max_blocks_per_seq,
-                  max_blocks_per_seq, widened.begin() + static_cast<std::ptrdiff_t>(s) * width);
+  // Every group's tables are as wide as the widest table; re-pad when this one is wider.
+  int width = max_blocks_per_seq;
+  for (size_t g = 0; g < groups; ++g)
+    width = std::max(width, static_cast<int>(kv.group(static_cast<int>(g)).table().size()));
+  for (size_t g = 0; g < groups; ++g) {
+    std::vector<int32_t>& tables = block_tables[g];
+    if (width != max_blocks_per_seq) {
+      std::vector<int32_t> widened(static_cast<size_t>(num_seqs() - 1) * static_cast<size_t>(width),
+                                   BlockPool::kNullBlock);
+      for (int s = 0; s + 1 < num_seqs(); ++s) {
+        std::copy_n(tables.begin() + static_cast<std::ptrdiff_t>(s) * max_blocks_per_seq,
+                    max_blocks_per_seq, widened.begin() + static_cast<std::ptrdiff_t>(s) * width);
+      }
+      tables = std::move(widened);
     }
-    block_tables = std::move(widened);
-    max_blocks_per_seq = width;
+    const std::vector<int32_t>& table = kv.group(static_cast<int>(g)).table();
+    size_t row = tables.size();
+    tables.resize(row + static_cast<size_t>(width), BlockPool::kNullBlock);
+    std::copy(table.begin(), table.end(), tables.begin() + static_cast<std::ptrdiff_t>(row));
   }
-  size_t row = block_tables.size();
-  block_tables.resize(row + static_cast<size_t>(width), 0);
-  std::copy(table.begin(), table.end(), block_tables.begin() + static_cast<std::ptrdiff_t>(row));
+  max_blocks_per_seq = width;
 }
 
 size_t CausalLM::weight_bytes_per_token() const {
@@ -46,14 +58,14 @@ size_t CausalLM::weight_bytes_per_token() const {
   return bytes;
 }
 
-AttentionBatch ForwardBatch::attention_view() const {
+AttentionBatch ForwardBatch::attention_view(int group) const {
   AttentionBatch view;
   view.num_seqs = num_seqs();
   view.query_start = query_start.data();
   view.context_lens = context_lens.data();
-  view.block_tables = block_tables.data();
+  view.block_tables = block_tables[static_cast<size_t>(group)].data();
   view.max_blocks_per_seq = max_blocks_per_seq;
-  view.slot_mapping = slot_mapping.data();
+  view.slot_mapping = slot_mapping[static_cast<size_t>(group)].data();
   return view;
 }
 

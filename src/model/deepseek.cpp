@@ -91,12 +91,21 @@ class DeepseekModel final : public CausalLM {
 
   KvCacheShape kv_shape(int block_size) const override {
     if (cache_form_ == MlaCache::kLatent) {
-      return KvCacheShape{
-          config_.num_layers,           1,          static_cast<int>(dims_.latent_width()),
-          static_cast<int>(dims_.rank), block_size, true};
+      return KvCacheShape{config_.num_layers,
+                          1,
+                          static_cast<int>(dims_.latent_width()),
+                          static_cast<int>(dims_.rank),
+                          block_size,
+                          true,
+                          {}};
     }
-    return KvCacheShape{config_.num_layers,        config_.num_heads, static_cast<int>(dims_.qk),
-                        static_cast<int>(dims_.v), block_size,        false};
+    return KvCacheShape{config_.num_layers,
+                        config_.num_heads,
+                        static_cast<int>(dims_.qk),
+                        static_cast<int>(dims_.v),
+                        block_size,
+                        false,
+                        {}};
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override;
@@ -290,7 +299,7 @@ void DeepseekModel::attend_expanding_latents(const MlaWeights& w, const ForwardB
   int32_t rows = batch.query_start[index + 1] - first_row;
   FloatTensor cached({context, d.latent_width()});
   Tensor cached_view = cached.view();
-  ops_.kv_read_keys(kv, batch.block_tables.data() + int64_t{seq} * batch.max_blocks_per_seq,
+  ops_.kv_read_keys(kv, batch.block_tables.front().data() + int64_t{seq} * batch.max_blocks_per_seq,
                     context, cached_view);
   FloatTensor keys({context, d.heads, d.qk});
   FloatTensor values({context, d.heads, d.v});
@@ -327,7 +336,7 @@ void DeepseekModel::attend_absorbed(const MlaWeights& w, const ForwardBatch& bat
       rows.push_back(r);
     query_start.push_back(static_cast<int32_t>(rows.size()));
     context_lens.push_back(batch.context_lens[index]);
-    auto table = batch.block_tables.begin() + int64_t{seq} * batch.max_blocks_per_seq;
+    auto table = batch.block_tables.front().begin() + int64_t{seq} * batch.max_blocks_per_seq;
     block_tables.insert(block_tables.end(), table, table + batch.max_blocks_per_seq);
   }
   auto count = static_cast<int64_t>(rows.size());

@@ -65,8 +65,10 @@ class DenseTransformer final : public CausalLM {
   const ModelConfig& config() const override { return config_; }
 
   KvCacheShape kv_shape(int block_size) const override {
-    return KvCacheShape::heads(config_.num_layers, config_.num_kv_heads, config_.head_dim,
-                               block_size);
+    KvCacheShape shape =
+        KvCacheShape::heads(config_.num_layers, config_.num_kv_heads, config_.head_dim, block_size);
+    shape.layer_window = config_.layer_window;  // sliding layers get their own cache group
+    return shape;
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override {
@@ -187,7 +189,8 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
   size_t rope = static_cast<size_t>(layer.rope_index);
   ops_.rope(q_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
   ops_.rope(k_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
-  AttentionBatch view = batch.attention_view();
+  AttentionBatch view =
+      batch.attention_view(cache.groups().layer_group[static_cast<size_t>(layer_index)]);
   PagedKvView kv = cache.layer(layer_index);
   ops_.kv_write(k_heads, &v_heads, view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);

@@ -20,21 +20,23 @@ struct ForwardBatch {
   std::vector<int32_t> positions;  // [T]
   std::vector<int32_t> query_start{0};
   std::vector<int32_t> context_lens;
-  std::vector<int32_t> block_tables;  // [sequences, max_blocks_per_seq], padded with 0
+  // Per KV cache group (KvGroupLayout): block tables [sequences, max_blocks_per_seq] padded
+  // with the null block, and each token's cache slot [T].
+  std::vector<std::vector<int32_t>> block_tables;
   int max_blocks_per_seq = 0;
-  std::vector<int64_t> slot_mapping;  // [T]
+  std::vector<std::vector<int64_t>> slot_mapping;
   // Rows of the batch whose logits are wanted, in output order.
   std::vector<int32_t> logit_rows;
 
   // Appends a sequence whose cache already holds `cached` tokens and which now adds `tokens`.
   // `all_logits` asks for every new row's logits, otherwise only the last row's.
   // `want_logits` false asks for none (a prefill chunk that does not reach the end).
-  void add_sequence(const std::vector<int32_t>& new_tokens, int64_t cached,
-                    const SequenceBlocks& blocks, int block_size, bool all_logits,
-                    bool want_logits = true);
+  void add_sequence(const std::vector<int32_t>& new_tokens, int64_t cached, const SequenceKv& kv,
+                    int block_size, bool all_logits, bool want_logits = true);
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
-  AttentionBatch attention_view() const;
+  // What the kernels need for the layers of cache group `group`.
+  AttentionBatch attention_view(int group = 0) const;
 };
 
 // Receives hidden states: index 0 the embeddings, i the output of layer i, and the last

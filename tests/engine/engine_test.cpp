@@ -181,6 +181,37 @@ TEST(Engine, SlidingWindowLayersFreeBlocksThatLeftTheWindow) {
   EXPECT_GE(most_used, 3);
 }
 
+TEST(Engine, HybridModelsFreeSlidingBlocksAndKeepFullOnes) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kMmap, *ops);
+  ASSERT_EQ(model->config().layer_window, (std::vector<int>{8, 0, 8, 0}));
+  GenerationRequest request;
+  request.id = "long";
+  for (int i = 0; i < 40; ++i) request.prompt.push_back((i * 13 + 5) % model->config().vocab_size);
+  request.sampling.temperature = 0.0f;
+  request.max_tokens = 60;
+  request.ignore_eos = true;
+  GreedyOptions options;
+  options.max_new_tokens = 60;
+  options.stop_at_eos = false;
+  std::vector<int32_t> alone = generate_greedy(*model, request.prompt, options);
+  EngineConfig config;
+  config.block_size = 4;
+  config.num_blocks = 64;
+  config.max_batched_tokens = 16;
+  Engine engine(*model, config);
+  engine.submit(request);
+  std::vector<GenerationResult> finished;
+  int64_t most_used = 0;
+  while (engine.step(finished)) most_used = std::max(most_used, engine.stats().kv_blocks_used);
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].tokens, alone);
+  // The full group holds all 25 blocks of the 100 tokens, the sliding group at most 7; one
+  // table for both would hold 25 pages of all four layers (50 of these half-size blocks).
+  EXPECT_LE(most_used, 25 + 7);
+  EXPECT_GE(most_used, 25);
+}
+
 TEST(Engine, AdmissionRejectsWhatCanNeverFit) {
   auto ops = make_cpu_ops();
   auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);

@@ -47,6 +47,21 @@ TEST(Admission, RejectsWhatCanNeverRunWithAClearMessage) {
   EXPECT_EQ(admission_error(request, limits), "n must be in [1, 128], got 0");
 }
 
+TEST(Admission, SlidingGroupsCountOnlyTheirWindowAndOneChunk) {
+  AdmissionLimits limits{100, 4096, 40, 4, {8, 0}, 16};
+  // 100 tokens: 25 blocks in the full group; the sliding one holds at most the window (7
+  // tokens before the query) plus a 16-token chunk, 6 blocks, plus one for misalignment.
+  EXPECT_EQ(limits.peak_blocks(100), 25 + 7);
+  EXPECT_EQ(limits.peak_blocks(8), 2 + 2);
+  GenerationRequest request;
+  request.id = "long";
+  request.prompt = std::vector<int32_t>(100, 1);
+  request.max_tokens = 32;  // 132 tokens: 33 + 7 = 40 blocks, just fits
+  EXPECT_EQ(admission_error(request, limits), "");
+  request.max_tokens = 33;
+  EXPECT_NE(admission_error(request, limits).find("need 41 KV blocks"), std::string::npos);
+}
+
 TEST(Preemption, TheSequenceThatRunsLastGivesWay) {
   std::vector<QueueKey> running = {{0, 5}, {0, 2}, {1, 1}, {0, 9}};
   // Priority 1 runs after every priority 0 whatever its arrival.

@@ -29,7 +29,7 @@ std::vector<float> target_logits(CausalLM& model, const std::vector<int32_t>& ta
   KvCache cache(model.kv_shape(kBlockSize), 128);
   std::vector<int32_t> neighbour = prompt_of(41, 2, vocab);
   std::vector<int32_t> decoder = prompt_of(9, 3, vocab);
-  SequenceBlocks target_blocks, neighbour_blocks, decoder_blocks;
+  SequenceKv target_blocks, neighbour_blocks, decoder_blocks;
   std::vector<float> all;
   int64_t decoder_done = 0;
   for (int64_t start = 0; start < static_cast<int64_t>(target.size()); start += chunk) {

@@ -26,7 +26,7 @@ TEST(ForwardBatch, SequencesSharingAForwardMatchTheReference) {
     const int block_size = 4;
     KvCache cache(model->kv_shape(block_size), 64);
     // Interleave the two sequences' block allocations so their tables are not contiguous.
-    SequenceBlocks a, b;
+    SequenceKv a, b;
     for (int64_t tokens = block_size; tokens < static_cast<int64_t>(second.size()) + block_size;
          tokens += block_size) {
       if (tokens <= static_cast<int64_t>(first.size()) + block_size - 1)
