@@ -70,9 +70,12 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
   int64_t output = 0;
   for (const GenerationResult& result : results)
     output += static_cast<int64_t>(result.tokens.size());
+  EngineStats stats = engine.stats();
   return {{"concurrency", concurrency},
           {"output_tokens", output},
           {"seconds", seconds},
+          {"steps", stats.steps},
+          {"host_ms_per_step", 1000.0 * stats.host_seconds / static_cast<double>(stats.steps)},
           {"output_tokens_per_s", static_cast<double>(output) / seconds},
           {"total_tokens_per_s",
            static_cast<double>(output + int64_t{concurrency} * args.prompt_tokens) / seconds}};
@@ -123,9 +126,12 @@ void run_engine_bench(const EngineBenchArgs& args) {
     nlohmann::json run = throughput(model, args, concurrency);
     report["throughput"].push_back(run);
     if (!args.json) {
-      fmt::print("concurrency {:3}: {:7.1f} output tokens/s ({} tokens in {:.1f} s)\n", concurrency,
-                 run["output_tokens_per_s"].get<double>(), run["output_tokens"].get<int64_t>(),
-                 run["seconds"].get<double>());
+      fmt::print(
+          "concurrency {:3}: {:7.1f} output tokens/s ({} tokens in {:.1f} s; {} steps, host work "
+          "{:.3f} ms/step)\n",
+          concurrency, run["output_tokens_per_s"].get<double>(),
+          run["output_tokens"].get<int64_t>(), run["seconds"].get<double>(),
+          run["steps"].get<int64_t>(), run["host_ms_per_step"].get<double>());
     }
   }
   if (args.shared_prefix_tokens > 0) {

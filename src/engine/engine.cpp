@@ -423,12 +423,16 @@ void Engine::finish_stopped(std::vector<GenerationResult>& finished) {
 // Plain loop: plan, run, commit. Overlapped: plan N+1 while N runs, wait for N, hand its
 // tokens to N+1 and launch it, then commit N while N+1 runs.
 bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEvent>* tokens) {
+  auto host_start = std::chrono::steady_clock::now();
+  double forward_seconds = 0.0;  // the plain loop's forward, which is not host work
   size_t already = finished.size();
   finish_stopped(finished);
   std::unique_ptr<StepWork> next = plan_step();
   std::unique_ptr<StepWork> done = std::move(in_flight_);
   if (done) {
+    auto wait_start = std::chrono::steady_clock::now();
     runner_->wait();
+    forward_seconds += seconds_between(wait_start, std::chrono::steady_clock::now());
     apply_samples(*done, next.get());
   }
   // Sequences retired before `next` was planned are in no step still running after this.
@@ -437,11 +441,15 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEven
     in_flight_ = std::move(next);
     runner_->start([this, work = in_flight_.get()] { execute(*work); });
   } else if (next) {
+    auto forward_start = std::chrono::steady_clock::now();
     execute(*next);
+    forward_seconds += seconds_between(forward_start, std::chrono::steady_clock::now());
     apply_samples(*next, nullptr);
     done = std::move(next);
   }
   if (done) commit(*done, finished, tokens);
+  stats_.host_seconds +=
+      seconds_between(host_start, std::chrono::steady_clock::now()) - forward_seconds;
   return done || in_flight_ || finished.size() > already;
 }
 

@@ -58,7 +58,8 @@ struct EngineStats {
   int64_t preemptions = 0;
   int64_t prompt_tokens = 0;  // prompt tokens computed (prefix hits excluded)
   int64_t generated_tokens = 0;
-  double seconds = 0.0;                  // since the engine started, for tokens/s
+  double seconds = 0.0;       // since the engine started, for tokens/s
+  double host_seconds = 0.0;  // on the engine thread outside the forward: what overlap hides
   LatencyHistogram time_to_first_token;  // from submit() to the first sampled token
   LatencyHistogram inter_token_latency;  // between consecutive tokens of one completion
 };
