@@ -20,8 +20,9 @@ struct Engine::Sequence {
   std::vector<sampling::Sample> logprobs, prompt_logprobs;
   // Tokens whose K/V are written, or being written by a launched step.
   int64_t computed = 0;
-  // A launched step samples this sequence's next token; it is not in `tokens` yet.
-  bool pending = false;
+  // Tokens that launched steps sample for this sequence and that are not in `tokens` yet (two
+  // when step N+1 was planned before step N's token arrived).
+  int pending = 0;
   // Bumped by preemption: a launched step of an older epoch no longer owns the blocks.
   uint64_t epoch = 0;
   SequenceKv blocks;
@@ -35,7 +36,7 @@ struct Engine::Sequence {
   std::chrono::steady_clock::time_point submitted, last_token;
 
   int64_t prompt_size() const { return static_cast<int64_t>(request.prompt.size()); }
-  int64_t length() const { return static_cast<int64_t>(tokens.size()) + (pending ? 1 : 0); }
+  int64_t length() const { return static_cast<int64_t>(tokens.size()) + pending; }
   bool wants_prompt_logprobs() const {
     return request.sampling.prompt_logprobs >= 0 && index == 0 &&
            static_cast<int64_t>(prompt_logprobs.size()) < prompt_size() - 1;
@@ -184,7 +185,7 @@ void Engine::preempt_lowest(Sequence& needing) {
 }
 
 bool Engine::may_admit(const Sequence& sequence) const {
-  if (sequence.pending) return false;  // its token from a launched step is still coming
+  if (sequence.pending > 0) return false;  // its token from a launched step is still coming
   return sequence.index == 0 || !config_.prefix_caching || *sequence.prompt_cached;
 }
 
@@ -239,9 +240,9 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count) {
   work.batch.add_sequence(input, chunk.start, sequence.blocks, config_.block_size,
                           chunk.prompt_rows, chunk.samples || chunk.prompt_rows);
   chunk.logit_rows = work.batch.logit_rows.size() - chunk.first_logit_row;
-  chunk.output_position = sequence.generated.size() + (sequence.pending ? 1 : 0);
+  chunk.output_position = sequence.generated.size() + static_cast<size_t>(sequence.pending);
   sequence.computed += count;
-  if (chunk.samples) sequence.pending = true;
+  if (chunk.samples) ++sequence.pending;
   work.chunks.push_back(std::move(chunk));
 }
 
@@ -254,8 +255,8 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
   // planned ones keep their positions.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& sequence = *running_[i];
-    bool last_token_pending = sequence.pending && static_cast<int>(sequence.generated.size()) + 1 >=
-                                                      sequence.request.max_tokens;
+    bool last_token_pending = static_cast<int>(sequence.generated.size()) + sequence.pending >=
+                              sequence.request.max_tokens;
     int64_t count = std::min<int64_t>(budget, sequence.length() - sequence.computed);
     if (last_token_pending || count == 0) {
       ++i;
@@ -304,7 +305,7 @@ void Engine::apply_samples(StepWork& done, StepWork* next) {
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (!chunk.samples || sequence.finished) continue;
-    sequence.pending = false;
+    --sequence.pending;
     sequence.tokens.push_back(chunk.sample.token);
     sequence.generated.push_back(chunk.sample.token);
     sequence.history.add_output(chunk.sample.token);

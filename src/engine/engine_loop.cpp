@@ -33,10 +33,26 @@ std::vector<GenerationResult> RequestStream::collect() {
   return results;
 }
 
+bool RequestStream::poll(Event& event, bool& ended) {
+  std::lock_guard lock(mutex_);
+  if (!error_.empty()) fail("request {}: {}", id_, error_);
+  bool any = !unread_.tokens.empty() || !unread_.finished.empty();
+  if (any) event = std::exchange(unread_, {});
+  ended = remaining_ == 0;
+  return any;
+}
+
+void RequestStream::set_listener(std::function<void()> listener) {
+  std::lock_guard lock(mutex_);
+  listener_ = std::move(listener);
+}
+
 void RequestStream::deliver(std::vector<TokenEvent> tokens,
                             std::vector<GenerationResult> finished) {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mutex_);
+    listener = listener_;
     for (TokenEvent& token : tokens) unread_.tokens.push_back(std::move(token));
     for (GenerationResult& result : finished) {
       results_.push_back(result);
@@ -45,14 +61,18 @@ void RequestStream::deliver(std::vector<TokenEvent> tokens,
     }
   }
   changed_.notify_all();
+  if (listener) listener();
 }
 
 void RequestStream::abandon(const std::string& why) {
+  std::function<void()> listener;
   {
     std::lock_guard lock(mutex_);
     if (remaining_ > 0) error_ = why;
+    listener = listener_;
   }
   changed_.notify_all();
+  if (listener) listener();
 }
 
 bool RequestStream::ends_with(size_t finished) const {

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -37,6 +38,12 @@ class RequestStream {
   bool next(Event& event);
   // Blocks until the request ends; its completions in index order.
   std::vector<GenerationResult> collect();
+  // Without blocking, for event-driven readers: takes what arrived (true when there was
+  // anything) and says whether the request has ended. Throws as next() does.
+  bool poll(Event& event, bool& ended);
+  // Called on the engine thread whenever something arrives or the request fails; set it
+  // before anything can arrive (right after submit) or poll once after setting it.
+  void set_listener(std::function<void()> listener);
 
   // Engine side.
   void deliver(std::vector<TokenEvent> tokens, std::vector<GenerationResult> finished);
@@ -50,6 +57,7 @@ class RequestStream {
   std::condition_variable changed_;
   Event unread_;
   std::vector<GenerationResult> results_;
+  std::function<void()> listener_;
   int remaining_;
   std::string error_;
 };

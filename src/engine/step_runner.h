@@ -2,6 +2,7 @@
 // step while the model runs this one (overlapped scheduling).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -30,6 +31,7 @@ class StepRunner {
   std::condition_variable changed_;
   std::function<void()> job_;
   bool running_ = false;
+  std::atomic<bool> busy_{false};  // running_, readable without the lock while spinning
   bool quit_ = false;
   std::exception_ptr error_;
   std::thread thread_;
