@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config
   libfmt-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libpcre2-dev libicu-dev libxxhash-dev libzstd-dev
+  libpcre2-dev libicu-dev libxxhash-dev libzstd-dev libboost-dev
   clang-format
 )
 

@@ -20,6 +20,7 @@ void add_make_model_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tokenizer_commands(CLI::App& app);
 void add_engine_bench_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
 
 // Flags every command that loads a model shares.
 struct ModelOptions {

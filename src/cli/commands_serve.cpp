@@ -1,0 +1,113 @@
+// serve: the OpenAI-compatible HTTP server, with flags named as `vllm serve` names them; each
+// flag can also come from a DEEPINFER_* environment variable.
+#include <fmt/format.h>
+#include <pthread.h>
+
+#include <csignal>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "server/api_server.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct ServeArgs {
+  ModelOptions model;
+  server::ServeOptions serve;
+  EngineConfig engine = default_engine();
+  int port = 8000;
+
+  static EngineConfig default_engine() {
+    EngineConfig config;
+    config.kv_bytes = size_t{4} << 30;
+    return config;
+  }
+};
+
+// SIGTERM and SIGINT are blocked in every thread and taken by one waiting thread, which asks
+// the server to drain: requests in progress finish, new connections are refused.
+void run_serve(ServeArgs& args) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  LoadedModel loaded = open_model(args.model);
+  args.serve.http.port = static_cast<uint16_t>(args.port);
+  server::ApiServer api(*loaded.model, args.model.model_dir, args.engine, args.serve);
+  fmt::print(stderr, "deepinfer: serving {} on http://{}:{} ({})\n", args.model.model_dir,
+             args.serve.http.host, api.port(), loaded.ops->name());
+  std::thread watcher([&] {
+    int received = 0;
+    sigwait(&signals, &received);
+    fmt::print(stderr, "deepinfer: signal {}, finishing requests in progress\n", received);
+    api.stop();
+  });
+  api.run();
+  // run() can also end without a signal (never today); wake the watcher so it can be joined.
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* command =
+      app.add_subcommand("serve", "Serve a model over the OpenAI-compatible HTTP API");
+  add_model_options(*command, args->model, "read");
+  auto option = [&](const char* flag, auto& value, const char* help, const char* env) {
+    return command->add_option(flag, value, help)->envname(env)->capture_default_str();
+  };
+  option("--host", args->serve.http.host, "Address to listen on", "DEEPINFER_HOST");
+  option("--port", args->port, "Port to listen on (0: any free port)", "DEEPINFER_PORT")
+      ->check(CLI::Range(0, 65535));
+  option("--api-key", args->serve.api_key,
+         "Require this key on /v1 routes (Authorization: Bearer or x-api-key)",
+         "DEEPINFER_API_KEY");
+  option("--served-model-name", args->serve.served_model_name,
+         "Model id clients use (default: the model folder's name)", "DEEPINFER_SERVED_MODEL_NAME");
+  option("--max-model-len", args->serve.max_model_len,
+         "Longest prompt + completion in tokens (default: the model's context length)",
+         "DEEPINFER_MAX_MODEL_LEN")
+      ->check(CLI::NonNegativeNumber);
+  option("--max-num-seqs", args->engine.max_running, "Sequences per engine step",
+         "DEEPINFER_MAX_NUM_SEQS")
+      ->check(CLI::PositiveNumber);
+  option("--max-num-batched-tokens", args->engine.max_batched_tokens,
+         "Tokens per engine step (prefill chunks and decodes)", "DEEPINFER_MAX_NUM_BATCHED_TOKENS")
+      ->check(CLI::PositiveNumber);
+  option("--kv-cache-bytes", args->engine.kv_bytes, "KV cache budget in bytes",
+         "DEEPINFER_KV_CACHE_BYTES")
+      ->check(CLI::PositiveNumber);
+  option("--kv-cache-memory-fraction", args->engine.kv_memory_fraction,
+         "KV cache budget as a share of the memory available at start (overrides bytes)",
+         "DEEPINFER_KV_CACHE_MEMORY_FRACTION")
+      ->check(CLI::Range(0.0, 0.99));
+  option("--block-size", args->engine.block_size, "Tokens per KV block", "DEEPINFER_BLOCK_SIZE")
+      ->check(CLI::Range(1, 1024));
+  command
+      ->add_flag("!--no-enable-prefix-caching", args->engine.prefix_caching,
+                 "Do not reuse cached prompt prefixes")
+      ->envname("DEEPINFER_NO_PREFIX_CACHING");
+  command
+      ->add_flag("--async-scheduling", args->engine.async_scheduling,
+                 "Schedule the next engine step while the model runs this one")
+      ->envname("DEEPINFER_ASYNC_SCHEDULING");
+  option("--max-pending-requests", args->serve.max_pending_requests,
+         "Generation requests in progress at once; more get 429", "DEEPINFER_MAX_PENDING_REQUESTS")
+      ->check(CLI::PositiveNumber);
+  option("--max-request-bytes", args->serve.http.max_body_bytes,
+         "Largest request body accepted; larger ones get 413", "DEEPINFER_MAX_REQUEST_BYTES")
+      ->check(CLI::PositiveNumber);
+  option("--http-threads", args->serve.http.io_threads,
+         "Threads that parse, render, tokenize and stream (any number of connections each)",
+         "DEEPINFER_HTTP_THREADS")
+      ->check(CLI::Range(1, 64));
+  command->callback([args] { run_serve(*args); });
+}
+
+}  // namespace deepinfer::cli

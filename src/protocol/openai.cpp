@@ -1,0 +1,360 @@
+#include "protocol/openai.h"
+
+#include <fmt/format.h>
+
+namespace deepinfer::protocol {
+
+ApiError::ApiError(int status, const std::string& message, std::string param, std::string type)
+    : std::runtime_error(message),
+      status_(status),
+      param_(std::move(param)),
+      type_(type.empty() ? (status == 401   ? "authentication_error"
+                            : status == 404 ? "not_found_error"
+                            : status == 429 ? "rate_limit_error"
+                            : status >= 500 ? "server_error"
+                                            : "invalid_request_error")
+                         : std::move(type)) {}
+
+Json openai_error_body(const ApiError& error) {
+  return {{"error",
+           {{"message", error.what()},
+            {"type", error.type()},
+            {"param", error.param().empty() ? Json(nullptr) : Json(error.param())},
+            {"code", error.status()}}}};
+}
+
+Json parse_json_object(const std::string& body) {
+  Json parsed = Json::parse(body, nullptr, false);
+  if (parsed.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  if (!parsed.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return parsed;
+}
+
+namespace {
+
+// Reads an optional field of one JSON type; a wrong type is a 400 naming the field.
+template <typename T>
+bool read(const Json& body, const char* key, T& target) {
+  auto found = body.find(key);
+  if (found == body.end() || found->is_null()) return false;
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = found->is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    ok = found->is_number_integer();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ok = found->is_number();
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    ok = found->is_string();
+  } else {
+    ok = true;
+  }
+  if (!ok) throw ApiError(400, fmt::format("'{}' has the wrong type: {}", key, found->dump()), key);
+  try {
+    target = found->get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ApiError(400, fmt::format("'{}' has the wrong type: {}", key, found->dump()), key);
+  }
+  return true;
+}
+
+std::vector<std::string> read_stop(const Json& body) {
+  std::vector<std::string> stops;
+  auto found = body.find("stop");
+  if (found == body.end() || found->is_null()) return stops;
+  if (found->is_string()) {
+    stops.push_back(found->get<std::string>());
+  } else if (found->is_array() && std::all_of(found->begin(), found->end(),
+                                              [](const Json& s) { return s.is_string(); })) {
+    for (const Json& stop : *found) stops.push_back(stop.get<std::string>());
+  } else {
+    throw ApiError(400, "'stop' must be a string or an array of strings", "stop");
+  }
+  if (stops.size() > 16) throw ApiError(400, "'stop' holds more than 16 strings", "stop");
+  for (const std::string& stop : stops)
+    if (stop.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
+  return stops;
+}
+
+void read_logit_bias(const Json& body, sampling::SamplingParams& p) {
+  auto found = body.find("logit_bias");
+  if (found == body.end() || found->is_null()) return;
+  if (!found->is_object()) throw ApiError(400, "'logit_bias' must be an object", "logit_bias");
+  for (const auto& [token, bias] : found->items()) {
+    size_t end = 0;
+    int32_t id = -1;
+    try {
+      id = std::stoi(token, &end);
+    } catch (const std::exception&) {
+      end = 0;
+    }
+    if (end != token.size() || !bias.is_number())
+      throw ApiError(400, "'logit_bias' maps token ids to numbers", "logit_bias");
+    p.logit_bias.emplace_back(id, bias.get<float>());
+  }
+}
+
+void reject_structured_output(const Json& body) {
+  auto found = body.find("response_format");
+  if (found == body.end() || found->is_null()) return;
+  std::string type = found->is_object() ? found->value("type", "") : "";
+  if (type == "text") return;
+  throw ApiError(400,
+                 fmt::format("response_format '{}' is not supported yet: this server cannot "
+                             "constrain output to JSON (structured output is planned)",
+                             type),
+                 "response_format");
+}
+
+GenerationParams read_common(const Json& body, bool chat) {
+  GenerationParams params;
+  sampling::SamplingParams& p = params.sampling;
+  read(body, "temperature", p.temperature);
+  read(body, "top_p", p.top_p);
+  read(body, "top_k", p.top_k);
+  read(body, "min_p", p.min_p);
+  read(body, "presence_penalty", p.presence_penalty);
+  read(body, "frequency_penalty", p.frequency_penalty);
+  read(body, "repetition_penalty", p.repetition_penalty);
+  int64_t seed = 0;
+  if (read(body, "seed", seed)) p.seed = static_cast<uint64_t>(seed);
+  read(body, "n", p.n);
+  read_logit_bias(body, p);
+  if (chat) {
+    read(body, "logprobs", p.logprobs);
+    read(body, "top_logprobs", p.top_logprobs);
+  } else {
+    int logprobs = -1;
+    if (read(body, "logprobs", logprobs)) {
+      if (logprobs < 0 || logprobs > 20)
+        throw ApiError(400, "'logprobs' must be in [0, 20]", "logprobs");
+      p.logprobs = true;
+      p.top_logprobs = logprobs;
+    }
+  }
+  int max_tokens = 0;
+  if (read(body, "max_completion_tokens", max_tokens) || read(body, "max_tokens", max_tokens)) {
+    if (max_tokens < 1) throw ApiError(400, "'max_tokens' must be at least 1", "max_tokens");
+    params.max_tokens = max_tokens;
+  }
+  read(body, "min_tokens", params.min_tokens);
+  read(body, "ignore_eos", params.ignore_eos);
+  read(body, "stop_token_ids", params.stop_token_ids);
+  read(body, "priority", params.priority);
+  read(body, "stream", params.stream);
+  params.stop = read_stop(body);
+  if (auto options = body.find("stream_options"); options != body.end() && options->is_object())
+    read(*options, "include_usage", params.include_usage);
+  reject_structured_output(body);
+  try {
+    sampling::validate(p, std::numeric_limits<int32_t>::max());
+  } catch (const std::exception& error) {
+    throw ApiError(400, error.what());
+  }
+  return params;
+}
+
+// Text content as the template expects it: a string, or text parts joined by newlines.
+std::string message_text(const Json& content, size_t index) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_null()) return "";
+  if (!content.is_array())
+    throw ApiError(400, fmt::format("messages[{}].content must be a string or an array", index),
+                   "messages");
+  std::string text;
+  for (const Json& part : content) {
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      throw ApiError(400, fmt::format("messages[{}].content: only text parts are supported", index),
+                     "messages");
+    }
+    if (!text.empty()) text += "\n";
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+Json normalize_messages(const Json& messages) {
+  if (!messages.is_array() || messages.empty())
+    throw ApiError(400, "'messages' must be a non-empty array", "messages");
+  Json out = Json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const Json& message = messages[i];
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+      throw ApiError(400, fmt::format("messages[{}] needs a string 'role'", i), "messages");
+    std::string role = message["role"].get<std::string>();
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool") {
+      throw ApiError(400, fmt::format("messages[{}].role '{}' is not a known role", i, role),
+                     "messages");
+    }
+    Json copy = message;
+    if (role == "developer") copy["role"] = "system";  // what chat templates know
+    copy["content"] = message_text(message.value("content", Json(nullptr)), i);
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+}  // namespace
+
+ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
+  Json body = parse_json_object(body_text);
+  ChatCompletionRequest request;
+  read(body, "model", request.model);
+  if (!body.contains("messages")) throw ApiError(400, "'messages' is required", "messages");
+  request.chat.messages = normalize_messages(body["messages"]);
+  request.chat.add_generation_prompt = true;
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+    request.chat.tools = *tools;
+  }
+  if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null()) {
+    std::string mode = choice->is_string() ? choice->get<std::string>() : "named";
+    if (mode == "none") request.chat.tools = nullptr;
+    if (mode != "none" && mode != "auto") {
+      throw ApiError(400,
+                     "tool_choice 'required' or a named function is not supported yet (tool "
+                     "calls are returned as text until tool-call parsing lands)",
+                     "tool_choice");
+    }
+  }
+  if (auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && kwargs->is_object())
+    request.chat.variables = *kwargs;
+  request.params = read_common(body, true);
+  return request;
+}
+
+CompletionRequest parse_completion(const std::string& body_text) {
+  Json body = parse_json_object(body_text);
+  CompletionRequest request;
+  read(body, "model", request.model);
+  auto prompt = body.find("prompt");
+  if (prompt == body.end()) throw ApiError(400, "'prompt' is required", "prompt");
+  if (prompt->is_string()) {
+    request.prompt_text = prompt->get<std::string>();
+  } else if (prompt->is_array() && !prompt->empty() &&
+             std::all_of(prompt->begin(), prompt->end(),
+                         [](const Json& id) { return id.is_number_integer(); })) {
+    request.prompt_ids = prompt->get<std::vector<int32_t>>();
+  } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
+    request.prompt_text = (*prompt)[0].get<std::string>();
+  } else {
+    throw ApiError(400,
+                   "'prompt' must be a string or an array of token ids (one prompt per request)",
+                   "prompt");
+  }
+  read(body, "echo", request.echo);
+  request.params = read_common(body, false);
+  return request;
+}
+
+Json usage_json(const Usage& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}}};
+}
+
+namespace {
+
+Json finish_json(const std::string& reason) {
+  return reason.empty() ? Json(nullptr) : Json(reason);
+}
+
+Json stop_reason_json(const ChoiceOutput& choice) {
+  return choice.stop_reason.empty() ? Json(nullptr) : Json(choice.stop_reason);
+}
+
+}  // namespace
+
+Json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
+                          const std::vector<ChoiceOutput>& choices, const Usage& usage) {
+  Json list = Json::array();
+  for (const ChoiceOutput& choice : choices) {
+    list.push_back({{"index", choice.index},
+                    {"message", {{"role", "assistant"}, {"content", choice.text}}},
+                    {"logprobs", choice.logprobs},
+                    {"finish_reason", finish_json(choice.finish_reason)},
+                    {"stop_reason", stop_reason_json(choice)}});
+  }
+  return {{"id", id},
+          {"object", "chat.completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", list},
+          {"usage", usage_json(usage)},
+          {"system_fingerprint", nullptr}};
+}
+
+Json chat_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
+                     const Json& delta, const std::string& finish_reason, const Json& logprobs) {
+  Json choice = {{"index", index},
+                 {"delta", delta},
+                 {"logprobs", logprobs},
+                 {"finish_reason", finish_json(finish_reason)}};
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices", Json::array({choice})}};
+}
+
+Json completion_json(const std::string& id, int64_t created, const std::string& model,
+                     const std::vector<ChoiceOutput>& choices, const Usage& usage) {
+  Json list = Json::array();
+  for (const ChoiceOutput& choice : choices) {
+    list.push_back({{"index", choice.index},
+                    {"text", choice.text},
+                    {"logprobs", choice.logprobs},
+                    {"finish_reason", finish_json(choice.finish_reason)},
+                    {"stop_reason", stop_reason_json(choice)}});
+  }
+  return {{"id", id},        {"object", "text_completion"}, {"created", created}, {"model", model},
+          {"choices", list}, {"usage", usage_json(usage)}};
+}
+
+Json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                           int index, const std::string& text, const std::string& finish_reason) {
+  Json choice = {{"index", index},
+                 {"text", text},
+                 {"logprobs", nullptr},
+                 {"finish_reason", finish_json(finish_reason)}};
+  return {{"id", id},
+          {"object", "text_completion"},
+          {"created", created},
+          {"model", model},
+          {"choices", Json::array({choice})}};
+}
+
+Json usage_chunk_json(const std::string& id, const std::string& object, int64_t created,
+                      const std::string& model, const Usage& usage) {
+  return {{"id", id},       {"object", object},         {"created", created},
+          {"model", model}, {"choices", Json::array()}, {"usage", usage_json(usage)}};
+}
+
+Json chat_logprobs_json(const std::vector<sampling::Sample>& samples,
+                        const std::function<std::string(int32_t)>& token_text) {
+  auto entry = [&](int32_t token, float logprob) {
+    std::string text = token_text(token);
+    std::vector<int> bytes(text.begin(), text.end());
+    for (int& byte : bytes) byte &= 0xff;
+    return Json{{"token", text}, {"logprob", logprob}, {"bytes", bytes}};
+  };
+  Json content = Json::array();
+  for (const sampling::Sample& sample : samples) {
+    Json item = entry(sample.token, sample.logprob);
+    Json top = Json::array();
+    for (const sampling::Logprob& alternative : sample.top)
+      top.push_back(entry(alternative.token, alternative.logprob));
+    item["top_logprobs"] = top;
+    content.push_back(std::move(item));
+  }
+  return {{"content", content}};
+}
+
+std::string sse_event(const Json& payload) {
+  return "data: " + payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+}
+
+}  // namespace deepinfer::protocol

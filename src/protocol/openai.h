@@ -1,0 +1,105 @@
+// The OpenAI API shapes: requests of /v1/chat/completions and /v1/completions parsed and
+// checked into typed parameters, and responses, stream chunks and errors formatted the way
+// the official clients parse them.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "chat/model_template.h"
+#include "engine/request.h"
+
+namespace deepinfer::protocol {
+
+using Json = nlohmann::ordered_json;
+
+// A request the client must fix: HTTP status plus the fields of the error body.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, const std::string& message, std::string param = "", std::string type = "");
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+  const std::string& type() const { return type_; }
+
+ private:
+  int status_;
+  std::string param_;
+  std::string type_;
+};
+
+// {"error": {"message", "type", "param", "code"}}
+Json openai_error_body(const ApiError& error);
+
+// What chat and text completions share.
+struct GenerationParams {
+  sampling::SamplingParams sampling;
+  std::optional<int> max_tokens;  // none: up to the context length
+  int min_tokens = 0;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int priority = 0;
+};
+
+struct ChatCompletionRequest {
+  std::string model;
+  chat::ChatRequest chat;
+  GenerationParams params;
+};
+
+struct CompletionRequest {
+  std::string model;
+  std::optional<std::string> prompt_text;
+  std::vector<int32_t> prompt_ids;  // when the prompt came as token ids
+  bool echo = false;
+  GenerationParams params;
+};
+
+// Parse and check a request body; ApiError (400) names the offending field.
+ChatCompletionRequest parse_chat_completion(const std::string& body);
+CompletionRequest parse_completion(const std::string& body);
+// The body as a JSON object, or ApiError 400.
+Json parse_json_object(const std::string& body);
+
+// One completion's final state for a response.
+struct ChoiceOutput {
+  int index = 0;
+  std::string text;
+  std::string finish_reason;  // "stop", "length"
+  std::string stop_reason;    // the matched stop string, if any
+  Json logprobs;              // null, or the API's logprobs object
+};
+
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+Json usage_json(const Usage& usage);
+
+Json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
+                          const std::vector<ChoiceOutput>& choices, const Usage& usage);
+Json chat_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
+                     const Json& delta, const std::string& finish_reason, const Json& logprobs);
+Json completion_json(const std::string& id, int64_t created, const std::string& model,
+                     const std::vector<ChoiceOutput>& choices, const Usage& usage);
+Json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
+                           int index, const std::string& text, const std::string& finish_reason);
+// The last stream chunk with usage and no choices (stream_options.include_usage).
+Json usage_chunk_json(const std::string& id, const std::string& object, int64_t created,
+                      const std::string& model, const Usage& usage);
+
+// Chat logprobs entries ({"token", "logprob", "bytes", "top_logprobs"}) for sampled tokens;
+// `token_text` gives each id's text.
+Json chat_logprobs_json(const std::vector<sampling::Sample>& samples,
+                        const std::function<std::string(int32_t)>& token_text);
+
+// "data: {json}\n\n"
+std::string sse_event(const Json& payload);
+
+}  // namespace deepinfer::protocol

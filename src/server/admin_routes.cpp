@@ -1,0 +1,130 @@
+// The routes beside generation: /tokenize, /detokenize and Prometheus /metrics.
+#include <fmt/format.h>
+
+#include "protocol/openai.h"
+#include "server/api_server.h"
+
+namespace deepinfer::server {
+
+using protocol::ApiError;
+using protocol::Json;
+
+void ApiServer::tokenize(const HttpRequest& request,
+                         const std::shared_ptr<ResponseWriter>& writer) {
+  Json body = protocol::parse_json_object(request.body);
+  std::vector<int32_t> tokens;
+  if (body.contains("messages")) {
+    if (!template_) throw ApiError(400, "this model has no chat template");
+    protocol::ChatCompletionRequest chat = protocol::parse_chat_completion(request.body);
+    chat.chat.add_generation_prompt = body.value("add_generation_prompt", true);
+    tokens = tokenizer_->encode(template_->render(chat.chat), EncodeMode::kSpecials, false);
+  } else if (body.contains("prompt") && body["prompt"].is_string()) {
+    bool add_special = body.value("add_special_tokens", true);
+    tokens =
+        tokenizer_->encode(body["prompt"].get<std::string>(), EncodeMode::kSpecials, add_special);
+  } else {
+    throw ApiError(400, "give 'prompt' (a string) or 'messages'", "prompt");
+  }
+  Json answer = {{"count", tokens.size()}, {"max_model_len", max_model_len_}, {"tokens", tokens}};
+  writer->send(200, "application/json", answer.dump());
+}
+
+void ApiServer::detokenize(const HttpRequest& request,
+                           const std::shared_ptr<ResponseWriter>& writer) {
+  Json body = protocol::parse_json_object(request.body);
+  auto tokens = body.find("tokens");
+  if (tokens == body.end() || !tokens->is_array() ||
+      !std::all_of(tokens->begin(), tokens->end(),
+                   [](const Json& id) { return id.is_number_integer(); }))
+    throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+  std::vector<int32_t> ids = tokens->get<std::vector<int32_t>>();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= tokenizer_->vocab_size())
+      throw ApiError(400, fmt::format("token id {} is outside the vocabulary", id), "tokens");
+  }
+  writer->send(200, "application/json",
+               Json{{"prompt", tokenizer_->decode(ids, false)}}.dump(
+                   -1, ' ', false, Json::error_handler_t::replace));
+}
+
+namespace {
+
+// Prometheus text exposition; vLLM's metric names where one exists, so dashboards built for
+// vLLM work unchanged.
+class MetricsText {
+ public:
+  explicit MetricsText(std::string labels) : labels_(std::move(labels)) {}
+  void value(const char* name, const char* type, const char* help, double value,
+             const std::string& extra_labels = "") {
+    header(name, type, help);
+    text_ += fmt::format("{}{{{}{}}} {}\n", name, labels_, extra_labels, value);
+  }
+  void histogram(const char* name, const char* help, const LatencyHistogram& histogram) {
+    header(name, "histogram", help);
+    for (size_t i = 0; i < std::size(LatencyHistogram::kBounds); ++i) {
+      text_ += fmt::format("{}_bucket{{{},le=\"{}\"}} {}\n", name, labels_,
+                           LatencyHistogram::kBounds[i], histogram.cumulative[i]);
+    }
+    text_ +=
+        fmt::format("{}_bucket{{{},le=\"+Inf\"}} {}\n", name, labels_, histogram.cumulative.back());
+    text_ += fmt::format("{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name, labels_, histogram.sum, name,
+                         labels_, histogram.count);
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  void header(const char* name, const char* type, const char* help) {
+    if (name == last_) return;
+    last_ = name;
+    text_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  }
+  std::string labels_;
+  std::string text_;
+  std::string last_;
+};
+
+}  // namespace
+
+std::string ApiServer::metrics_text() const {
+  EngineStats stats = engine_->stats();
+  MetricsText metrics(fmt::format("model_name=\"{}\"", options_.served_model_name));
+  metrics.value("vllm:num_requests_running", "gauge", "Sequences in the running batch.",
+                static_cast<double>(stats.running));
+  metrics.value("vllm:num_requests_waiting", "gauge", "Sequences waiting to be scheduled.",
+                static_cast<double>(stats.waiting));
+  double usage = stats.kv_blocks_total > 0 ? static_cast<double>(stats.kv_blocks_used) /
+                                                 static_cast<double>(stats.kv_blocks_total)
+                                           : 0.0;
+  metrics.value("vllm:kv_cache_usage_perc", "gauge", "KV cache usage (1 = full).", usage);
+  metrics.value("deepinfer:kv_cache_blocks_used", "gauge", "KV blocks in use.",
+                static_cast<double>(stats.kv_blocks_used));
+  metrics.value("deepinfer:kv_cache_blocks_total", "gauge", "KV blocks in the pool.",
+                static_cast<double>(stats.kv_blocks_total));
+  metrics.value("vllm:prefix_cache_queries_total", "counter", "Prompt blocks looked up.",
+                static_cast<double>(stats.prefix_lookups));
+  metrics.value("vllm:prefix_cache_hits_total", "counter", "Prompt blocks found cached.",
+                static_cast<double>(stats.prefix_hits));
+  metrics.value("vllm:num_preemptions_total", "counter", "Preemptions.",
+                static_cast<double>(stats.preemptions));
+  metrics.value("vllm:prompt_tokens_total", "counter", "Prompt tokens computed.",
+                static_cast<double>(stats.prompt_tokens));
+  metrics.value("vllm:generation_tokens_total", "counter", "Tokens generated.",
+                static_cast<double>(stats.generated_tokens));
+  metrics.value("vllm:request_success_total", "counter", "Finished completions by reason.",
+                static_cast<double>(counters_.finished_stop.load()), ",finished_reason=\"stop\"");
+  metrics.value("vllm:request_success_total", "counter", "Finished completions by reason.",
+                static_cast<double>(counters_.finished_length.load()),
+                ",finished_reason=\"length\"");
+  metrics.value("deepinfer:requests_in_flight", "gauge", "HTTP generation requests running.",
+                static_cast<double>(counters_.in_flight.load()));
+  metrics.value("deepinfer:requests_rejected_total", "counter",
+                "Requests answered with an error status.",
+                static_cast<double>(counters_.rejected.load()));
+  metrics.histogram("vllm:time_to_first_token_seconds", "Time to first token.",
+                    stats.time_to_first_token);
+  metrics.histogram("vllm:inter_token_latency_seconds", "Time between output tokens.",
+                    stats.inter_token_latency);
+  return metrics.text();
+}
+
+}  // namespace deepinfer::server

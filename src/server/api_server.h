@@ -1,0 +1,65 @@
+// `deepinfer serve`: the OpenAI-compatible HTTP front of the engine. HTTP threads parse,
+// render and tokenize; the engine thread (EngineLoop) sees typed requests only; results come
+// back through each request's stream and are detokenized and framed on the HTTP threads.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "chat/model_template.h"
+#include "engine/engine_loop.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::server {
+
+struct ServeOptions {
+  HttpServerOptions http;
+  std::string api_key;              // empty: no authentication
+  std::string served_model_name;    // the id clients send as "model"
+  int64_t max_model_len = 0;        // 0: the model's context length
+  int max_pending_requests = 1024;  // more at once get 429
+};
+
+class ApiServer {
+ public:
+  ApiServer(CausalLM& model, const std::string& model_dir, const EngineConfig& engine,
+            const ServeOptions& options);
+  ~ApiServer();
+  uint16_t port() const { return http_->port(); }
+  void run() { http_->run(); }
+  void stop() { http_->stop(); }
+
+  struct Counters {
+    std::atomic<int64_t> in_flight{0};
+    std::atomic<int64_t> finished_stop{0}, finished_length{0}, aborted{0};
+    std::atomic<int64_t> rejected{0};
+  };
+
+ private:
+  void handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer);
+  void route(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  void chat_completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  void completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  void tokenize(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  void detokenize(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  std::string metrics_text() const;
+  std::string models_json() const;
+  bool authorized(const HttpRequest& request) const;
+
+  struct Job;
+  void start_job(std::shared_ptr<Job> job, GenerationRequest request);
+  void drain(const std::shared_ptr<Job>& job);
+
+  CausalLM& model_;
+  ServeOptions options_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<chat::ModelChatTemplate> template_;
+  std::unique_ptr<EngineLoop> engine_;
+  std::unique_ptr<HttpServer> http_;
+  int64_t max_model_len_ = 0;
+  Counters counters_;
+};
+
+}  // namespace deepinfer::server
