@@ -138,17 +138,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<ResponseWriter> make_writer();
 
   // While an answer is pending, a readable socket with nothing to read means the client
-  // closed it (a pipelined request would be data, which stays for the next read).
+  // closed it (a pipelined request would be data, which stays for the next read). The peek
+  // never blocks: readiness can be stale by the time it runs.
   void watch_for_disconnect() {
+    uint64_t answer = answers_;
     stream_.socket().async_wait(
         tcp::socket::wait_read,
-        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code error) {
-          if (self->closed_ || self->answer_done_) return;
+        net::bind_executor(strand_, [self = shared_from_this(), answer](beast::error_code error) {
+          if (self->closed_ || !self->answer_open_ || self->answers_ != answer) return;
+          if (error) return self->close();
           char probe;
           beast::error_code peek_error;
+          self->stream_.socket().non_blocking(true, peek_error);
           size_t bytes = self->stream_.socket().receive(net::buffer(&probe, 1),
                                                         tcp::socket::message_peek, peek_error);
-          if (error || peek_error || bytes == 0) self->close();
+          if (peek_error == net::error::would_block) return self->watch_for_disconnect();
+          if (peek_error || bytes == 0) self->close();
         }));
   }
 
@@ -176,6 +181,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The server drains by waiting for open answers to reach zero.
   void open_answer() {
     answer_open_ = true;
+    ++answers_;
     ++state_.open_answers;
   }
   void close_answer() {
@@ -216,6 +222,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool streaming_ = false;    // headers of a stream sent, end not yet
   bool answer_done_ = false;  // the answer's last bytes are queued
   bool answer_open_ = false;  // a request was read and its answer has not been fully sent
+  uint64_t answers_ = 0;      // requests read on this connection
   bool closed_ = false;
 };
 
@@ -320,8 +327,12 @@ void HttpServer::stop() {
     state_->acceptor.close(ignored);
     auto timer = std::make_shared<net::steady_timer>(state_->io);
     auto poll = std::make_shared<std::function<void()>>();
-    *poll = [this, timer, weak = std::weak_ptr<std::function<void()>>(poll)] {
-      if (state_->open_answers <= 0) return state_->io.stop();
+    auto deadline = std::chrono::steady_clock::now() +
+                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                        std::chrono::duration<double>(state_->options.drain_seconds));
+    *poll = [this, timer, deadline, weak = std::weak_ptr<std::function<void()>>(poll)] {
+      if (state_->open_answers <= 0 || std::chrono::steady_clock::now() > deadline)
+        return state_->io.stop();
       timer->expires_after(std::chrono::milliseconds(20));
       timer->async_wait([weak](beast::error_code) {
         if (auto next = weak.lock()) (*next)();

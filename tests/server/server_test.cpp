@@ -1,0 +1,266 @@
+// The real server on loopback, driven over HTTP: routes, auth, error shapes, streaming, client
+// disconnects, and many concurrent streams.
+#include <gtest/gtest.h>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kernels/ops.h"
+#include "server/api_server.h"
+#include "support/test_support.h"
+
+namespace deepinfer::server {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Json = nlohmann::json;
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  Json json() const { return Json::parse(body); }
+};
+
+Reply call(uint16_t port, const std::string& method, const std::string& path,
+           const std::string& body = "", const std::string& key = "sk-test") {
+  net::io_context io;
+  beast::tcp_stream stream(io);
+  stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+  http::request<http::string_body> request(http::string_to_verb(method), path, 11);
+  request.set(http::field::host, "localhost");
+  request.set(http::field::content_type, "application/json");
+  if (!key.empty()) request.set(http::field::authorization, "Bearer " + key);
+  request.body() = body;
+  request.prepare_payload();
+  beast::error_code write_error;  // a server that refuses a body early (413) stops reading it
+  http::write(stream, request, write_error);
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(1 << 26);
+  http::read(stream, buffer, parser);
+  beast::error_code ignored;
+  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
+  return {static_cast<int>(parser.get().result_int()), parser.get().body()};
+}
+
+// The JSON payloads of an SSE body; `done` tells whether it ended with [DONE].
+std::vector<Json> sse_payloads(const std::string& body, bool& done) {
+  std::vector<Json> payloads;
+  done = false;
+  size_t at = 0;
+  while ((at = body.find("data: ", at)) != std::string::npos) {
+    size_t end = body.find("\n\n", at);
+    std::string data = body.substr(at + 6, end - at - 6);
+    if (data == "[DONE]") {
+      done = true;
+    } else {
+      payloads.push_back(Json::parse(data));
+    }
+    at = end;
+  }
+  return payloads;
+}
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ops_ = make_cpu_ops();
+    model_ = load_model(testing::fixture_model("demo-code-target"), LoadMode::kMmap, *ops_);
+    EngineConfig engine;
+    engine.block_size = 16;
+    engine.kv_bytes = size_t{256} << 20;
+    ServeOptions options;
+    options.http.host = "127.0.0.1";
+    options.http.port = 0;
+    options.http.max_body_bytes = 1 << 20;
+    options.api_key = "sk-test";
+    options.served_model_name = "demo";
+    server_ = std::make_unique<ApiServer>(*model_, testing::fixture_model("demo-code-target"),
+                                          engine, options);
+    thread_ = std::thread([this] { server_->run(); });
+  }
+  void TearDown() override {
+    server_->stop();
+    thread_.join();
+    server_.reset();
+  }
+  uint16_t port() const { return server_->port(); }
+  double metric(const std::string& name) const {
+    std::string text = call(port(), "GET", "/metrics").body;
+    size_t at = text.find("\n" + name + "{");
+    if (at == std::string::npos) return -1;
+    size_t space = text.find("} ", at);
+    return std::stod(text.substr(space + 2, text.find('\n', space) - space - 2));
+  }
+
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<ApiServer> server_;
+  std::thread thread_;
+};
+
+TEST_F(ServerTest, HealthModelsAndApiKey) {
+  EXPECT_EQ(call(port(), "GET", "/health", "", "").status, 200);
+  Reply denied = call(port(), "GET", "/v1/models", "", "");
+  EXPECT_EQ(denied.status, 401);
+  EXPECT_EQ(denied.json()["error"]["type"], "authentication_error");
+  EXPECT_EQ(call(port(), "GET", "/v1/models", "", "wrong").status, 401);
+  Reply models = call(port(), "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.json()["data"][0]["id"], "demo");
+  EXPECT_EQ(call(port(), "GET", "/nowhere").status, 404);
+}
+
+TEST_F(ServerTest, BadRequestsGetTheRightStatusAndAnOpenAiErrorBody) {
+  struct Case {
+    std::string body;
+    int status;
+    std::string param;
+  };
+  for (const Case& c : {Case{"{not json", 400, ""}, Case{R"({"prompt": 7})", 400, "prompt"},
+                        Case{R"({"prompt": "x", "temperature": "hot"})", 400, "temperature"},
+                        Case{R"({"prompt": "x", "model": "other"})", 404, "model"},
+                        Case{R"({"prompt": "x", "max_tokens": 100000})", 400, "messages"},
+                        Case{R"({"prompt": "x", "top_p": 3})", 400, ""},
+                        Case{R"({"prompt": "x", "response_format": {"type": "json_schema"}})", 400,
+                             "response_format"}}) {
+    Reply reply = call(port(), "POST", "/v1/completions", c.body);
+    EXPECT_EQ(reply.status, c.status) << c.body << " -> " << reply.body;
+    Json error = reply.json()["error"];
+    EXPECT_TRUE(error["message"].is_string()) << reply.body;
+    EXPECT_TRUE(error["type"].is_string()) << reply.body;
+    if (!c.param.empty()) {
+      EXPECT_EQ(error["param"], c.param) << reply.body;
+    }
+  }
+  Reply chat = call(port(), "POST", "/v1/chat/completions", R"({"messages": []})");
+  EXPECT_EQ(chat.status, 400);
+  Reply huge = call(port(), "POST", "/v1/completions", std::string(2 << 20, 'x'));
+  EXPECT_EQ(huge.status, 413);
+}
+
+TEST_F(ServerTest, StreamedChatEqualsTheWholeAnswerAndCarriesUsage) {
+  std::string request = R"({"model": "demo", "messages": [{"role": "user", "content": "hi"}],
+                            "max_tokens": 12, "temperature": 0, "ignore_eos": true)";
+  Reply whole = call(port(), "POST", "/v1/chat/completions", request + "}");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  Json answer = whole.json();
+  EXPECT_EQ(answer["object"], "chat.completion");
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 12);
+  int64_t prompt_tokens = answer["usage"]["prompt_tokens"];
+  EXPECT_GT(prompt_tokens, 0);
+  Reply streamed =
+      call(port(), "POST", "/v1/chat/completions",
+           request + R"(, "stream": true, "stream_options": {"include_usage": true}})");
+  ASSERT_EQ(streamed.status, 200);
+  bool done = false;
+  std::vector<Json> chunks = sse_payloads(streamed.body, done);
+  EXPECT_TRUE(done);
+  ASSERT_GE(chunks.size(), 3u);
+  std::string text;
+  for (size_t i = 0; i + 1 < chunks.size(); ++i) {
+    EXPECT_EQ(chunks[i]["object"], "chat.completion.chunk");
+    const Json& delta = chunks[i]["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(text, answer["choices"][0]["message"]["content"]);
+  const Json& usage = chunks.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(usage["usage"]["prompt_tokens"], prompt_tokens);
+  // The same prompt again: its whole blocks come from the prefix cache.
+  Reply again = call(port(), "POST", "/v1/chat/completions", request + "}");
+  EXPECT_EQ(again.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+            (prompt_tokens - 1) / 16 * 16);
+}
+
+TEST_F(ServerTest, StopStringsNAndLogprobsOnCompletions) {
+  Reply reply = call(port(), "POST", "/v1/completions",
+                     R"({"prompt": "def add(a, b):", "max_tokens": 24, "temperature": 0.7,
+                         "seed": 3, "n": 2, "logprobs": 2, "stop": ["return"]})");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  Json answer = reply.json();
+  ASSERT_EQ(answer["choices"].size(), 2u);
+  for (const Json& choice : answer["choices"]) {
+    EXPECT_EQ(choice["text"].get<std::string>().find("return"), std::string::npos);
+    if (choice["finish_reason"] == "stop" && !choice["stop_reason"].is_null()) {
+      EXPECT_EQ(choice["stop_reason"], "return");
+    }
+  }
+  Reply chat = call(port(), "POST", "/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 3,
+                        "logprobs": true, "top_logprobs": 2, "temperature": 0})");
+  Json logprobs = chat.json()["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(logprobs.size(), 3u);
+  EXPECT_EQ(logprobs[0]["top_logprobs"].size(), 2u);
+  EXPECT_LE(logprobs[0]["logprob"].get<double>(), 0.0);
+}
+
+TEST_F(ServerTest, AClientThatGoesAwayFreesItsBlocks) {
+  {
+    net::io_context io;
+    tcp::socket socket(io);
+    socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port()));
+    std::string body =
+        R"({"prompt": "def", "max_tokens": 3000, "ignore_eos": true, "stream": true})";
+    std::string request =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+        "sk-test\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\n\r\n" + body;
+    net::write(socket, net::buffer(request));
+    std::string seen;
+    while (seen.find("data: ") == std::string::npos) {  // the first token has been streamed
+      char bytes[256];
+      size_t count = socket.read_some(net::buffer(bytes));
+      seen.append(bytes, count);
+    }
+    EXPECT_GT(metric("deepinfer:kv_cache_blocks_used"), 0);
+  }  // closes the connection mid-stream
+  for (int i = 0; i < 200 && metric("deepinfer:requests_in_flight") != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(metric("deepinfer:requests_in_flight"), 0);
+  EXPECT_EQ(metric("deepinfer:kv_cache_blocks_used"), 0);
+  EXPECT_LT(metric("vllm:generation_tokens_total"), 3000);
+}
+
+TEST_F(ServerTest, TwoHundredConcurrentStreamsAllComplete) {
+  std::vector<std::thread> clients;
+  std::atomic<int> complete{0};
+  const int kClients = std::getenv("CLIENTS") ? std::atoi(std::getenv("CLIENTS")) : 200;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      std::string body = R"({"prompt": "def f)" + std::to_string(c) +
+                         R"(():", "max_tokens": 5, "ignore_eos": true, "stream": true,
+                            "stream_options": {"include_usage": true}})";
+      Reply reply = call(port(), "POST", "/v1/completions", body);
+      bool done = false;
+      std::vector<Json> chunks = sse_payloads(reply.body, done);
+      if (reply.status == 200 && done && !chunks.empty() &&
+          chunks.back()["usage"]["completion_tokens"] == 5)
+        ++complete;
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(complete.load(), kClients);
+}
+
+TEST_F(ServerTest, TokenizeAndDetokenize) {
+  Reply tokens = call(port(), "POST", "/tokenize", R"({"prompt": "def add"})");
+  ASSERT_EQ(tokens.status, 200);
+  Json ids = tokens.json()["tokens"];
+  EXPECT_EQ(tokens.json()["count"], ids.size());
+  Reply text = call(port(), "POST", "/detokenize", Json{{"tokens", ids}}.dump());
+  EXPECT_EQ(text.json()["prompt"], "def add");
+  EXPECT_EQ(call(port(), "POST", "/detokenize", R"({"tokens": [-1]})").status, 400);
+}
+
+}  // namespace
+}  // namespace deepinfer::server
