@@ -11,6 +11,7 @@
 #include "cli/batch.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "protocol/completion_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -114,12 +115,7 @@ OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* token
 }
 
 // Per completion while it runs: its detokenizer and stop-string watcher.
-struct TextState {
-  std::unique_ptr<StreamingDetokenizer> detokenizer;
-  std::unique_ptr<sampling::StopStrings> stops;
-  std::string text;
-  bool stopped = false;
-};
+using TextState = std::unique_ptr<protocol::CompletionText>;
 using CompletionKey = std::pair<std::string, int>;  // request id, completion index
 
 void show_progress(size_t done, size_t total, int64_t tokens, double seconds) {
@@ -174,18 +170,14 @@ Json logprob_json(const sampling::Sample& sample) {
 }
 
 // One completion of a request as a "choices" entry.
-Json choice_json(GenerationResult& result, TextState& state) {
-  if (state.detokenizer && !state.stopped) {
-    std::string tail = state.detokenizer->finish();
-    state.text +=
-        state.stops ? state.stops->push(tail, state.stopped) + state.stops->flush() : tail;
-  }
+Json choice_json(GenerationResult& result, protocol::CompletionText& text, bool has_text) {
+  text.finish();
   Json choice = {
       {"index", result.index},
       {"token_ids", result.tokens},
       {"finish_reason", result.finish_reason == FinishReason::kStop ? "stop" : "length"}};
-  if (state.detokenizer) choice["text"] = state.text;
-  if (state.stopped && state.stops) choice["stop_reason"] = state.stops->matched();
+  if (has_text) choice["text"] = text.text();
+  if (text.stopped()) choice["stop_reason"] = text.matched_stop();
   if (!result.logprobs.empty()) {
     Json logprobs = Json::array();
     for (const sampling::Sample& sample : result.logprobs) logprobs.push_back(logprob_json(sample));
@@ -197,7 +189,7 @@ Json choice_json(GenerationResult& result, TextState& state) {
 // One line per request, its completions in index order.
 void write_results(const std::string& path, const std::vector<OfflineRequest>& requests,
                    std::vector<std::vector<GenerationResult>>& results,
-                   std::map<CompletionKey, TextState>& states) {
+                   std::map<CompletionKey, TextState>& states, bool has_text) {
   std::ofstream output(path);
   if (!output) fail("--output: cannot open {}", path);
   for (size_t r = 0; r < results.size(); ++r) {
@@ -207,7 +199,7 @@ void write_results(const std::string& path, const std::vector<OfflineRequest>& r
     Json choices = Json::array();
     int64_t generated = 0;
     for (GenerationResult& result : completions) {
-      choices.push_back(choice_json(result, states[{result.id, result.index}]));
+      choices.push_back(choice_json(result, *states[{result.id, result.index}], has_text));
       generated += static_cast<int64_t>(result.tokens.size());
     }
     const GenerationResult& first = completions.front();
@@ -232,14 +224,10 @@ void write_results(const std::string& path, const std::vector<OfflineRequest>& r
 void follow_text(Engine& engine, const std::vector<TokenEvent>& sampled,
                  std::map<CompletionKey, TextState>& states) {
   for (const TokenEvent& token : sampled) {
-    TextState& state = states[{token.id, token.index}];
-    if (!state.detokenizer || state.stopped) continue;
-    std::string piece = state.detokenizer->push(token.token);
-    if (state.stops) {
-      piece = state.stops->push(piece, state.stopped);
-      if (state.stopped) engine.stop(token.id, token.index);
-    }
-    state.text += piece;
+    protocol::CompletionText& text = *states[{token.id, token.index}];
+    if (text.stopped()) continue;
+    text.push(token.token);
+    if (text.stopped()) engine.stop(token.id, token.index);
   }
 }
 
@@ -258,11 +246,8 @@ void run_offline_batch(CausalLM& model, const std::string& model_dir, const Batc
     index[request.id] = i;
     engine.submit(request);
     for (int c = 0; c < request.sampling.n; ++c) {
-      TextState& state = states[{request.id, c}];
-      if (tools.tokenizer)
-        state.detokenizer = std::make_unique<StreamingDetokenizer>(*tools.tokenizer, true);
-      if (!requests[i].stop_strings.empty())
-        state.stops = std::make_unique<sampling::StopStrings>(requests[i].stop_strings);
+      states[{request.id, c}] = std::make_unique<protocol::CompletionText>(
+          tools.tokenizer.get(), requests[i].stop_strings);
     }
     completions += static_cast<size_t>(request.sampling.n);
   }
@@ -287,7 +272,7 @@ void run_offline_batch(CausalLM& model, const std::string& model_dir, const Batc
     }
   }
   if (tty) fmt::print(stderr, "\n");
-  write_results(options.output, requests, results, states);
+  write_results(options.output, requests, results, states, tools.tokenizer != nullptr);
 }
 
 }  // namespace deepinfer::cli
