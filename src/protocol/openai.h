@@ -60,6 +60,10 @@ struct CompletionRequest {
   GenerationParams params;
 };
 
+// The sampling and length fields shared by every API (OpenAI names; `chat` picks the chat
+// form of logprobs); ApiError (400) names the offending field.
+GenerationParams parse_generation_params(const Json& body, bool chat);
+
 // Parse and check a request body; ApiError (400) names the offending field.
 ChatCompletionRequest parse_chat_completion(const std::string& body);
 CompletionRequest parse_completion(const std::string& body);

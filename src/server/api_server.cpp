@@ -8,7 +8,9 @@
 #include <random>
 
 #include "core/error.h"
+#include "protocol/anthropic.h"
 #include "protocol/completion_text.h"
+#include "protocol/formatter.h"
 #include "protocol/openai.h"
 
 namespace deepinfer::server {
@@ -22,10 +24,6 @@ constexpr const char* kJson = "application/json";
 
 void send_json(const std::shared_ptr<ResponseWriter>& writer, int status, const Json& body) {
   writer->send(status, kJson, body.dump(-1, ' ', false, Json::error_handler_t::replace));
-}
-
-void send_error(const std::shared_ptr<ResponseWriter>& writer, const ApiError& error) {
-  send_json(writer, error.status(), protocol::openai_error_body(error));
 }
 
 std::string random_id(const char* prefix) {
@@ -46,13 +44,12 @@ struct ApiServer::Job {
   std::mutex mutex;
   std::shared_ptr<ResponseWriter> writer;
   std::shared_ptr<RequestStream> stream;
-  std::string id, model, object;  // object: "chat.completion" or "text_completion"
-  bool chat = true;
+  std::unique_ptr<protocol::ResponseFormatter> format;
+  protocol::ApiFormat api = protocol::ApiFormat::kChatCompletions;
+  std::string id;
   protocol::GenerationParams params;
-  int64_t created = 0;
   int64_t prompt_tokens = 0;
   std::vector<protocol::CompletionText> texts;  // per completion index
-  std::vector<bool> role_sent;
   std::vector<GenerationResult> results;
   std::string echo_prefix;  // /v1/completions with echo
   bool done = false;
@@ -94,15 +91,19 @@ bool ApiServer::authorized(const HttpRequest& request) const {
 }
 
 void ApiServer::handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
+  // Anthropic clients parse Anthropic's error shape; everyone else OpenAI's.
+  auto error_body =
+      request.path == "/v1/messages" ? protocol::anthropic_error_body : protocol::openai_error_body;
   try {
     route(request, writer);
   } catch (const ApiError& error) {
     ++counters_.rejected;
-    send_error(writer, error);
+    send_json(writer, error.status(), error_body(error));
   } catch (const std::exception& error) {
     // Anything else a request triggers is still the request's problem, never the server's end.
     ++counters_.rejected;
-    send_error(writer, ApiError(400, error.what()));
+    ApiError failure(400, error.what());
+    send_json(writer, failure.status(), error_body(failure));
   }
 }
 
@@ -119,6 +120,7 @@ void ApiServer::route(const HttpRequest& request, const std::shared_ptr<Response
   if (get && path == "/v1/models") return writer->send(200, kJson, models_json());
   if (post && path == "/v1/chat/completions") return chat_completions(request, writer);
   if (post && path == "/v1/completions") return completions(request, writer);
+  if (post && path == "/v1/messages") return messages(request, writer);
   if (post && path == "/tokenize") return tokenize(request, writer);
   if (post && path == "/detokenize") return detokenize(request, writer);
   throw ApiError(404, fmt::format("no route for {} {}", request.method, path));
@@ -178,24 +180,41 @@ void ApiServer::chat_completions(const HttpRequest& http_request,
                                  const std::shared_ptr<ResponseWriter>& writer) {
   protocol::ChatCompletionRequest parsed = protocol::parse_chat_completion(http_request.body);
   check_model(parsed.model, options_.served_model_name);
+  auto job = std::make_shared<Job>();
+  job->writer = writer;
+  job->id = random_id("chatcmpl-");
+  job->api = protocol::ApiFormat::kChatCompletions;
+  job->params = parsed.params;
+  start_chat_job(job, parsed.chat);
+}
+
+void ApiServer::messages(const HttpRequest& http_request,
+                         const std::shared_ptr<ResponseWriter>& writer) {
+  protocol::MessagesRequest parsed = protocol::parse_messages(http_request.body);
+  check_model(parsed.model, options_.served_model_name);
+  if (parsed.params.sampling.n != 1) throw ApiError(400, "the Messages API has one completion");
+  auto job = std::make_shared<Job>();
+  job->writer = writer;
+  job->id = random_id("msg_");
+  job->api = protocol::ApiFormat::kAnthropicMessages;
+  job->params = parsed.params;
+  start_chat_job(job, parsed.chat);
+}
+
+// Renders the conversation with the model's template, tokenizes, checks lengths, starts.
+void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, const chat::ChatRequest& chat) {
   if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
   std::string rendered;
   try {
-    rendered = template_->render(parsed.chat);
+    rendered = template_->render(chat);
   } catch (const Error& error) {
     throw ApiError(400, fmt::format("the chat template rejected the messages: {}", error.what()),
                    "messages");
   }
   std::vector<int32_t> prompt = tokenizer_->encode(rendered, EncodeMode::kSpecials, false);
   int max_tokens =
-      check_lengths(static_cast<int64_t>(prompt.size()), parsed.params.max_tokens, max_model_len_);
-  auto job = std::make_shared<Job>();
-  job->writer = writer;
-  job->id = random_id("chatcmpl-");
-  job->object = "chat.completion";
-  job->chat = true;
-  job->params = parsed.params;
-  start_job(job, engine_request(job->id, std::move(prompt), parsed.params, max_tokens));
+      check_lengths(static_cast<int64_t>(prompt.size()), job->params.max_tokens, max_model_len_);
+  start_job(job, engine_request(job->id, std::move(prompt), job->params, max_tokens));
 }
 
 void ApiServer::completions(const HttpRequest& http_request,
@@ -214,8 +233,7 @@ void ApiServer::completions(const HttpRequest& http_request,
   auto job = std::make_shared<Job>();
   job->writer = writer;
   job->id = random_id("cmpl-");
-  job->object = "text_completion";
-  job->chat = false;
+  job->api = protocol::ApiFormat::kCompletions;
   job->params = parsed.params;
   if (parsed.echo)
     job->echo_prefix = parsed.prompt_text.value_or(tokenizer_->decode(prompt, false));
@@ -225,20 +243,22 @@ void ApiServer::completions(const HttpRequest& http_request,
 void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
-  job->model = options_.served_model_name;
-  job->created = unix_seconds();
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
-  for (int i = 0; i < request.sampling.n; ++i) {
+  protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),
+                              job->prompt_tokens, job->params.include_usage};
+  job->format = protocol::make_formatter(job->api, meta);
+  for (int i = 0; i < request.sampling.n; ++i)
     job->texts.emplace_back(tokenizer_.get(), job->params.stop);
-    job->role_sent.push_back(false);
-  }
   try {
     job->stream = engine_->submit(request);
   } catch (const Error& error) {
     throw ApiError(400, error.what());
   }
   ++counters_.in_flight;
-  if (job->params.stream) job->writer->start_stream(200, "text/event-stream");
+  if (job->params.stream) {
+    job->writer->start_stream(200, "text/event-stream");
+    job->writer->write(job->format->stream_start());
+  }
   // A client that goes away ends its request, which gives its KV blocks back.
   job->writer->on_disconnect([this, weak = std::weak_ptr<Job>(job)] {
     if (auto gone = weak.lock()) engine_->stop(gone->id);
@@ -256,107 +276,82 @@ std::string finish_reason(const GenerationResult& result, const protocol::Comple
 
 }  // namespace
 
-// Runs on an I/O thread whenever the engine delivered something: detokenizes, watches stop
-// strings, and writes chunks (streaming) or the whole answer at the end.
+protocol::ChoiceOutput ApiServer::choice_of(const Job& job, const GenerationResult& result) const {
+  const protocol::CompletionText& text = job.texts[static_cast<size_t>(result.index)];
+  protocol::ChoiceOutput choice;
+  choice.index = result.index;
+  choice.text = job.echo_prefix + text.text();
+  choice.finish_reason = finish_reason(result, text);
+  choice.stop_reason = text.matched_stop();
+  if (job.api == protocol::ApiFormat::kChatCompletions && job.params.sampling.logprobs) {
+    choice.logprobs = protocol::chat_logprobs_json(
+        result.logprobs, [&](int32_t id) { return tokenizer_->decode({id}, false); });
+  }
+  return choice;
+}
+
+// Takes what the engine delivered: detokenizes, watches stop strings, and streams pieces.
+// Returns whether the request has ended.
+bool ApiServer::take_events(Job& job) {
+  RequestStream::Event event;
+  bool ended = false;
+  while (job.stream->poll(event, ended)) {
+    for (const TokenEvent& token : event.tokens) {
+      protocol::CompletionText& text = job.texts[static_cast<size_t>(token.index)];
+      if (text.stopped()) continue;
+      std::string piece = text.push(token.token);
+      if (text.stopped()) engine_->stop(job.id, token.index);
+      if (job.params.stream && !piece.empty())
+        job.writer->write(job.format->stream_text(token.index, piece));
+    }
+    for (GenerationResult& result : event.finished) {
+      std::string tail = job.texts[static_cast<size_t>(result.index)].finish();
+      protocol::ChoiceOutput choice = choice_of(job, result);
+      if (job.params.stream) job.writer->write(job.format->stream_finish(choice, tail));
+      (choice.finish_reason == "stop" ? counters_.finished_stop : counters_.finished_length)++;
+      job.results.push_back(std::move(result));
+    }
+    if (ended) break;
+  }
+  return ended;
+}
+
+// Runs on an I/O thread whenever the engine delivered something; at the end, the whole
+// answer or the stream's closing events.
 void ApiServer::drain(const std::shared_ptr<Job>& job) {
   std::lock_guard lock(job->mutex);
   if (job->done) return;
-  RequestStream::Event event;
   bool ended = false;
+  std::optional<ApiError> failure;
   try {
-    while (job->stream->poll(event, ended)) {
-      for (const TokenEvent& token : event.tokens) {
-        auto index = static_cast<size_t>(token.index);
-        protocol::CompletionText& text = job->texts[index];
-        if (text.stopped()) continue;
-        std::string piece = text.push(token.token);
-        if (text.stopped()) engine_->stop(job->id, token.index);
-        if (!job->params.stream || piece.empty()) continue;
-        Json chunk;
-        if (job->chat) {
-          Json delta = {{"content", piece}};
-          if (!job->role_sent[index]) delta = {{"role", "assistant"}, {"content", piece}};
-          job->role_sent[index] = true;
-          chunk = protocol::chat_chunk_json(job->id, job->created, job->model, token.index, delta,
-                                            "", nullptr);
-        } else {
-          chunk = protocol::completion_chunk_json(job->id, job->created, job->model, token.index,
-                                                  piece, "");
-        }
-        job->writer->write(protocol::sse_event(chunk));
-      }
-      for (GenerationResult& result : event.finished) {
-        protocol::CompletionText& text = job->texts[static_cast<size_t>(result.index)];
-        std::string tail = text.finish();
-        if (job->params.stream) {
-          Json delta = tail.empty() ? Json::object() : Json{{"content", tail}};
-          if (job->chat && !job->role_sent[static_cast<size_t>(result.index)])
-            delta["role"] = "assistant";
-          Json chunk =
-              job->chat
-                  ? protocol::chat_chunk_json(job->id, job->created, job->model, result.index,
-                                              delta, finish_reason(result, text), nullptr)
-                  : protocol::completion_chunk_json(job->id, job->created, job->model, result.index,
-                                                    tail, finish_reason(result, text));
-          job->writer->write(protocol::sse_event(chunk));
-        }
-        (finish_reason(result, text) == "stop" ? counters_.finished_stop
-                                               : counters_.finished_length)++;
-        job->results.push_back(std::move(result));
-      }
-      if (ended) break;
-    }
+    ended = take_events(*job);
   } catch (const Error& error) {
-    job->done = true;
-    --counters_.in_flight;
-    job->stream->set_listener(nullptr);
-    ApiError failure(503, fmt::format("the engine failed: {}", error.what()));
-    if (job->params.stream) {
-      job->writer->write(protocol::sse_event(protocol::openai_error_body(failure)));
-      job->writer->end_stream();
-    } else {
-      send_error(job->writer, failure);
-    }
-    return;
+    failure.emplace(503, fmt::format("the engine failed: {}", error.what()));
   }
-  if (!ended) return;
+  if (!ended && !failure) return;
   job->done = true;
   --counters_.in_flight;
   job->stream->set_listener(nullptr);  // breaks the job <-> listener cycle
+  if (failure) {
+    if (!job->params.stream) return send_json(job->writer, 503, job->format->error_body(*failure));
+    job->writer->write(protocol::sse_event(job->format->error_body(*failure)));
+    return job->writer->end_stream();
+  }
   protocol::Usage usage;
   usage.prompt_tokens = job->prompt_tokens;
-  std::vector<protocol::ChoiceOutput> choices;
   std::sort(job->results.begin(), job->results.end(),
             [](const auto& a, const auto& b) { return a.index < b.index; });
+  std::vector<protocol::ChoiceOutput> choices;
   for (const GenerationResult& result : job->results) {
     usage.completion_tokens += static_cast<int64_t>(result.tokens.size());
     usage.cached_tokens = result.cached_prompt_tokens;
-    const protocol::CompletionText& text = job->texts[static_cast<size_t>(result.index)];
-    protocol::ChoiceOutput choice;
-    choice.index = result.index;
-    choice.text = job->echo_prefix + text.text();
-    choice.finish_reason = finish_reason(result, text);
-    choice.stop_reason = text.matched_stop();
-    if (job->chat && job->params.sampling.logprobs) {
-      choice.logprobs = protocol::chat_logprobs_json(
-          result.logprobs, [&](int32_t id) { return tokenizer_->decode({id}, false); });
-    }
-    choices.push_back(std::move(choice));
+    choices.push_back(choice_of(*job, result));
   }
   if (job->params.stream) {
-    if (job->params.include_usage) {
-      std::string object = job->chat ? "chat.completion.chunk" : "text_completion";
-      job->writer->write(protocol::sse_event(
-          protocol::usage_chunk_json(job->id, object, job->created, job->model, usage)));
-    }
-    job->writer->write("data: [DONE]\n\n");
-    job->writer->end_stream();
-    return;
+    job->writer->write(job->format->stream_end(usage));
+    return job->writer->end_stream();
   }
-  Json body =
-      job->chat ? protocol::chat_completion_json(job->id, job->created, job->model, choices, usage)
-                : protocol::completion_json(job->id, job->created, job->model, choices, usage);
-  send_json(job->writer, 200, body);
+  send_json(job->writer, 200, job->format->whole(choices, usage));
 }
 
 }  // namespace deepinfer::server

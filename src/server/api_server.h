@@ -9,6 +9,7 @@
 
 #include "chat/model_template.h"
 #include "engine/engine_loop.h"
+#include "protocol/openai.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -42,6 +43,7 @@ class ApiServer {
   void route(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void chat_completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  void messages(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void tokenize(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void detokenize(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   std::string metrics_text() const;
@@ -49,8 +51,11 @@ class ApiServer {
   bool authorized(const HttpRequest& request) const;
 
   struct Job;
+  void start_chat_job(const std::shared_ptr<Job>& job, const chat::ChatRequest& chat);
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
+  bool take_events(Job& job);
+  protocol::ChoiceOutput choice_of(const Job& job, const GenerationResult& result) const;
 
   CausalLM& model_;
   ServeOptions options_;

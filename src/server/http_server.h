@@ -40,7 +40,7 @@ struct HttpServerOptions {
   uint16_t port = 8000;  // 0: any free port (see HttpServer::port())
   int io_threads = 2;
   size_t max_body_bytes = size_t{32} << 20;  // larger requests get 413
-  double drain_seconds = 60.0;  // stop() waits this long for answers in progress
+  double drain_seconds = 60.0;               // stop() waits this long for answers in progress
 };
 
 class HttpServer {

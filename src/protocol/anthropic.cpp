@@ -1,0 +1,210 @@
+#include "protocol/anthropic.h"
+
+#include <fmt/format.h>
+
+namespace deepinfer::protocol {
+namespace {
+
+std::string block_text(const Json& content, const char* where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) throw ApiError(400, fmt::format("{} must be a string or blocks", where));
+  std::string text;
+  for (const Json& block : content) {
+    if (!block.is_object() || block.value("type", "") != "text" || !block.contains("text"))
+      throw ApiError(400, fmt::format("{}: only text blocks are allowed here", where));
+    if (!text.empty()) text += "\n";
+    text += block["text"].get<std::string>();
+  }
+  return text;
+}
+
+// One Anthropic message as chat-template messages: text stays with its role, tool_use blocks
+// become an assistant's tool_calls, tool_result blocks become "tool" messages.
+void convert_message(const Json& message, size_t index, Json& out) {
+  if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+    throw ApiError(400, fmt::format("messages.{}: needs a 'role'", index), "messages");
+  std::string role = message["role"].get<std::string>();
+  if (role != "user" && role != "assistant")
+    throw ApiError(400, fmt::format("messages.{}.role must be user or assistant", index),
+                   "messages");
+  const Json content = message.value("content", Json(nullptr));
+  if (content.is_string()) {
+    out.push_back({{"role", role}, {"content", content}});
+    return;
+  }
+  if (!content.is_array())
+    throw ApiError(400, fmt::format("messages.{}.content must be a string or blocks", index),
+                   "messages");
+  std::string text;
+  Json tool_calls = Json::array();
+  for (const Json& block : content) {
+    std::string type = block.is_object() ? block.value("type", "") : "";
+    if (type == "text" && block.contains("text") && block["text"].is_string()) {
+      text += (text.empty() ? "" : "\n") + block["text"].get<std::string>();
+    } else if (type == "tool_use" && role == "assistant") {
+      tool_calls.push_back({{"id", block.value("id", "")},
+                            {"type", "function"},
+                            {"function",
+                             {{"name", block.value("name", "")},
+                              {"arguments", block.value("input", Json::object())}}}});
+    } else if (type == "tool_result" && role == "user") {
+      out.push_back(
+          {{"role", "tool"},
+           {"tool_call_id", block.value("tool_use_id", "")},
+           {"content", block_text(block.value("content", Json("")), "tool_result.content")}});
+    } else if (type == "thinking" || type == "redacted_thinking") {
+      continue;  // earlier reasoning is not shown to the model again
+    } else {
+      throw ApiError(400, fmt::format("messages.{}: unsupported content block '{}'", index, type),
+                     "messages");
+    }
+  }
+  if (!text.empty() || !tool_calls.empty()) {
+    Json converted = {{"role", role}, {"content", text}};
+    if (!tool_calls.empty()) converted["tool_calls"] = tool_calls;
+    out.push_back(std::move(converted));
+  }
+}
+
+Json convert_tools(const Json& tools) {
+  if (!tools.is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+  Json converted = Json::array();
+  for (const Json& tool : tools) {
+    if (!tool.is_object() || !tool.contains("name"))
+      throw ApiError(400, "each tool needs a 'name'", "tools");
+    converted.push_back({{"type", "function"},
+                         {"function",
+                          {{"name", tool["name"]},
+                           {"description", tool.value("description", "")},
+                           {"parameters", tool.value("input_schema", Json::object())}}}});
+  }
+  return converted;
+}
+
+}  // namespace
+
+MessagesRequest parse_messages(const std::string& body_text) {
+  Json body = parse_json_object(body_text);
+  MessagesRequest request;
+  if (!body.contains("max_tokens") || !body["max_tokens"].is_number_integer())
+    throw ApiError(400, "max_tokens: Field required (an integer)", "max_tokens");
+  if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
+    throw ApiError(400, "messages: a non-empty array is required", "messages");
+  if (body.contains("model") && body["model"].is_string()) request.model = body["model"];
+  Json messages = Json::array();
+  if (body.contains("system") && !body["system"].is_null())
+    messages.push_back({{"role", "system"}, {"content", block_text(body["system"], "system")}});
+  for (size_t i = 0; i < body["messages"].size(); ++i)
+    convert_message(body["messages"][i], i, messages);
+  request.chat.messages = messages;
+  request.chat.add_generation_prompt = true;
+  if (body.contains("tools") && !body["tools"].is_null())
+    request.chat.tools = convert_tools(body["tools"]);
+  if (auto choice = body.find("tool_choice"); choice != body.end() && choice->is_object()) {
+    std::string type = choice->value("type", "auto");
+    if (type == "none") request.chat.tools = nullptr;
+    if (type == "any" || type == "tool")
+      throw ApiError(400, "tool_choice 'any' or a named tool is not supported yet", "tool_choice");
+  }
+  if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object())
+    request.chat.variables["enable_thinking"] = thinking->value("type", "") == "enabled";
+  // The sampling fields share OpenAI's names, except stop_sequences.
+  Json common = Json::object();
+  for (const char* key : {"temperature", "top_p", "top_k", "stream", "max_tokens"})
+    if (body.contains(key)) common[key] = body[key];
+  if (body.contains("stop_sequences")) common["stop"] = body["stop_sequences"];
+  request.params = parse_generation_params(common, true);
+  return request;
+}
+
+Json anthropic_error_body(const ApiError& error) {
+  std::string type = error.status() == 401   ? "authentication_error"
+                     : error.status() == 404 ? "not_found_error"
+                     : error.status() == 413 ? "request_too_large"
+                     : error.status() == 429 ? "rate_limit_error"
+                     : error.status() >= 500 ? "api_error"
+                                             : "invalid_request_error";
+  return {{"type", "error"}, {"error", {{"type", type}, {"message", error.what()}}}};
+}
+
+namespace {
+
+std::string named_event(const char* name, const Json& payload) {
+  return fmt::format("event: {}\ndata: {}\n\n", name,
+                     payload.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+std::string stop_reason(const ChoiceOutput& choice) {
+  if (!choice.stop_reason.empty()) return "stop_sequence";
+  return choice.finish_reason == "length" ? "max_tokens" : "end_turn";
+}
+
+class MessagesFormatter final : public ResponseFormatter {
+ public:
+  explicit MessagesFormatter(ResponseMeta meta) : meta_(std::move(meta)) {}
+
+  std::string stream_start() override {
+    Json message = envelope(Json::array(), nullptr, nullptr, 0);
+    return named_event("message_start", {{"type", "message_start"}, {"message", message}}) +
+           named_event("content_block_start",
+                       {{"type", "content_block_start"},
+                        {"index", 0},
+                        {"content_block", {{"type", "text"}, {"text", ""}}}}) +
+           named_event("ping", {{"type", "ping"}});
+  }
+  std::string stream_text(int, const std::string& piece) override {
+    return named_event("content_block_delta",
+                       {{"type", "content_block_delta"},
+                        {"index", 0},
+                        {"delta", {{"type", "text_delta"}, {"text", piece}}}});
+  }
+  std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
+    last_ = choice;
+    return tail.empty() ? "" : stream_text(0, tail);
+  }
+  std::string stream_end(const Usage& usage) override {
+    Json delta = {
+        {"stop_reason", stop_reason(last_)},
+        {"stop_sequence", last_.stop_reason.empty() ? Json(nullptr) : Json(last_.stop_reason)}};
+    return named_event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
+           named_event("message_delta", {{"type", "message_delta"},
+                                         {"delta", delta},
+                                         {"usage", {{"output_tokens", usage.completion_tokens}}}}) +
+           named_event("message_stop", {{"type", "message_stop"}});
+  }
+  Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
+    const ChoiceOutput& choice = choices.front();
+    Json content = Json::array({{{"type", "text"}, {"text", choice.text}}});
+    return envelope(content, stop_reason(choice),
+                    choice.stop_reason.empty() ? Json(nullptr) : Json(choice.stop_reason),
+                    usage.completion_tokens, usage.cached_tokens);
+  }
+  Json error_body(const ApiError& error) const override { return anthropic_error_body(error); }
+
+ private:
+  Json envelope(const Json& content, const Json& reason, const Json& sequence, int64_t output,
+                int64_t cached = 0) const {
+    return {{"id", meta_.id},
+            {"type", "message"},
+            {"role", "assistant"},
+            {"model", meta_.model},
+            {"content", content},
+            {"stop_reason", reason},
+            {"stop_sequence", sequence},
+            {"usage",
+             {{"input_tokens", meta_.prompt_tokens - cached},
+              {"output_tokens", output},
+              {"cache_read_input_tokens", cached},
+              {"cache_creation_input_tokens", 0}}}};
+  }
+  ResponseMeta meta_;
+  ChoiceOutput last_;
+};
+
+}  // namespace
+
+std::unique_ptr<ResponseFormatter> make_anthropic_formatter(ResponseMeta meta) {
+  return std::make_unique<MessagesFormatter>(std::move(meta));
+}
+
+}  // namespace deepinfer::protocol

@@ -1,0 +1,86 @@
+#include "protocol/formatter.h"
+
+#include <set>
+
+#include "protocol/anthropic.h"
+
+namespace deepinfer::protocol {
+namespace {
+
+class ChatFormatter final : public ResponseFormatter {
+ public:
+  explicit ChatFormatter(ResponseMeta meta) : meta_(std::move(meta)) {}
+  std::string stream_text(int index, const std::string& piece) override {
+    return sse_event(chunk(index, delta(index, piece), ""));
+  }
+  std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
+    return sse_event(chunk(choice.index, delta(choice.index, tail), choice.finish_reason));
+  }
+  std::string stream_end(const Usage& usage) override {
+    std::string out;
+    if (meta_.include_usage) {
+      out += sse_event(
+          usage_chunk_json(meta_.id, "chat.completion.chunk", meta_.created, meta_.model, usage));
+    }
+    return out + "data: [DONE]\n\n";
+  }
+  Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
+    return chat_completion_json(meta_.id, meta_.created, meta_.model, choices, usage);
+  }
+
+ private:
+  // The first delta of a completion carries the role.
+  Json delta(int index, const std::string& piece) {
+    Json out = Json::object();
+    if (role_sent_.insert(index).second) out["role"] = "assistant";
+    if (!piece.empty()) out["content"] = piece;
+    return out;
+  }
+  Json chunk(int index, const Json& delta, const std::string& finish) {
+    return chat_chunk_json(meta_.id, meta_.created, meta_.model, index, delta, finish, nullptr);
+  }
+  ResponseMeta meta_;
+  std::set<int> role_sent_;
+};
+
+class CompletionFormatter final : public ResponseFormatter {
+ public:
+  explicit CompletionFormatter(ResponseMeta meta) : meta_(std::move(meta)) {}
+  std::string stream_text(int index, const std::string& piece) override {
+    return sse_event(completion_chunk_json(meta_.id, meta_.created, meta_.model, index, piece, ""));
+  }
+  std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
+    return sse_event(completion_chunk_json(meta_.id, meta_.created, meta_.model, choice.index, tail,
+                                           choice.finish_reason));
+  }
+  std::string stream_end(const Usage& usage) override {
+    std::string out;
+    if (meta_.include_usage) {
+      out += sse_event(
+          usage_chunk_json(meta_.id, "text_completion", meta_.created, meta_.model, usage));
+    }
+    return out + "data: [DONE]\n\n";
+  }
+  Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
+    return completion_json(meta_.id, meta_.created, meta_.model, choices, usage);
+  }
+
+ private:
+  ResponseMeta meta_;
+};
+
+}  // namespace
+
+std::unique_ptr<ResponseFormatter> make_formatter(ApiFormat format, ResponseMeta meta) {
+  switch (format) {
+    case ApiFormat::kChatCompletions:
+      return std::make_unique<ChatFormatter>(std::move(meta));
+    case ApiFormat::kCompletions:
+      return std::make_unique<CompletionFormatter>(std::move(meta));
+    case ApiFormat::kAnthropicMessages:
+      return make_anthropic_formatter(std::move(meta));
+  }
+  return nullptr;
+}
+
+}  // namespace deepinfer::protocol

@@ -1,0 +1,39 @@
+// How one API frames a generation: the whole answer, or its stream events piece by piece.
+// The server feeds every format the same things (text pieces per completion, completion
+// ends, usage); each format owns its shapes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "protocol/openai.h"
+
+namespace deepinfer::protocol {
+
+struct ResponseMeta {
+  std::string id;
+  std::string model;
+  int64_t created = 0;
+  int64_t prompt_tokens = 0;
+  bool include_usage = false;  // OpenAI stream_options.include_usage
+};
+
+class ResponseFormatter {
+ public:
+  virtual ~ResponseFormatter() = default;
+  // Stream text sent before any token ("" when the format has none).
+  virtual std::string stream_start() { return ""; }
+  virtual std::string stream_text(int index, const std::string& piece) = 0;
+  virtual std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) = 0;
+  virtual std::string stream_end(const Usage& usage) = 0;
+  virtual Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) = 0;
+  // The error body this API's clients parse.
+  virtual Json error_body(const ApiError& error) const { return openai_error_body(error); }
+};
+
+enum class ApiFormat { kChatCompletions, kCompletions, kAnthropicMessages };
+
+std::unique_ptr<ResponseFormatter> make_formatter(ApiFormat format, ResponseMeta meta);
+
+}  // namespace deepinfer::protocol
