@@ -3,6 +3,7 @@
 #include <set>
 
 #include "protocol/anthropic.h"
+#include "protocol/responses.h"
 
 namespace deepinfer::protocol {
 namespace {
@@ -79,6 +80,8 @@ std::unique_ptr<ResponseFormatter> make_formatter(ApiFormat format, ResponseMeta
       return std::make_unique<CompletionFormatter>(std::move(meta));
     case ApiFormat::kAnthropicMessages:
       return make_anthropic_formatter(std::move(meta));
+    case ApiFormat::kResponses:
+      return make_responses_formatter(std::move(meta));
   }
   return nullptr;
 }

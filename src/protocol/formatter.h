@@ -32,7 +32,7 @@ class ResponseFormatter {
   virtual Json error_body(const ApiError& error) const { return openai_error_body(error); }
 };
 
-enum class ApiFormat { kChatCompletions, kCompletions, kAnthropicMessages };
+enum class ApiFormat { kChatCompletions, kCompletions, kAnthropicMessages, kResponses };
 
 std::unique_ptr<ResponseFormatter> make_formatter(ApiFormat format, ResponseMeta meta);
 

@@ -12,6 +12,7 @@
 #include "protocol/completion_text.h"
 #include "protocol/formatter.h"
 #include "protocol/openai.h"
+#include "protocol/responses.h"
 
 namespace deepinfer::server {
 
@@ -121,6 +122,7 @@ void ApiServer::route(const HttpRequest& request, const std::shared_ptr<Response
   if (post && path == "/v1/chat/completions") return chat_completions(request, writer);
   if (post && path == "/v1/completions") return completions(request, writer);
   if (post && path == "/v1/messages") return messages(request, writer);
+  if (post && path == "/v1/responses") return responses(request, writer);
   if (post && path == "/tokenize") return tokenize(request, writer);
   if (post && path == "/detokenize") return detokenize(request, writer);
   throw ApiError(404, fmt::format("no route for {} {}", request.method, path));
@@ -197,6 +199,18 @@ void ApiServer::messages(const HttpRequest& http_request,
   job->writer = writer;
   job->id = random_id("msg_");
   job->api = protocol::ApiFormat::kAnthropicMessages;
+  job->params = parsed.params;
+  start_chat_job(job, parsed.chat);
+}
+
+void ApiServer::responses(const HttpRequest& http_request,
+                          const std::shared_ptr<ResponseWriter>& writer) {
+  protocol::ResponsesRequest parsed = protocol::parse_responses(http_request.body);
+  check_model(parsed.model, options_.served_model_name);
+  auto job = std::make_shared<Job>();
+  job->writer = writer;
+  job->id = random_id("resp_");
+  job->api = protocol::ApiFormat::kResponses;
   job->params = parsed.params;
   start_chat_job(job, parsed.chat);
 }

@@ -44,6 +44,7 @@ class ApiServer {
   void chat_completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void messages(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  void responses(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void tokenize(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void detokenize(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   std::string metrics_text() const;

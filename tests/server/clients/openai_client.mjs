@@ -65,6 +65,38 @@ for await (const chunk of await client.completions.create({
 }
 assert.equal(text, completion.choices[0].text);
 
+const response = await client.responses.create({
+  model, instructions: 'You complete Python code.', input: 'def add(a, b):',
+  max_output_tokens: 8, temperature: 0,
+});
+assert.equal(response.object, 'response');
+assert.ok(['completed', 'incomplete'].includes(response.status));
+assert.equal(response.output[0].type, 'message');
+assert.equal(typeof response.output_text, 'string');
+assert.ok(response.usage.input_tokens > 0 && response.usage.output_tokens > 0);
+const events = [];
+let deltas = '';
+for await (const event of await client.responses.create({
+  model, instructions: 'You complete Python code.', input: 'def add(a, b):',
+  max_output_tokens: 8, temperature: 0, stream: true,
+})) {
+  events.push(event.type);
+  if (event.type === 'response.output_text.delta') deltas += event.delta;
+  if (event.type === 'response.completed') {
+    assert.equal(event.response.output_text ?? event.response.output[0].content[0].text, response.output_text);
+    assert.equal(event.response.usage.output_tokens, response.usage.output_tokens);
+  }
+}
+assert.equal(events[0], 'response.created');
+assert.equal(events.at(-1), 'response.completed');
+assert.equal(deltas, response.output_text);
+const helper = client.responses.stream({
+  model, input: [{ role: 'user', content: [{ type: 'input_text', text: 'def add(a, b):' }] }],
+  max_output_tokens: 8, temperature: 0,
+});
+const finalResponse = await helper.finalResponse();
+assert.equal(finalResponse.status, response.status);
+
 await assert.rejects(
   new OpenAI({ baseURL: `${process.env.BASE_URL}/v1`, apiKey: 'wrong' }).models.list(),
   (error) => error.status === 401);
