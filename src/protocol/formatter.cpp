@@ -1,5 +1,6 @@
 #include "protocol/formatter.h"
 
+#include <map>
 #include <set>
 
 #include "protocol/anthropic.h"
@@ -13,6 +14,17 @@ class ChatFormatter final : public ResponseFormatter {
   explicit ChatFormatter(ResponseMeta meta) : meta_(std::move(meta)) {}
   std::string stream_text(int index, const std::string& piece) override {
     return sse_event(chunk(index, delta(index, piece), ""));
+  }
+  std::string stream_parsed(int index, const ParsedOutput& parsed) override {
+    if (parsed.empty()) return "";
+    Json out = delta(index, parsed.content);
+    if (!parsed.reasoning.empty()) out["reasoning_content"] = parsed.reasoning;
+    if (!parsed.tool_calls.empty()) {
+      size_t& sent = tool_calls_sent_[index];
+      out["tool_calls"] = tool_calls_json(parsed.tool_calls, true, sent);
+      sent += parsed.tool_calls.size();
+    }
+    return sse_event(chunk(index, out, ""));
   }
   std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
     return sse_event(chunk(choice.index, delta(choice.index, tail), choice.finish_reason));
@@ -42,6 +54,7 @@ class ChatFormatter final : public ResponseFormatter {
   }
   ResponseMeta meta_;
   std::set<int> role_sent_;
+  std::map<int, size_t> tool_calls_sent_;
 };
 
 class CompletionFormatter final : public ResponseFormatter {

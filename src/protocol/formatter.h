@@ -25,6 +25,11 @@ class ResponseFormatter {
   // Stream text sent before any token ("" when the format has none).
   virtual std::string stream_start() { return ""; }
   virtual std::string stream_text(int index, const std::string& piece) = 0;
+  // A parsed piece (reasoning, content, finished tool calls); formats that do not map
+  // reasoning and tool calls yet stream the content only.
+  virtual std::string stream_parsed(int index, const ParsedOutput& delta) {
+    return delta.content.empty() ? "" : stream_text(index, delta.content);
+  }
   virtual std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) = 0;
   virtual std::string stream_end(const Usage& usage) = 0;
   virtual Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) = 0;

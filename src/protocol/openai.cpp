@@ -272,12 +272,30 @@ Json stop_reason_json(const ChoiceOutput& choice) {
 
 }  // namespace
 
+Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index, size_t first_index) {
+  Json list = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    Json call = {{"id", calls[i].id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (with_index) call["index"] = first_index + i;
+    list.push_back(std::move(call));
+  }
+  return list;
+}
+
 Json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
                           const std::vector<ChoiceOutput>& choices, const Usage& usage) {
   Json list = Json::array();
   for (const ChoiceOutput& choice : choices) {
+    Json message = {{"role", "assistant"}, {"content", choice.text}};
+    if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
+    if (!choice.tool_calls.empty()) {
+      if (choice.text.empty()) message["content"] = nullptr;
+      message["tool_calls"] = tool_calls_json(choice.tool_calls, false);
+    }
     list.push_back({{"index", choice.index},
-                    {"message", {{"role", "assistant"}, {"content", choice.text}}},
+                    {"message", message},
                     {"logprobs", choice.logprobs},
                     {"finish_reason", finish_json(choice.finish_reason)},
                     {"stop_reason", stop_reason_json(choice)}});

@@ -11,6 +11,7 @@
 
 #include "chat/model_template.h"
 #include "engine/request.h"
+#include "protocol/output_parser.h"
 
 namespace deepinfer::protocol {
 
@@ -74,9 +75,11 @@ Json parse_json_object(const std::string& body);
 struct ChoiceOutput {
   int index = 0;
   std::string text;
-  std::string finish_reason;  // "stop", "length"
-  std::string stop_reason;    // the matched stop string, if any
-  Json logprobs;              // null, or the API's logprobs object
+  std::string reasoning;             // parsed out of the text, where the model marks it
+  std::vector<ToolCall> tool_calls;  // likewise
+  std::string finish_reason;         // "stop", "length"
+  std::string stop_reason;           // the matched stop string, if any
+  Json logprobs;                     // null, or the API's logprobs object
 };
 
 struct Usage {
@@ -85,6 +88,9 @@ struct Usage {
   int64_t cached_tokens = 0;
 };
 Json usage_json(const Usage& usage);
+
+// Chat tool_calls entries (arguments as a JSON string); stream deltas also carry an index.
+Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index, size_t first_index = 0);
 
 Json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
                           const std::vector<ChoiceOutput>& choices, const Usage& usage);

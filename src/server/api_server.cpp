@@ -51,6 +51,7 @@ struct ApiServer::Job {
   protocol::GenerationParams params;
   int64_t prompt_tokens = 0;
   std::vector<protocol::CompletionText> texts;  // per completion index
+  std::vector<protocol::OutputParser> parsers;  // per completion, when the model tags output
   std::vector<GenerationResult> results;
   std::string echo_prefix;  // /v1/completions with echo
   bool done = false;
@@ -70,6 +71,7 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
   }
   int64_t context = model.config().max_position_embeddings;
   max_model_len_ = options.max_model_len > 0 ? std::min(options.max_model_len, context) : context;
+  output_syntax_ = protocol::detect_output_syntax(*tokenizer_);
   if (options_.served_model_name.empty())
     options_.served_model_name = fs::path(model_dir).filename().string();
   engine_ = std::make_unique<EngineLoop>(model, engine);
@@ -228,6 +230,18 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, const chat::Chat
   std::vector<int32_t> prompt = tokenizer_->encode(rendered, EncodeMode::kSpecials, false);
   int max_tokens =
       check_lengths(static_cast<int64_t>(prompt.size()), job->params.max_tokens, max_model_len_);
+  if (job->api == protocol::ApiFormat::kChatCompletions && output_syntax_.any()) {
+    protocol::OutputSyntax syntax = output_syntax_;
+    // A template that opens the reasoning itself (DeepSeek-R1 style) leaves the model in it.
+    std::string_view tail = rendered;
+    while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back())))
+      tail.remove_suffix(1);
+    syntax.starts_in_reasoning =
+        !syntax.reasoning_start.empty() && tail.size() >= syntax.reasoning_start.size() &&
+        tail.substr(tail.size() - syntax.reasoning_start.size()) == syntax.reasoning_start;
+    for (int i = 0; i < job->params.sampling.n; ++i)
+      job->parsers.emplace_back(syntax, fmt::format("call_{}_{}_", job->id.substr(9, 8), i));
+  }
   start_job(job, engine_request(job->id, std::move(prompt), job->params, max_tokens));
 }
 
@@ -284,18 +298,28 @@ void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
 
 namespace {
 
-std::string finish_reason(const GenerationResult& result, const protocol::CompletionText& text) {
-  return text.stopped() || result.finish_reason == FinishReason::kStop ? "stop" : "length";
+std::string finish_reason(const GenerationResult& result, const protocol::CompletionText& text,
+                          bool called_tools) {
+  if (text.stopped() || result.finish_reason == FinishReason::kStop)
+    return called_tools ? "tool_calls" : "stop";
+  return "length";
 }
 
 }  // namespace
 
 protocol::ChoiceOutput ApiServer::choice_of(const Job& job, const GenerationResult& result) const {
-  const protocol::CompletionText& text = job.texts[static_cast<size_t>(result.index)];
+  auto index = static_cast<size_t>(result.index);
+  const protocol::CompletionText& text = job.texts[index];
   protocol::ChoiceOutput choice;
   choice.index = result.index;
   choice.text = job.echo_prefix + text.text();
-  choice.finish_reason = finish_reason(result, text);
+  if (!job.parsers.empty()) {
+    const protocol::ParsedOutput& parsed = job.parsers[index].total();
+    choice.text = parsed.content;
+    choice.reasoning = parsed.reasoning;
+    choice.tool_calls = parsed.tool_calls;
+  }
+  choice.finish_reason = finish_reason(result, text, !choice.tool_calls.empty());
   choice.stop_reason = text.matched_stop();
   if (job.api == protocol::ApiFormat::kChatCompletions && job.params.sampling.logprobs) {
     choice.logprobs = protocol::chat_logprobs_json(
@@ -315,11 +339,25 @@ bool ApiServer::take_events(Job& job) {
       if (text.stopped()) continue;
       std::string piece = text.push(token.token);
       if (text.stopped()) engine_->stop(job.id, token.index);
-      if (job.params.stream && !piece.empty())
+      if (piece.empty()) continue;
+      if (!job.parsers.empty()) {
+        protocol::ParsedOutput parsed = job.parsers[static_cast<size_t>(token.index)].push(piece);
+        if (job.params.stream) job.writer->write(job.format->stream_parsed(token.index, parsed));
+      } else if (job.params.stream) {
         job.writer->write(job.format->stream_text(token.index, piece));
+      }
     }
     for (GenerationResult& result : event.finished) {
-      std::string tail = job.texts[static_cast<size_t>(result.index)].finish();
+      auto index = static_cast<size_t>(result.index);
+      std::string tail = job.texts[index].finish();
+      if (!job.parsers.empty()) {
+        protocol::ParsedOutput parsed = job.parsers[index].push(tail);
+        protocol::ParsedOutput rest = job.parsers[index].finish();  // never holds tool calls
+        parsed.reasoning += rest.reasoning;
+        parsed.content += rest.content;
+        if (job.params.stream) job.writer->write(job.format->stream_parsed(result.index, parsed));
+        tail.clear();
+      }
       protocol::ChoiceOutput choice = choice_of(job, result);
       if (job.params.stream) job.writer->write(job.format->stream_finish(choice, tail));
       (choice.finish_reason == "stop" ? counters_.finished_stop : counters_.finished_length)++;

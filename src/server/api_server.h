@@ -65,6 +65,7 @@ class ApiServer {
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<HttpServer> http_;
   int64_t max_model_len_ = 0;
+  protocol::OutputSyntax output_syntax_;  // the model's reasoning and tool-call tags
   Counters counters_;
 };
 

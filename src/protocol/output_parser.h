@@ -1,0 +1,63 @@
+// Splits generated text into reasoning, visible content and tool calls while it streams, for
+// models that mark them with tags: <think>...</think> reasoning (Qwen3, DeepSeek-R1 style)
+// and Hermes/Qwen <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks. Markers may
+// arrive split across any chunks: text that could still be the start of a marker is held
+// back until it is known.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::protocol {
+
+struct OutputSyntax {
+  std::string reasoning_start, reasoning_end;  // empty: the model does not reason in tags
+  bool starts_in_reasoning = false;            // the prompt already opened the reasoning
+  std::string tool_start, tool_end;            // empty: no tool-call blocks
+  bool any() const { return !reasoning_end.empty() || !tool_start.empty(); }
+};
+
+// The tags a model uses, from its vocabulary's added tokens ("<think>", "<tool_call>").
+OutputSyntax detect_output_syntax(const Tokenizer& tokenizer);
+
+struct ToolCall {
+  std::string id;  // "call_<n>" unique within the response
+  std::string name;
+  std::string arguments;  // a JSON object, as text
+};
+
+struct ParsedOutput {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCall> tool_calls;
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+class OutputParser {
+ public:
+  OutputParser(OutputSyntax syntax, std::string id_prefix);
+  // What became final with this text.
+  ParsedOutput push(std::string_view text);
+  // At the end: what was held back (an unfinished tool call stays visible as content).
+  ParsedOutput finish();
+  // Everything so far, accumulated.
+  const ParsedOutput& total() const { return total_; }
+
+ private:
+  enum class Mode { kContent, kReasoning, kToolCall };
+  void emit(ParsedOutput& out, Mode mode, std::string_view text);
+  bool step(ParsedOutput& out);
+  size_t held_back(std::string_view text) const;
+
+  OutputSyntax syntax_;
+  std::string id_prefix_;
+  Mode mode_;
+  std::string buffer_;
+  ParsedOutput total_;
+};
+
+}  // namespace deepinfer::protocol

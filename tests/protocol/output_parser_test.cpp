@@ -1,0 +1,110 @@
+// Reasoning and tool calls parsed out of generated text, whole and split at every byte.
+#include "protocol/output_parser.h"
+
+#include <gtest/gtest.h>
+
+#include "protocol/formatter.h"
+
+namespace deepinfer::protocol {
+namespace {
+
+OutputSyntax qwen_syntax(bool starts_in_reasoning = false) {
+  OutputSyntax syntax;
+  syntax.reasoning_start = "<think>";
+  syntax.reasoning_end = "</think>";
+  syntax.starts_in_reasoning = starts_in_reasoning;
+  syntax.tool_start = "<tool_call>";
+  syntax.tool_end = "</tool_call>";
+  return syntax;
+}
+
+// Feeds `text` in two pieces split at `cut`, collecting every delta.
+ParsedOutput run(const OutputSyntax& syntax, const std::string& text, size_t cut) {
+  OutputParser parser(syntax, "call_");
+  ParsedOutput all;
+  auto add = [&](const ParsedOutput& part) {
+    all.reasoning += part.reasoning;
+    all.content += part.content;
+    for (const ToolCall& call : part.tool_calls) all.tool_calls.push_back(call);
+  };
+  add(parser.push(text.substr(0, cut)));
+  add(parser.push(text.substr(cut)));
+  add(parser.finish());
+  return all;
+}
+
+TEST(OutputParser, ReasoningContentAndToolCallsAtEverySplit) {
+  const std::string text =
+      "<think>I should call run.</think>Let me run it.\n<tool_call>\n{\"name\": \"run\", "
+      "\"arguments\": {\"code\": \"print(1)\"}}\n</tool_call>";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    ParsedOutput out = run(qwen_syntax(), text, cut);
+    EXPECT_EQ(out.reasoning, "I should call run.") << cut;
+    EXPECT_EQ(out.content, "Let me run it.\n") << cut;
+    ASSERT_EQ(out.tool_calls.size(), 1u) << cut;
+    EXPECT_EQ(out.tool_calls[0].name, "run");
+    EXPECT_EQ(out.tool_calls[0].arguments, R"j({"code":"print(1)"})j");
+    EXPECT_EQ(out.tool_calls[0].id, "call_0");
+  }
+}
+
+TEST(OutputParser, PromptOpenedReasoningAndTwoCalls) {
+  const std::string text =
+      "thinking</think><tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"
+      "<tool_call>{\"name\": \"b\", \"arguments\": \"{\\\"x\\\": 1}\"}</tool_call>";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    ParsedOutput out = run(qwen_syntax(true), text, cut);
+    EXPECT_EQ(out.reasoning, "thinking");
+    EXPECT_EQ(out.content, "");
+    ASSERT_EQ(out.tool_calls.size(), 2u) << cut;
+    EXPECT_EQ(out.tool_calls[1].name, "b");
+    EXPECT_EQ(out.tool_calls[1].arguments, R"({"x":1})");  // string arguments are decoded
+    EXPECT_EQ(out.tool_calls[1].id, "call_1");
+  }
+}
+
+TEST(OutputParser, BrokenOrUnfinishedCallsStayVisibleAndNearMissesAreText) {
+  ParsedOutput broken = run(qwen_syntax(), "a<tool_call>not json</tool_call>b", 3);
+  EXPECT_EQ(broken.content, "a<tool_call>not json</tool_call>b");
+  EXPECT_TRUE(broken.tool_calls.empty());
+  ParsedOutput unfinished = run(qwen_syntax(), "x<tool_call>{\"name\": \"a\"", 5);
+  EXPECT_EQ(unfinished.content, "x<tool_call>{\"name\": \"a\"");
+  ParsedOutput near = run(qwen_syntax(), "a <thin b <tool c", 4);
+  EXPECT_EQ(near.content, "a <thin b <tool c");
+  OutputSyntax none;
+  EXPECT_EQ(run(none, "<think>x</think>", 3).content, "<think>x</think>");
+}
+
+// Parsed output in the chat API's shapes: reasoning_content, tool_calls with JSON-string
+// arguments, content null beside tool calls; stream deltas index their tool calls.
+TEST(ChatFormat, ReasoningAndToolCallsWholeAndStreamed) {
+  ChoiceOutput choice;
+  choice.reasoning = "why";
+  choice.tool_calls = {{"call_a_0", "run", R"j({"code":"x"})j"}};
+  choice.finish_reason = "tool_calls";
+  Usage usage{5, 7, 0};
+  auto formatter = make_formatter(ApiFormat::kChatCompletions, {"chatcmpl-1", "m", 1, 5, false});
+  Json whole = formatter->whole({choice}, usage);
+  const Json& message = whole["choices"][0]["message"];
+  EXPECT_EQ(message["reasoning_content"], "why");
+  EXPECT_TRUE(message["content"].is_null());
+  EXPECT_EQ(message["tool_calls"][0]["function"]["name"], "run");
+  EXPECT_EQ(message["tool_calls"][0]["function"]["arguments"], R"j({"code":"x"})j");
+  EXPECT_EQ(message["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
+
+  ParsedOutput first{"why", "", {}};
+  ParsedOutput second{"", "", {{"call_a_0", "run", "{}"}, {"call_a_1", "ls", "{}"}}};
+  std::string stream = formatter->stream_parsed(0, first);
+  stream += formatter->stream_parsed(0, second);
+  size_t second_event = stream.find("data: ", 6);
+  Json one = Json::parse(stream.substr(6, second_event - 8));
+  Json two = Json::parse(stream.substr(second_event + 6));
+  EXPECT_EQ(one["choices"][0]["delta"]["reasoning_content"], "why");
+  EXPECT_EQ(one["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(two["choices"][0]["delta"]["tool_calls"][1]["index"], 1);
+  EXPECT_EQ(two["choices"][0]["delta"]["tool_calls"][1]["function"]["name"], "ls");
+}
+
+}  // namespace
+}  // namespace deepinfer::protocol
