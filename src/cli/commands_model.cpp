@@ -47,22 +47,27 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
       .add_option("--load", options.load,
                   "How weights reach memory: mmap (instant, shared) or read (copied in)")
       ->check(CLI::IsMember({"mmap", "read"}))
+      ->envname("DEEPINFER_LOAD")
       ->capture_default_str();
   command
       .add_option("--matmul-precision", options.matmul_precision,
                   "Prompt matmuls over bf16 weights: f32 activations (exact) or bf16 (AVX512-BF16 "
                   "dot products)")
       ->check(CLI::IsMember({"f32", "bf16"}))
+      ->envname("DEEPINFER_MATMUL_PRECISION")
       ->capture_default_str();
   command
       .add_option("--mla-cache", options.mla_cache,
                   "DeepSeek MLA cache: latent (kv_lora_rank + rope values per token, absorbed "
                   "decode) or expanded (per-head keys and values)")
       ->check(CLI::IsMember({"latent", "expanded"}))
+      ->envname("DEEPINFER_MLA_CACHE")
       ->capture_default_str();
-  command.add_flag("--batch-invariant", options.batch_invariant,
-                   "Bitwise the same logits for a request whatever is batched with it and however "
-                   "its prompt is chunked (fixed summation order; slower, see BENCHMARKS.md)");
+  command
+      .add_flag("--batch-invariant", options.batch_invariant,
+                "Bitwise the same logits for a request whatever is batched with it and however "
+                "its prompt is chunked (fixed summation order; see BENCHMARKS.md for its cost)")
+      ->envname("DEEPINFER_BATCH_INVARIANT");
 }
 
 void add_engine_options(CLI::App& command, EngineConfig& engine, const std::string& prefix) {
