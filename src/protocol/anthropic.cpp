@@ -135,10 +135,18 @@ std::string named_event(const char* name, const Json& payload) {
 }
 
 std::string stop_reason(const ChoiceOutput& choice) {
+  if (!choice.tool_calls.empty() && choice.finish_reason != "length") return "tool_use";
   if (!choice.stop_reason.empty()) return "stop_sequence";
   return choice.finish_reason == "length" ? "max_tokens" : "end_turn";
 }
 
+Json tool_input(const ToolCall& call) {
+  Json input = Json::parse(call.arguments, nullptr, false);
+  return input.is_object() ? input : Json::object();
+}
+
+// Content blocks open and close in order: thinking, text and tool_use blocks as the parsed
+// output switches between them.
 class MessagesFormatter final : public ResponseFormatter {
  public:
   explicit MessagesFormatter(ResponseMeta meta) : meta_(std::move(meta)) {}
@@ -146,35 +154,60 @@ class MessagesFormatter final : public ResponseFormatter {
   std::string stream_start() override {
     Json message = envelope(Json::array(), nullptr, nullptr, 0);
     return named_event("message_start", {{"type", "message_start"}, {"message", message}}) +
-           named_event("content_block_start",
-                       {{"type", "content_block_start"},
-                        {"index", 0},
-                        {"content_block", {{"type", "text"}, {"text", ""}}}}) +
            named_event("ping", {{"type", "ping"}});
   }
   std::string stream_text(int, const std::string& piece) override {
-    return named_event("content_block_delta",
-                       {{"type", "content_block_delta"},
-                        {"index", 0},
-                        {"delta", {{"type", "text_delta"}, {"text", piece}}}});
+    return delta("text", {{"type", "text_delta"}, {"text", piece}});
+  }
+  std::string stream_parsed(int, const ParsedOutput& parsed) override {
+    std::string out;
+    if (!parsed.reasoning.empty())
+      out += delta("thinking", {{"type", "thinking_delta"}, {"thinking", parsed.reasoning}});
+    if (!parsed.content.empty())
+      out += delta("text", {{"type", "text_delta"}, {"text", parsed.content}});
+    for (const ToolCall& call : parsed.tool_calls) {
+      out += open(
+          "tool_use",
+          {{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", Json::object()}});
+      out += named_event(
+          "content_block_delta",
+          {{"type", "content_block_delta"},
+           {"index", index_},
+           {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
+      out += close();
+    }
+    return out;
   }
   std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
     last_ = choice;
     return tail.empty() ? "" : stream_text(0, tail);
   }
   std::string stream_end(const Usage& usage) override {
-    Json delta = {
+    std::string out =
+        open_kind_.empty() && index_ < 0 ? open("text", {{"type", "text"}, {"text", ""}}) : "";
+    out += close();
+    Json delta_fields = {
         {"stop_reason", stop_reason(last_)},
         {"stop_sequence", last_.stop_reason.empty() ? Json(nullptr) : Json(last_.stop_reason)}};
-    return named_event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
+    return out +
            named_event("message_delta", {{"type", "message_delta"},
-                                         {"delta", delta},
+                                         {"delta", delta_fields},
                                          {"usage", {{"output_tokens", usage.completion_tokens}}}}) +
            named_event("message_stop", {{"type", "message_stop"}});
   }
   Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
     const ChoiceOutput& choice = choices.front();
-    Json content = Json::array({{{"type", "text"}, {"text", choice.text}}});
+    Json content = Json::array();
+    if (!choice.reasoning.empty())
+      content.push_back({{"type", "thinking"}, {"thinking", choice.reasoning}, {"signature", ""}});
+    if (!choice.text.empty() || choice.tool_calls.empty())
+      content.push_back({{"type", "text"}, {"text", choice.text}});
+    for (const ToolCall& call : choice.tool_calls) {
+      content.push_back({{"type", "tool_use"},
+                         {"id", call.id},
+                         {"name", call.name},
+                         {"input", tool_input(call)}});
+    }
     return envelope(content, stop_reason(choice),
                     choice.stop_reason.empty() ? Json(nullptr) : Json(choice.stop_reason),
                     usage.completion_tokens, usage.cached_tokens);
@@ -197,8 +230,37 @@ class MessagesFormatter final : public ResponseFormatter {
               {"cache_read_input_tokens", cached},
               {"cache_creation_input_tokens", 0}}}};
   }
+  // A delta for a block of `kind`, opening one (and closing the previous) when needed.
+  std::string delta(const char* kind, Json fields) {
+    std::string out;
+    if (open_kind_ != kind) {
+      Json block = std::string(kind) == "thinking"
+                       ? Json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}
+                       : Json{{"type", "text"}, {"text", ""}};
+      out += open(kind, block);
+    }
+    return out + named_event("content_block_delta", {{"type", "content_block_delta"},
+                                                     {"index", index_},
+                                                     {"delta", std::move(fields)}});
+  }
+  std::string open(const char* kind, const Json& block) {
+    std::string out = close();
+    open_kind_ = kind;
+    ++index_;
+    return out + named_event("content_block_start", {{"type", "content_block_start"},
+                                                     {"index", index_},
+                                                     {"content_block", block}});
+  }
+  std::string close() {
+    if (open_kind_.empty()) return "";
+    open_kind_.clear();
+    return named_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
+  }
+
   ResponseMeta meta_;
   ChoiceOutput last_;
+  std::string open_kind_;  // the block being streamed ("" none)
+  int index_ = -1;         // its index
 };
 
 }  // namespace

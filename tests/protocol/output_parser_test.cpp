@@ -106,5 +106,56 @@ TEST(ChatFormat, ReasoningAndToolCallsWholeAndStreamed) {
   EXPECT_EQ(two["choices"][0]["delta"]["tool_calls"][1]["function"]["name"], "ls");
 }
 
+// The same in Anthropic's shapes: thinking, text and tool_use blocks in order, each stream
+// block opened, filled and closed with consecutive indexes; stop_reason tool_use.
+TEST(AnthropicFormat, ThinkingTextAndToolUseBlocks) {
+  ChoiceOutput choice;
+  choice.reasoning = "why";
+  choice.text = "Running it.";
+  choice.tool_calls = {{"call_0", "run", R"j({"code":"x"})j"}};
+  choice.finish_reason = "stop";
+  auto formatter = make_formatter(ApiFormat::kAnthropicMessages, {"msg_1", "m", 1, 5, false});
+  Json whole = formatter->whole({choice}, Usage{5, 7, 0});
+  ASSERT_EQ(whole["content"].size(), 3u);
+  EXPECT_EQ(whole["content"][0]["type"], "thinking");
+  EXPECT_EQ(whole["content"][1]["text"], "Running it.");
+  EXPECT_EQ(whole["content"][2]["type"], "tool_use");
+  EXPECT_EQ(whole["content"][2]["input"]["code"], "x");
+  EXPECT_EQ(whole["stop_reason"], "tool_use");
+
+  std::string stream = formatter->stream_start();
+  stream += formatter->stream_parsed(0, {"why", "", {}});
+  stream += formatter->stream_parsed(0, {"", "Running it.", {}});
+  stream += formatter->stream_parsed(0, {"", "", choice.tool_calls});
+  stream += formatter->stream_finish(choice, "");
+  stream += formatter->stream_end(Usage{5, 7, 0});
+  std::vector<std::pair<std::string, Json>> events;
+  for (size_t at = 0; (at = stream.find("event: ", at)) != std::string::npos;) {
+    size_t data = stream.find("\ndata: ", at);
+    size_t end = stream.find("\n\n", data);
+    events.emplace_back(stream.substr(at + 7, data - at - 7),
+                        Json::parse(stream.substr(data + 7, end - data - 7)));
+    at = end;
+  }
+  std::vector<std::string> names;
+  for (const auto& [name, payload] : events) {
+    names.push_back(name);
+    EXPECT_EQ(payload["type"], name);  // the event line always matches the payload's type
+  }
+  std::vector<std::string> expected = {"message_start",       "ping",
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_stop",  // thinking, 0
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_stop",  // text, 1
+                                       "content_block_start", "content_block_delta",
+                                       "content_block_stop",  // tool_use, 2
+                                       "message_delta",       "message_stop"};
+  EXPECT_EQ(names, expected);
+  EXPECT_EQ(events[8].second["index"], 2);
+  EXPECT_EQ(events[8].second["content_block"]["type"], "tool_use");
+  EXPECT_EQ(events[9].second["delta"]["type"], "input_json_delta");
+  EXPECT_EQ(events[11].second["delta"]["stop_reason"], "tool_use");
+}
+
 }  // namespace
 }  // namespace deepinfer::protocol
