@@ -111,83 +111,176 @@ ResponsesRequest parse_responses(const std::string& body_text) {
 
 namespace {
 
+// Output items open and close in order (reasoning, message, function calls) as the parsed
+// output switches between them; every event carries a rising sequence_number.
 class ResponsesFormatter final : public ResponseFormatter {
  public:
   explicit ResponsesFormatter(ResponseMeta meta)
-      : meta_(std::move(meta)), item_id_("msg_" + meta_.id.substr(meta_.id.find('_') + 1)) {}
+      : meta_(std::move(meta)), suffix_(meta_.id.substr(meta_.id.find('_') + 1)) {}
 
   std::string stream_start() override {
-    Json started = response("in_progress", Json::array(), Usage{}, "");
-    return event("response.created", {{"response", started}}) +
-           event("response.in_progress", {{"response", started}}) +
-           event("response.output_item.added",
-                 {{"output_index", 0}, {"item", message_item("in_progress", "")}}) +
-           event("response.content_part.added", part_fields("", "part"));
+    Json started = response("in_progress", Json::array(), Usage{});
+    std::string out = event("response.created", {{"response", started}});  // numbered in order
+    return out + event("response.in_progress", {{"response", started}});
   }
   std::string stream_text(int, const std::string& piece) override {
-    text_ += piece;
-    Json fields = part_fields(piece, "delta");
-    fields["logprobs"] = Json::array();
-    return event("response.output_text.delta", fields);
+    return stream_parsed(0, {"", piece, {}});
+  }
+  std::string stream_parsed(int, const ParsedOutput& parsed) override {
+    std::string out;
+    if (!parsed.reasoning.empty()) {
+      out += open("reasoning");
+      text_ += parsed.reasoning;
+      out += event("response.reasoning_text.delta", {{"item_id", item_id()},
+                                                     {"output_index", index_},
+                                                     {"content_index", 0},
+                                                     {"delta", parsed.reasoning}});
+    }
+    if (!parsed.content.empty()) {
+      out += open("message");
+      text_ += parsed.content;
+      out += event("response.output_text.delta", {{"item_id", item_id()},
+                                                  {"output_index", index_},
+                                                  {"content_index", 0},
+                                                  {"delta", parsed.content},
+                                                  {"logprobs", Json::array()}});
+    }
+    for (const ToolCall& call : parsed.tool_calls) {
+      out += close();
+      ++index_;
+      kind_ = "function_call";
+      call_ = call;
+      out += event("response.output_item.added",
+                   {{"output_index", index_}, {"item", item("in_progress", "")}});
+      out += event("response.function_call_arguments.delta",
+                   {{"item_id", item_id()}, {"output_index", index_}, {"delta", call.arguments}});
+      out += close();
+    }
+    return out;
   }
   std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
     finish_ = choice.finish_reason;
-    std::string out = tail.empty() ? "" : stream_text(0, tail);
-    Json done = part_fields(text_, "text");
-    done["logprobs"] = Json::array();
-    return out + event("response.output_text.done", done) +
-           event("response.content_part.done", part_fields(text_, "part")) +
-           event("response.output_item.done",
-                 {{"output_index", 0}, {"item", message_item("completed", text_)}});
+    return tail.empty() ? "" : stream_text(0, tail);
   }
   std::string stream_end(const Usage& usage) override {
-    Json output = Json::array({message_item("completed", text_)});
-    return event("response.completed", {{"response", response(status(), output, usage, finish_)}});
+    std::string out = kind_.empty() && index_ < 0 ? open("message") : "";
+    out += close();
+    return out + event("response.completed", {{"response", response(status(), done_, usage)}});
   }
   Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
-    finish_ = choices.front().finish_reason;
-    Json output = Json::array({message_item("completed", choices.front().text)});
-    return response(status(), output, usage, finish_);
+    const ChoiceOutput& choice = choices.front();
+    finish_ = choice.finish_reason;
+    Json output = Json::array();
+    auto add = [&](const char* kind, const std::string& text) {
+      kind_ = kind;
+      ++index_;
+      output.push_back(item("completed", text));
+    };
+    if (!choice.reasoning.empty()) add("reasoning", choice.reasoning);
+    if (!choice.text.empty() || choice.tool_calls.empty()) add("message", choice.text);
+    for (const ToolCall& call : choice.tool_calls) {
+      call_ = call;
+      add("function_call", "");
+    }
+    return response(status(), output, usage);
   }
 
  private:
   std::string status() const { return finish_ == "length" ? "incomplete" : "completed"; }
+  std::string item_id() const {
+    const char* prefix = kind_ == "reasoning" ? "rs_" : kind_ == "message" ? "msg_" : "fc_";
+    return fmt::format("{}{}_{}", prefix, suffix_, index_);
+  }
 
+  // Opens an item of `kind` unless one is open already (closing the previous one).
+  std::string open(const char* kind) {
+    if (kind_ == kind) return "";
+    std::string out = close();
+    kind_ = kind;
+    ++index_;
+    text_.clear();
+    out += event("response.output_item.added",
+                 {{"output_index", index_}, {"item", item("in_progress", "")}});
+    if (kind_ == "message") {
+      out += event("response.content_part.added", {{"item_id", item_id()},
+                                                   {"output_index", index_},
+                                                   {"content_index", 0},
+                                                   {"part", text_part("output_text", "")}});
+    }
+    return out;
+  }
+  std::string close() {
+    if (kind_.empty()) return "";
+    std::string out;
+    Json where = {{"item_id", item_id()}, {"output_index", index_}};
+    if (kind_ == "reasoning") {
+      Json fields = where;
+      fields.update({{"content_index", 0}, {"text", text_}});
+      out += event("response.reasoning_text.done", fields);
+    } else if (kind_ == "message") {
+      Json fields = where;
+      fields.update({{"content_index", 0}, {"text", text_}, {"logprobs", Json::array()}});
+      out += event("response.output_text.done", fields);
+      fields = where;
+      fields.update({{"content_index", 0}, {"part", text_part("output_text", text_)}});
+      out += event("response.content_part.done", fields);
+    } else {
+      Json fields = where;
+      fields["arguments"] = call_.arguments;
+      out += event("response.function_call_arguments.done", fields);
+    }
+    Json finished = item("completed", text_);
+    done_.push_back(finished);
+    out += event("response.output_item.done", {{"output_index", index_}, {"item", finished}});
+    kind_.clear();
+    return out;
+  }
+
+  static Json text_part(const char* type, const std::string& text) {
+    Json part = {{"type", type}, {"text", text}};
+    if (std::string(type) == "output_text") part["annotations"] = Json::array();
+    return part;
+  }
+  Json item(const char* item_status, const std::string& text) const {
+    bool completed = std::string(item_status) == "completed";
+    if (kind_ == "function_call") {
+      return {{"type", "function_call"},
+              {"id", item_id()},
+              {"call_id", call_.id},
+              {"name", call_.name},
+              {"arguments", completed ? call_.arguments : ""},
+              {"status", item_status}};
+    }
+    if (kind_ == "reasoning") {
+      Json content = Json::array();
+      if (completed) content.push_back(text_part("reasoning_text", text));
+      return {{"type", "reasoning"},
+              {"id", item_id()},
+              {"summary", Json::array()},
+              {"content", content}};
+    }
+    Json content = Json::array();
+    if (completed) content.push_back(text_part("output_text", text));
+    return {{"type", "message"},
+            {"id", item_id()},
+            {"status", item_status},
+            {"role", "assistant"},
+            {"content", content}};
+  }
   std::string event(const char* type, Json fields) {
     Json payload = {{"type", type}, {"sequence_number", sequence_++}};
     payload.update(fields);
     return fmt::format("event: {}\ndata: {}\n\n", type,
                        payload.dump(-1, ' ', false, Json::error_handler_t::replace));
   }
-  // The fields that locate the one text part; `key` holds `text` (a part object for "part").
-  Json part_fields(const std::string& text, const char* key) const {
-    Json fields = {{"item_id", item_id_}, {"output_index", 0}, {"content_index", 0}};
-    if (std::string(key) == "part") {
-      fields["part"] = {{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}};
-    } else {
-      fields[key] = text;
-    }
-    return fields;
-  }
-  Json message_item(const char* item_status, const std::string& text) const {
-    Json content = Json::array();
-    if (std::string(item_status) == "completed")
-      content.push_back({{"type", "output_text"}, {"text", text}, {"annotations", Json::array()}});
-    return {{"type", "message"},
-            {"id", item_id_},
-            {"status", item_status},
-            {"role", "assistant"},
-            {"content", content}};
-  }
-  Json response(const std::string& state, const Json& output, const Usage& usage,
-                const std::string& finish) const {
-    Json incomplete = finish == "length" ? Json{{"reason", "max_output_tokens"}} : Json(nullptr);
+  Json response(const std::string& state, const Json& output, const Usage& usage) const {
     return {{"id", meta_.id},
             {"object", "response"},
             {"created_at", meta_.created},
             {"status", state},
             {"error", nullptr},
-            {"incomplete_details", state == "incomplete" ? incomplete : Json(nullptr)},
+            {"incomplete_details",
+             state == "incomplete" ? Json{{"reason", "max_output_tokens"}} : Json(nullptr)},
             {"instructions", nullptr},
             {"model", meta_.model},
             {"output", output},
@@ -205,8 +298,12 @@ class ResponsesFormatter final : public ResponseFormatter {
   }
 
   ResponseMeta meta_;
-  std::string item_id_;
-  std::string text_;
+  std::string suffix_;
+  std::string kind_;  // the open item's type ("" none)
+  int index_ = -1;    // its output_index
+  std::string text_;  // its text so far
+  ToolCall call_;     // the function call item's call
+  Json done_ = Json::array();
   std::string finish_;
   int64_t sequence_ = 0;
 };

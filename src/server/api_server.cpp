@@ -230,10 +230,7 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, const chat::Chat
   std::vector<int32_t> prompt = tokenizer_->encode(rendered, EncodeMode::kSpecials, false);
   int max_tokens =
       check_lengths(static_cast<int64_t>(prompt.size()), job->params.max_tokens, max_model_len_);
-  // Responses items do not carry reasoning and tool calls yet: that API gets the raw text.
-  bool maps_parsed_output = job->api == protocol::ApiFormat::kChatCompletions ||
-                            job->api == protocol::ApiFormat::kAnthropicMessages;
-  if (maps_parsed_output && output_syntax_.any()) {
+  if (output_syntax_.any()) {
     protocol::OutputSyntax syntax = output_syntax_;
     // A template that opens the reasoning itself (DeepSeek-R1 style) leaves the model in it.
     std::string_view tail = rendered;

@@ -157,5 +157,64 @@ TEST(AnthropicFormat, ThinkingTextAndToolUseBlocks) {
   EXPECT_EQ(events[11].second["delta"]["stop_reason"], "tool_use");
 }
 
+// And in the Responses API's: reasoning, message and function_call items, whole and as typed
+// events that open, fill and close each item at its output_index.
+TEST(ResponsesFormat, ReasoningMessageAndFunctionCallItems) {
+  ChoiceOutput choice;
+  choice.reasoning = "why";
+  choice.text = "ok";
+  choice.tool_calls = {{"call_0", "run", R"j({"code":"x"})j"}};
+  choice.finish_reason = "tool_calls";
+  auto formatter = make_formatter(ApiFormat::kResponses, {"resp_1", "m", 1, 5, false});
+  Json whole = formatter->whole({choice}, Usage{5, 7, 0});
+  ASSERT_EQ(whole["output"].size(), 3u);
+  EXPECT_EQ(whole["output"][0]["type"], "reasoning");
+  EXPECT_EQ(whole["output"][0]["content"][0]["text"], "why");
+  EXPECT_EQ(whole["output"][1]["content"][0]["text"], "ok");
+  EXPECT_EQ(whole["output"][2]["type"], "function_call");
+  EXPECT_EQ(whole["output"][2]["call_id"], "call_0");
+  EXPECT_EQ(whole["output"][2]["arguments"], R"j({"code":"x"})j");
+
+  auto streamer = make_formatter(ApiFormat::kResponses, {"resp_1", "m", 1, 5, false});
+  std::string stream = streamer->stream_start();
+  stream += streamer->stream_parsed(0, {"why", "", {}});
+  stream += streamer->stream_parsed(0, {"", "ok", {}});
+  stream += streamer->stream_parsed(0, {"", "", choice.tool_calls});
+  stream += streamer->stream_finish(choice, "");
+  stream += streamer->stream_end(Usage{5, 7, 0});
+  std::vector<std::string> names;
+  Json completed;
+  int64_t sequence = 0;
+  for (size_t at = 0; (at = stream.find("event: ", at)) != std::string::npos;) {
+    size_t data = stream.find("\ndata: ", at);
+    size_t end = stream.find("\n\n", data);
+    Json payload = Json::parse(stream.substr(data + 7, end - data - 7));
+    names.push_back(payload["type"]);
+    EXPECT_EQ(payload["sequence_number"], sequence++);
+    if (payload["type"] == "response.completed") completed = payload["response"];
+    at = end;
+  }
+  std::vector<std::string> expected = {"response.created",
+                                       "response.in_progress",
+                                       "response.output_item.added",
+                                       "response.reasoning_text.delta",
+                                       "response.reasoning_text.done",
+                                       "response.output_item.done",
+                                       "response.output_item.added",
+                                       "response.content_part.added",
+                                       "response.output_text.delta",
+                                       "response.output_text.done",
+                                       "response.content_part.done",
+                                       "response.output_item.done",
+                                       "response.output_item.added",
+                                       "response.function_call_arguments.delta",
+                                       "response.function_call_arguments.done",
+                                       "response.output_item.done",
+                                       "response.completed"};
+  EXPECT_EQ(names, expected);
+  ASSERT_EQ(completed["output"].size(), 3u);
+  EXPECT_EQ(completed["output"][2]["name"], "run");
+}
+
 }  // namespace
 }  // namespace deepinfer::protocol
