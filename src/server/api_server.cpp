@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <random>
 
@@ -180,16 +182,28 @@ GenerationRequest engine_request(const std::string& id, std::vector<int32_t> pro
 
 }  // namespace
 
+std::shared_ptr<ApiServer::Job> ApiServer::new_job(const std::shared_ptr<ResponseWriter>& writer,
+                                                   protocol::ApiFormat api,
+                                                   const protocol::GenerationParams& params) {
+  static const std::map<protocol::ApiFormat, const char*> kIdPrefix = {
+      {protocol::ApiFormat::kChatCompletions, "chatcmpl-"},
+      {protocol::ApiFormat::kCompletions, "cmpl-"},
+      {protocol::ApiFormat::kAnthropicMessages, "msg_"},
+      {protocol::ApiFormat::kResponses, "resp_"}};
+  auto job = std::make_shared<Job>();
+  job->writer = writer;
+  job->api = api;
+  job->id = random_id(kIdPrefix.at(api));
+  job->params = params;
+  return job;
+}
+
 void ApiServer::chat_completions(const HttpRequest& http_request,
                                  const std::shared_ptr<ResponseWriter>& writer) {
   protocol::ChatCompletionRequest parsed = protocol::parse_chat_completion(http_request.body);
   check_model(parsed.model, options_.served_model_name);
-  auto job = std::make_shared<Job>();
-  job->writer = writer;
-  job->id = random_id("chatcmpl-");
-  job->api = protocol::ApiFormat::kChatCompletions;
-  job->params = parsed.params;
-  start_chat_job(job, parsed.chat);
+  start_chat_job(new_job(writer, protocol::ApiFormat::kChatCompletions, parsed.params),
+                 parsed.chat);
 }
 
 void ApiServer::messages(const HttpRequest& http_request,
@@ -197,24 +211,15 @@ void ApiServer::messages(const HttpRequest& http_request,
   protocol::MessagesRequest parsed = protocol::parse_messages(http_request.body);
   check_model(parsed.model, options_.served_model_name);
   if (parsed.params.sampling.n != 1) throw ApiError(400, "the Messages API has one completion");
-  auto job = std::make_shared<Job>();
-  job->writer = writer;
-  job->id = random_id("msg_");
-  job->api = protocol::ApiFormat::kAnthropicMessages;
-  job->params = parsed.params;
-  start_chat_job(job, parsed.chat);
+  start_chat_job(new_job(writer, protocol::ApiFormat::kAnthropicMessages, parsed.params),
+                 parsed.chat);
 }
 
 void ApiServer::responses(const HttpRequest& http_request,
                           const std::shared_ptr<ResponseWriter>& writer) {
   protocol::ResponsesRequest parsed = protocol::parse_responses(http_request.body);
   check_model(parsed.model, options_.served_model_name);
-  auto job = std::make_shared<Job>();
-  job->writer = writer;
-  job->id = random_id("resp_");
-  job->api = protocol::ApiFormat::kResponses;
-  job->params = parsed.params;
-  start_chat_job(job, parsed.chat);
+  start_chat_job(new_job(writer, protocol::ApiFormat::kResponses, parsed.params), parsed.chat);
 }
 
 // Renders the conversation with the model's template, tokenizes, checks lengths, starts.
@@ -240,7 +245,8 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, const chat::Chat
         !syntax.reasoning_start.empty() && tail.size() >= syntax.reasoning_start.size() &&
         tail.substr(tail.size() - syntax.reasoning_start.size()) == syntax.reasoning_start;
     for (int i = 0; i < job->params.sampling.n; ++i)
-      job->parsers.emplace_back(syntax, fmt::format("call_{}_{}_", job->id.substr(9, 8), i));
+      job->parsers.emplace_back(syntax,
+                                fmt::format("call_{}_{}_", job->id.substr(job->id.size() - 8), i));
   }
   start_job(job, engine_request(job->id, std::move(prompt), job->params, max_tokens));
 }
@@ -258,11 +264,7 @@ void ApiServer::completions(const HttpRequest& http_request,
   }
   int max_tokens = check_lengths(static_cast<int64_t>(prompt.size()),
                                  parsed.params.max_tokens.value_or(16), max_model_len_);
-  auto job = std::make_shared<Job>();
-  job->writer = writer;
-  job->id = random_id("cmpl-");
-  job->api = protocol::ApiFormat::kCompletions;
-  job->params = parsed.params;
+  auto job = new_job(writer, protocol::ApiFormat::kCompletions, parsed.params);
   if (parsed.echo)
     job->echo_prefix = parsed.prompt_text.value_or(tokenizer_->decode(prompt, false));
   start_job(job, engine_request(job->id, std::move(prompt), parsed.params, max_tokens));

@@ -9,6 +9,7 @@
 
 #include "chat/model_template.h"
 #include "engine/engine_loop.h"
+#include "protocol/formatter.h"
 #include "protocol/openai.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
@@ -52,6 +53,8 @@ class ApiServer {
   bool authorized(const HttpRequest& request) const;
 
   struct Job;
+  std::shared_ptr<Job> new_job(const std::shared_ptr<ResponseWriter>& writer,
+                               protocol::ApiFormat api, const protocol::GenerationParams& params);
   void start_chat_job(const std::shared_ptr<Job>& job, const chat::ChatRequest& chat);
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
