@@ -83,9 +83,12 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
       });
 }
 
+// run() has returned, so no I/O thread runs handlers. The engine goes first: its thread may
+// still call stream listeners, which post to the (now idle) I/O context; then the context
+// and whatever it still queues.
 ApiServer::~ApiServer() {
-  http_.reset();  // no handler runs after this
   engine_.reset();
+  http_.reset();
 }
 
 bool ApiServer::authorized(const HttpRequest& request) const {
