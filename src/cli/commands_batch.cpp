@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "protocol/completion_text.h"
+#include "protocol/prompt.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -95,7 +96,7 @@ OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* token
       if (line.contains("tools")) chat_request.tools = line["tools"];
       if (line.contains("chat_template_kwargs"))
         chat_request.variables = line["chat_template_kwargs"];
-      r.prompt = tokenizer->encode(chat->render(chat_request), EncodeMode::kSpecials, false);
+      r.prompt = protocol::encode_chat_prompt(*chat, *tokenizer, chat_request).ids;
     }
   }
   r.sampling = read_sampling(line, n);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "protocol/openai.h"
+#include "protocol/prompt.h"
 #include "server/api_server.h"
 
 namespace deepinfer::server {
@@ -17,7 +18,7 @@ void ApiServer::tokenize(const HttpRequest& request,
     if (!template_) throw ApiError(400, "this model has no chat template");
     protocol::ChatCompletionRequest chat = protocol::parse_chat_completion(request.body);
     chat.chat.add_generation_prompt = body.value("add_generation_prompt", true);
-    tokens = tokenizer_->encode(template_->render(chat.chat), EncodeMode::kSpecials, false);
+    tokens = protocol::encode_chat_prompt(*template_, *tokenizer_, chat.chat).ids;
   } else if (body.contains("prompt") && body["prompt"].is_string()) {
     bool add_special = body.value("add_special_tokens", true);
     tokens =

@@ -14,6 +14,7 @@
 #include "protocol/completion_text.h"
 #include "protocol/formatter.h"
 #include "protocol/openai.h"
+#include "protocol/prompt.h"
 #include "protocol/responses.h"
 
 namespace deepinfer::server {
@@ -228,14 +229,15 @@ void ApiServer::responses(const HttpRequest& http_request,
 // Renders the conversation with the model's template, tokenizes, checks lengths, starts.
 void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, const chat::ChatRequest& chat) {
   if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
-  std::string rendered;
+  protocol::EncodedPrompt encoded;
   try {
-    rendered = template_->render(chat);
+    encoded = protocol::encode_chat_prompt(*template_, *tokenizer_, chat);
   } catch (const Error& error) {
     throw ApiError(400, fmt::format("the chat template rejected the messages: {}", error.what()),
                    "messages");
   }
-  std::vector<int32_t> prompt = tokenizer_->encode(rendered, EncodeMode::kSpecials, false);
+  const std::string& rendered = encoded.text;
+  std::vector<int32_t> prompt = std::move(encoded.ids);
   int max_tokens =
       check_lengths(static_cast<int64_t>(prompt.size()), job->params.max_tokens, max_model_len_);
   if (output_syntax_.any()) {

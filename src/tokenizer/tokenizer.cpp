@@ -124,15 +124,17 @@ struct Tokenizer::Impl {
   }
 
   // Cuts `text` at added tokens; `emit_text` gets the stretches between, `emit_token` the ids.
-  template <typename EmitText, typename EmitToken>
+  // `allowed(begin, end)` may veto a match (client-typed ranges).
+  template <typename EmitText, typename EmitToken, typename Allowed>
   void split_added(std::string_view text, const TokenMatcher& matcher, EmitText emit_text,
-                   EmitToken emit_token) const {
+                   EmitToken emit_token, Allowed allowed) const {
     size_t last = 0;
     size_t at = 0;
     while (at < text.size()) {
       TokenMatcher::Match match = matcher.empty() ? TokenMatcher::Match{at, at, std::string::npos}
                                                   : matcher.longest_at(text, at);
-      if (match.token == std::string::npos || !accept(text, match)) {
+      if (match.token == std::string::npos || !accept(text, match) ||
+          !allowed(match.begin, match.end)) {
         at += static_cast<size_t>(text::utf8_length(static_cast<unsigned char>(text[at])));
         continue;
       }
@@ -227,7 +229,29 @@ std::unique_ptr<Tokenizer> Tokenizer::build(const std::string& tokenizer_json,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view input, EncodeMode mode,
                                        bool add_special_tokens) const {
+  return encode_checked(input, mode, add_special_tokens, {});
+}
+
+std::vector<int32_t> Tokenizer::encode_with_plain_ranges(
+    std::string_view input, const std::vector<std::pair<size_t, size_t>>& plain) const {
+  return encode_checked(input, EncodeMode::kSpecials, false, plain);
+}
+
+std::vector<std::string> Tokenizer::added_token_contents() const {
+  std::vector<std::string> contents;
+  for (const AddedToken& token : impl_->added) contents.push_back(token.content);
+  return contents;
+}
+
+std::vector<int32_t> Tokenizer::encode_checked(
+    std::string_view input, EncodeMode mode, bool add_special_tokens,
+    const std::vector<std::pair<size_t, size_t>>& plain) const {
   text::check_utf8(input, "text to encode");
+  auto overlaps_plain = [&](size_t begin, size_t end) {
+    return std::any_of(plain.begin(), plain.end(), [&](const auto& range) {
+      return begin < range.second && range.first < end;
+    });
+  };
   const Impl& t = *impl_;
   std::vector<int32_t> ids;
   bool first = true;
@@ -245,15 +269,19 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, EncodeMode mode,
       [&](std::string_view raw) {
         std::string normalized =
             t.normalizer ? t.normalizer->apply(std::string(raw)) : std::string(raw);
+        // Normalization moves offsets: a stretch holding client text matches no normalized
+        // added token at all.
+        auto raw_begin = static_cast<size_t>(raw.data() - input.data());
+        bool has_plain = overlaps_plain(raw_begin, raw_begin + raw.size());
         t.split_added(
             normalized, matcher(true),
             [&](std::string_view stretch) {
               t.encode_text(stretch, first, ids);
               first = false;
             },
-            add_token);
+            add_token, [&](size_t, size_t) { return !has_plain; });
       },
-      add_token);
+      add_token, [&](size_t begin, size_t end) { return !overlaps_plain(begin, end); });
   if (add_special_tokens) {
     ids.insert(ids.begin(), t.post_processor.prefix.begin(), t.post_processor.prefix.end());
     ids.insert(ids.end(), t.post_processor.suffix.begin(), t.post_processor.suffix.end());

@@ -34,6 +34,13 @@ class Tokenizer {
   // (e.g. a leading BOS), as transformers' add_special_tokens=True.
   std::vector<int32_t> encode(std::string_view text, EncodeMode mode = EncodeMode::kSpecials,
                               bool add_special_tokens = false) const;
+  // As encode(kSpecials), except that no added token is recognised where it would overlap one
+  // of `plain` (byte ranges [first, second) of text a client typed): the text there is
+  // encoded as ordinary text. Elsewhere the result equals encode().
+  std::vector<int32_t> encode_with_plain_ranges(
+      std::string_view text, const std::vector<std::pair<size_t, size_t>>& plain) const;
+  // The content of every added token (what kSpecials recognises in text).
+  std::vector<std::string> added_token_contents() const;
   // Ids outside the vocabulary are an Error.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
@@ -49,6 +56,9 @@ class Tokenizer {
   const std::string& eos_token() const;
 
  private:
+  std::vector<int32_t> encode_checked(std::string_view text, EncodeMode mode,
+                                      bool add_special_tokens,
+                                      const std::vector<std::pair<size_t, size_t>>& plain) const;
   struct Impl;
   explicit Tokenizer(std::unique_ptr<Impl> impl);
   static std::unique_ptr<Tokenizer> build(const std::string& tokenizer_json,

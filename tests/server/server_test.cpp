@@ -2,6 +2,7 @@
 // disconnects, and many concurrent streams.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -250,6 +251,29 @@ TEST_F(ServerTest, TwoHundredConcurrentStreamsAllComplete) {
   }
   for (std::thread& client : clients) client.join();
   EXPECT_EQ(complete.load(), kClients);
+}
+
+// Control tokens come only from the template: a user typing <|im_end|> gets text tokens.
+TEST_F(ServerTest, TypedControlTokensBecomePlainText) {
+  auto tokens_of = [&](const std::string& content) {
+    Json body = {{"messages", Json::array({{{"role", "user"}, {"content", content}}})}};
+    return call(port(), "POST", "/tokenize", body.dump()).json()["tokens"];
+  };
+  auto count = [](const Json& tokens, int id) {
+    return std::count(tokens.begin(), tokens.end(), Json(id));
+  };
+  const int im_end = 2;  // <|im_end|> in this vocabulary
+  Json plain = tokens_of("hi there");
+  Json typed = tokens_of("hi <|im_end|> there");
+  EXPECT_EQ(count(typed, im_end), count(plain, im_end));  // only the template's own
+  EXPECT_GT(typed.size(), plain.size() + 3);              // the typed marker as text pieces
+  Reply detokenized = call(port(), "POST", "/detokenize", Json{{"tokens", typed}}.dump());
+  EXPECT_NE(detokenized.json()["prompt"].get<std::string>().find("hi <|im_end|> there"),
+            std::string::npos);
+  Reply chat = call(port(), "POST", "/v1/chat/completions",
+                    R"({"messages": [{"role": "user", "content": "hi <|im_end|> there"}],
+                        "max_tokens": 1})");
+  EXPECT_EQ(chat.json()["usage"]["prompt_tokens"], typed.size());
 }
 
 TEST_F(ServerTest, TokenizeAndDetokenize) {

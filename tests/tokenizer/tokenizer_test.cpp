@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -165,6 +166,24 @@ TEST_P(GoldenTokenizer, RandomUnicodeRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Families, GoldenTokenizer,
                          ::testing::Values("deepseek_v3", "qwen3", "llama3", "gemma3"));
+
+// Client-typed ranges: added tokens there are plain text, elsewhere still control tokens.
+TEST(Tokenizer, PlainRangesMatchNoAddedTokens) {
+  const Tokenizer& qwen = tokenizer_for("qwen3");
+  int32_t im_end = *qwen.token_to_id("<|im_end|>");
+  std::string text = "<|im_end|>user typed <|im_end|> here<|im_end|>";
+  size_t typed = text.find("<|im_end|>", 5);
+  std::vector<int32_t> ids =
+      qwen.encode_with_plain_ranges(text, {{typed, typed + std::string("<|im_end|>").size()}});
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_end), 2);
+  EXPECT_EQ(qwen.decode(ids), text);
+  std::vector<int32_t> expected = {im_end};
+  std::vector<int32_t> middle = qwen.encode("user typed <|im_end|> here", EncodeMode::kPlain);
+  expected.insert(expected.end(), middle.begin(), middle.end());
+  expected.push_back(im_end);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(qwen.encode_with_plain_ranges(text, {}), qwen.encode(text));
+}
 
 TEST(Tokenizer, ByteLevelRoundTripsTheCorpus) {
   for (std::string family : {"deepseek_v3", "qwen3", "llama3"}) {
