@@ -276,6 +276,41 @@ TEST_F(ServerTest, TypedControlTokensBecomePlainText) {
   EXPECT_EQ(chat.json()["usage"]["prompt_tokens"], typed.size());
 }
 
+// A full server answers 429 at once instead of queueing without bound.
+TEST(ServerLimits, AFullServerAnswers429) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(testing::fixture_model("demo-code-target"), LoadMode::kMmap, *ops);
+  EngineConfig engine;
+  engine.kv_bytes = size_t{64} << 20;
+  ServeOptions options;
+  options.http.host = "127.0.0.1";
+  options.http.port = 0;
+  options.max_pending_requests = 1;
+  ApiServer server(*model, testing::fixture_model("demo-code-target"), engine, options);
+  std::thread runner([&] { server.run(); });
+  Reply slow_reply;
+  std::thread slow([&] {
+    slow_reply = call(server.port(), "POST", "/v1/completions",
+                      R"({"prompt": "def", "max_tokens": 400, "ignore_eos": true})", "");
+  });
+  // Wait until the slow request holds the only slot, then knock.
+  for (int i = 0; i < 1000; ++i) {
+    std::string metrics = call(server.port(), "GET", "/metrics", "", "").body;
+    if (metrics.find("deepinfer:requests_in_flight{model_name=\"demo-code-target\"} 1") !=
+        std::string::npos)
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Reply refused =
+      call(server.port(), "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 1})", "");
+  EXPECT_EQ(refused.status, 429);
+  EXPECT_EQ(refused.json()["error"]["type"], "rate_limit_error");
+  slow.join();
+  EXPECT_EQ(slow_reply.status, 200) << slow_reply.body;
+  server.stop();
+  runner.join();
+}
+
 TEST_F(ServerTest, TokenizeAndDetokenize) {
   Reply tokens = call(port(), "POST", "/tokenize", R"({"prompt": "def add"})");
   ASSERT_EQ(tokens.status, 200);
