@@ -6,17 +6,99 @@
 
 namespace deepinfer::protocol {
 
+namespace {
+const char* const kDsmlOpen =
+    "<\xEF\xBD\x9C"
+    "DSML"
+    "\xEF\xBD\x9C";
+}  // namespace
+
 OutputSyntax detect_output_syntax(const Tokenizer& tokenizer) {
   OutputSyntax syntax;
   if (tokenizer.token_to_id("<think>") && tokenizer.token_to_id("</think>")) {
     syntax.reasoning_start = "<think>";
     syntax.reasoning_end = "</think>";
   }
-  if (tokenizer.token_to_id("<tool_call>") && tokenizer.token_to_id("</tool_call>")) {
+  if (tokenizer.token_to_id(std::string_view(kDsmlOpen).substr(1))) {
+    syntax.tools = ToolFormat::kDsml;
+    syntax.tool_start = kDsmlOpen;
+  } else if (tokenizer.token_to_id("<tool_call>") && tokenizer.token_to_id("</tool_call>")) {
+    syntax.tools = ToolFormat::kHermesJson;
     syntax.tool_start = "<tool_call>";
     syntax.tool_end = "</tool_call>";
   }
   return syntax;
+}
+
+namespace {
+
+// "<｜DSML｜" and the closing tags of a block and its parts, in both spellings (V4.1 puts a
+// space after ｜DSML｜).
+const std::string kDsmlMark =
+    "\xEF\xBD\x9C"
+    "DSML"
+    "\xEF\xBD\x9C";
+
+std::optional<std::pair<size_t, size_t>> find_either(std::string_view text, const std::string& a,
+                                                     const std::string& b, size_t from = 0) {
+  size_t at_a = text.find(a, from), at_b = text.find(b, from);
+  if (at_a == std::string::npos && at_b == std::string::npos) return std::nullopt;
+  if (at_b < at_a) return std::pair{at_b, b.size()};
+  return std::pair{at_a, a.size()};
+}
+
+// The value of attribute `name="..."` inside a tag's text.
+std::optional<std::string> attribute(std::string_view tag, const char* name) {
+  std::string key = std::string(name) + "=\"";
+  size_t at = tag.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  size_t begin = at + key.size(), end = tag.find('"', begin);
+  if (end == std::string::npos) return std::nullopt;
+  return std::string(tag.substr(begin, end - begin));
+}
+
+}  // namespace
+
+std::optional<std::vector<ToolCall>> parse_dsml_calls(std::string_view body,
+                                                      const std::string& id_prefix,
+                                                      size_t first_index) {
+  std::vector<ToolCall> calls;
+  const std::string invoke_open = "<" + kDsmlMark, invoke_end = "</" + kDsmlMark + "invoke>",
+                    invoke_end_spaced = "</" + kDsmlMark + " invoke>",
+                    param_end = "</" + kDsmlMark + "parameter>",
+                    param_end_spaced = "</" + kDsmlMark + " parameter>";
+  size_t at = 0;
+  while (true) {
+    auto start = find_either(body, invoke_open + "invoke ", invoke_open + " invoke ", at);
+    if (!start) break;
+    size_t tag = start->first;
+    size_t tag_end = body.find('>', tag);
+    if (tag_end == std::string::npos) return std::nullopt;
+    std::string_view invoke_tag = body.substr(tag, tag_end - tag);
+    std::optional<std::string> name = attribute(invoke_tag, "name");
+    auto close = find_either(body, invoke_end, invoke_end_spaced, tag_end);
+    if (!name || !close) return std::nullopt;
+    std::string_view inside = body.substr(tag_end + 1, close->first - tag_end - 1);
+    nlohmann::json arguments = nlohmann::json::object();
+    for (size_t p = 0; (p = inside.find(invoke_open, p)) != std::string::npos;) {
+      size_t p_end = inside.find('>', p);
+      auto value_end = find_either(inside, param_end, param_end_spaced, p_end);
+      if (p_end == std::string::npos || !value_end) return std::nullopt;
+      std::string_view param_tag = inside.substr(p, p_end - p);
+      std::optional<std::string> key = attribute(param_tag, "name");
+      if (!key) return std::nullopt;
+      std::string value(inside.substr(p_end + 1, value_end->first - p_end - 1));
+      auto parsed = nlohmann::json::parse(value, nullptr, false);
+      bool raw = attribute(param_tag, "string").value_or("false") == "true";
+      arguments[*key] = raw || parsed.is_discarded() ? nlohmann::json(value) : parsed;
+      p = value_end->first + value_end->second;
+    }
+    calls.push_back(
+        {fmt::format("{}{}", id_prefix, first_index + calls.size()), *name, arguments.dump()});
+    at = close->first + close->second;
+  }
+  if (calls.empty()) return std::nullopt;
+  return calls;
 }
 
 OutputParser::OutputParser(OutputSyntax syntax, std::string id_prefix)
@@ -51,6 +133,11 @@ size_t OutputParser::held_back(std::string_view text) const {
 
 // Consumes the buffer up to the next marker; false when it needs more text.
 bool OutputParser::step(ParsedOutput& out) {
+  if (mode_ == Mode::kAfterCalls) {
+    buffer_.clear();  // what follows a DSML block is not answer text
+    return false;
+  }
+  if (mode_ == Mode::kToolCall && syntax_.tools == ToolFormat::kDsml) return step_dsml(out);
   if (mode_ == Mode::kToolCall) {
     size_t end = buffer_.find(syntax_.tool_end);
     if (end == std::string::npos) return false;
@@ -101,12 +188,33 @@ bool OutputParser::step(ParsedOutput& out) {
   return true;
 }
 
+// Inside "<｜DSML｜...": complete once the block's closing tag (either spelling) arrived.
+bool OutputParser::step_dsml(ParsedOutput& out) {
+  auto close = find_either(buffer_, "</" + kDsmlMark + "tool_calls>", "</" + kDsmlMark + " calls>");
+  if (!close) return false;
+  std::string body = buffer_.substr(0, close->first);
+  buffer_.erase(0, close->first + close->second);
+  std::optional<std::vector<ToolCall>> calls =
+      parse_dsml_calls(kDsmlOpen + body, id_prefix_, total_.tool_calls.size());
+  if (!calls) {
+    emit(out, Mode::kContent, kDsmlOpen + body + "</" + kDsmlMark + "tool_calls>");
+    mode_ = Mode::kContent;
+    return true;
+  }
+  for (ToolCall& call : *calls) {
+    out.tool_calls.push_back(call);
+    total_.tool_calls.push_back(std::move(call));
+  }
+  mode_ = Mode::kAfterCalls;
+  return true;
+}
+
 ParsedOutput OutputParser::push(std::string_view text) {
   ParsedOutput out;
   buffer_.append(text);
   while (step(out)) {
   }
-  if (mode_ != Mode::kToolCall) {
+  if (mode_ != Mode::kToolCall && mode_ != Mode::kAfterCalls) {
     size_t keep = held_back(buffer_);
     emit(out, mode_, std::string_view(buffer_).substr(0, buffer_.size() - keep));
     buffer_.erase(0, buffer_.size() - keep);
@@ -116,7 +224,9 @@ ParsedOutput OutputParser::push(std::string_view text) {
 
 ParsedOutput OutputParser::finish() {
   ParsedOutput out;
-  if (mode_ == Mode::kToolCall) {
+  if (mode_ == Mode::kAfterCalls) {
+    buffer_.clear();
+  } else if (mode_ == Mode::kToolCall) {
     emit(out, Mode::kContent, syntax_.tool_start + buffer_);
   } else {
     emit(out, mode_, buffer_);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,12 +15,24 @@
 
 namespace deepinfer::protocol {
 
+// How tool calls are written: Hermes/Qwen JSON in <tool_call> tags, or DeepSeek V4's DSML
+// (<｜DSML｜tool_calls> with invoke and parameter tags; V4.1 writes "<｜DSML｜ calls>" and a
+// space after ｜DSML｜ in every tag). Text after a DSML block is not answer text.
+enum class ToolFormat { kNone, kHermesJson, kDsml };
+
 struct OutputSyntax {
   std::string reasoning_start, reasoning_end;  // empty: the model does not reason in tags
   bool starts_in_reasoning = false;            // the prompt already opened the reasoning
-  std::string tool_start, tool_end;            // empty: no tool-call blocks
-  bool any() const { return !reasoning_end.empty() || !tool_start.empty(); }
+  ToolFormat tools = ToolFormat::kNone;
+  std::string tool_start, tool_end;  // the block's tags (DSML: the common prefix; ends vary)
+  bool any() const { return !reasoning_end.empty() || tools != ToolFormat::kNone; }
 };
+
+// The calls in the body of a DSML block (the text after "<｜DSML｜" up to its closing tag);
+// nullopt when it is not a well-formed block.
+std::optional<std::vector<struct ToolCall>> parse_dsml_calls(std::string_view body,
+                                                             const std::string& id_prefix,
+                                                             size_t first_index);
 
 // The tags a model uses, from its vocabulary's added tokens ("<think>", "<tool_call>").
 OutputSyntax detect_output_syntax(const Tokenizer& tokenizer);
@@ -48,9 +61,10 @@ class OutputParser {
   const ParsedOutput& total() const { return total_; }
 
  private:
-  enum class Mode { kContent, kReasoning, kToolCall };
+  enum class Mode { kContent, kReasoning, kToolCall, kAfterCalls };
   void emit(ParsedOutput& out, Mode mode, std::string_view text);
   bool step(ParsedOutput& out);
+  bool step_dsml(ParsedOutput& out);
   size_t held_back(std::string_view text) const;
 
   OutputSyntax syntax_;

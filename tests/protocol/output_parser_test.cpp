@@ -13,6 +13,7 @@ OutputSyntax qwen_syntax(bool starts_in_reasoning = false) {
   syntax.reasoning_start = "<think>";
   syntax.reasoning_end = "</think>";
   syntax.starts_in_reasoning = starts_in_reasoning;
+  syntax.tools = ToolFormat::kHermesJson;
   syntax.tool_start = "<tool_call>";
   syntax.tool_end = "</tool_call>";
   return syntax;
@@ -73,6 +74,49 @@ TEST(OutputParser, BrokenOrUnfinishedCallsStayVisibleAndNearMissesAreText) {
   EXPECT_EQ(near.content, "a <thin b <tool c");
   OutputSyntax none;
   EXPECT_EQ(run(none, "<think>x</think>", 3).content, "<think>x</think>");
+}
+
+OutputSyntax dsml_syntax() {
+  OutputSyntax syntax;
+  syntax.reasoning_start = "<think>";
+  syntax.reasoning_end = "</think>";
+  syntax.starts_in_reasoning = true;
+  syntax.tools = ToolFormat::kDsml;
+  syntax.tool_start = "<\uFF5CDSML\uFF5C";
+  return syntax;
+}
+
+// DeepSeek V4 and V4.1 DSML blocks: raw-string and JSON parameters, several invokes, split at
+// every byte; text after the block is dropped.
+TEST(OutputParser, DsmlToolCallsInBothSpellingsAtEverySplit) {
+  const std::string v4 =
+      "plan</think>Checking.\n\n<\uFF5CDSML\uFF5Ctool_calls>\n"
+      "<\uFF5CDSML\uFF5Cinvoke name=\"get_weather\">\n"
+      "<\uFF5CDSML\uFF5Cparameter name=\"city\" string=\"true\">Paris</\uFF5CDSML\uFF5Cparameter>\n"
+      "<\uFF5CDSML\uFF5Cparameter name=\"days\" string=\"false\">3</\uFF5CDSML\uFF5Cparameter>\n"
+      "</\uFF5CDSML\uFF5Cinvoke>\n"
+      "<\uFF5CDSML\uFF5Cinvoke name=\"ns::list\">\n</\uFF5CDSML\uFF5Cinvoke>\n"
+      "</\uFF5CDSML\uFF5Ctool_calls>ignored";
+  std::string v41 = v4;
+  for (const char* tag : {"tool_calls>", "invoke", "parameter"}) {
+    std::string from = std::string("\uFF5C") + tag, to = std::string("\uFF5C ") + tag;
+    for (size_t at = 0; (at = v41.find(from, at)) != std::string::npos; at += to.size())
+      v41.replace(at, from.size(), to);
+  }
+  for (size_t at = 0; (at = v41.find("\uFF5C tool_calls>")) != std::string::npos;)
+    v41.replace(at, std::string("\uFF5C tool_calls>").size(), "\uFF5C calls>");
+  for (const std::string& text : {v4, v41}) {
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      ParsedOutput out = run(dsml_syntax(), text, cut);
+      EXPECT_EQ(out.reasoning, "plan") << cut;
+      EXPECT_EQ(out.content, "Checking.\n\n") << cut;
+      ASSERT_EQ(out.tool_calls.size(), 2u) << cut << " " << text;
+      EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+      EXPECT_EQ(out.tool_calls[0].arguments, R"j({"city":"Paris","days":3})j");
+      EXPECT_EQ(out.tool_calls[1].name, "ns::list");
+      EXPECT_EQ(out.tool_calls[1].arguments, "{}");
+    }
+  }
 }
 
 // Parsed output in the chat API's shapes: reasoning_content, tool_calls with JSON-string
