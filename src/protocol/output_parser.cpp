@@ -7,6 +7,11 @@
 namespace deepinfer::protocol {
 
 namespace {
+const char* const kV3CallsBegin = "<｜tool▁calls▁begin｜>";
+const char* const kV3CallsEnd = "<｜tool▁calls▁end｜>";
+const std::string kV3CallBegin = "<｜tool▁call▁begin｜>";
+const std::string kV3CallEnd = "<｜tool▁call▁end｜>";
+const std::string kV3Sep = "<｜tool▁sep｜>";
 const char* const kDsmlOpen =
     "<\xEF\xBD\x9C"
     "DSML"
@@ -19,7 +24,11 @@ OutputSyntax detect_output_syntax(const Tokenizer& tokenizer) {
     syntax.reasoning_start = "<think>";
     syntax.reasoning_end = "</think>";
   }
-  if (tokenizer.token_to_id(std::string_view(kDsmlOpen).substr(1))) {
+  if (tokenizer.token_to_id(kV3CallsBegin) && tokenizer.token_to_id(kV3CallsEnd)) {
+    syntax.tools = ToolFormat::kDeepSeekV3;
+    syntax.tool_start = kV3CallsBegin;
+    syntax.tool_end = kV3CallsEnd;
+  } else if (tokenizer.token_to_id(std::string_view(kDsmlOpen).substr(1))) {
     syntax.tools = ToolFormat::kDsml;
     syntax.tool_start = kDsmlOpen;
   } else if (tokenizer.token_to_id("<tool_call>") && tokenizer.token_to_id("</tool_call>")) {
@@ -58,6 +67,37 @@ std::optional<std::string> attribute(std::string_view tag, const char* name) {
 }
 
 }  // namespace
+
+std::optional<std::vector<ToolCall>> parse_deepseek_v3_calls(std::string_view body,
+                                                             const std::string& id_prefix,
+                                                             size_t first_index) {
+  std::vector<ToolCall> calls;
+  for (size_t at = 0; (at = body.find(kV3CallBegin, at)) != std::string::npos;) {
+    size_t begin = at + kV3CallBegin.size();
+    size_t end = body.find(kV3CallEnd, begin);
+    size_t sep = body.find(kV3Sep, begin);
+    if (end == std::string::npos || sep == std::string::npos || sep > end) return std::nullopt;
+    std::string head(body.substr(begin, sep - begin));
+    std::string rest(body.substr(sep + kV3Sep.size(), end - sep - kV3Sep.size()));
+    std::string name = head, arguments = rest;
+    if (head == "function") {  // NAME\n```json\nARGS\n```
+      size_t newline = rest.find('\n');
+      if (newline == std::string::npos) return std::nullopt;
+      name = rest.substr(0, newline);
+      arguments = rest.substr(newline + 1);
+      if (arguments.rfind("```json", 0) == 0) arguments.erase(0, 7);
+      size_t fence = arguments.rfind("```");
+      if (fence != std::string::npos) arguments.erase(fence);
+    }
+    auto parsed = nlohmann::json::parse(arguments, nullptr, false);
+    if (parsed.is_discarded() || !parsed.is_object() || name.empty()) return std::nullopt;
+    calls.push_back(
+        {fmt::format("{}{}", id_prefix, first_index + calls.size()), name, parsed.dump()});
+    at = end + kV3CallEnd.size();
+  }
+  if (calls.empty()) return std::nullopt;
+  return calls;
+}
 
 std::optional<std::vector<ToolCall>> parse_dsml_calls(std::string_view body,
                                                       const std::string& id_prefix,
@@ -144,6 +184,18 @@ bool OutputParser::step(ParsedOutput& out) {
     std::string body = buffer_.substr(0, end);
     buffer_.erase(0, end + syntax_.tool_end.size());
     mode_ = Mode::kContent;
+    if (syntax_.tools == ToolFormat::kDeepSeekV3) {
+      auto calls = parse_deepseek_v3_calls(body, id_prefix_, total_.tool_calls.size());
+      if (!calls) {
+        emit(out, Mode::kContent, syntax_.tool_start + body + syntax_.tool_end);
+        return true;
+      }
+      for (ToolCall& call : *calls) {
+        out.tool_calls.push_back(call);
+        total_.tool_calls.push_back(std::move(call));
+      }
+      return true;
+    }
     auto call = nlohmann::json::parse(body, nullptr, false);
     if (call.is_discarded() || !call.is_object() || !call.contains("name") ||
         !call["name"].is_string()) {

@@ -18,7 +18,10 @@ namespace deepinfer::protocol {
 // How tool calls are written: Hermes/Qwen JSON in <tool_call> tags, or DeepSeek V4's DSML
 // (<｜DSML｜tool_calls> with invoke and parameter tags; V4.1 writes "<｜DSML｜ calls>" and a
 // space after ｜DSML｜ in every tag). Text after a DSML block is not answer text.
-enum class ToolFormat { kNone, kHermesJson, kDsml };
+// DeepSeek V3 wraps calls in <｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜>, each
+// <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜> (V3.1
+// drops the "function" and the fence: NAME<｜tool▁sep｜>ARGS).
+enum class ToolFormat { kNone, kHermesJson, kDsml, kDeepSeekV3 };
 
 struct OutputSyntax {
   std::string reasoning_start, reasoning_end;  // empty: the model does not reason in tags
@@ -27,6 +30,12 @@ struct OutputSyntax {
   std::string tool_start, tool_end;  // the block's tags (DSML: the common prefix; ends vary)
   bool any() const { return !reasoning_end.empty() || tools != ToolFormat::kNone; }
 };
+
+// The calls in the body of a DeepSeek V3 block (between its begin and end tokens); nullopt
+// when malformed.
+std::optional<std::vector<struct ToolCall>> parse_deepseek_v3_calls(std::string_view body,
+                                                                    const std::string& id_prefix,
+                                                                    size_t first_index);
 
 // The calls in the body of a DSML block (the text after "<｜DSML｜" up to its closing tag);
 // nullopt when it is not a well-formed block.

@@ -119,6 +119,27 @@ TEST(OutputParser, DsmlToolCallsInBothSpellingsAtEverySplit) {
   }
 }
 
+// DeepSeek V3's call blocks (the V3 fence form and the V3.1 bare form) at every split; the
+// syntax is detected from the real V3 vocabulary.
+TEST(OutputParser, DeepSeekV3ToolCallsAtEverySplit) {
+  auto tokenizer = Tokenizer::load(std::string(DEEPINFER_TOKENIZERS) + "/deepseek_v3");
+  OutputSyntax syntax = detect_output_syntax(*tokenizer);
+  ASSERT_EQ(syntax.tools, ToolFormat::kDeepSeekV3);
+  const std::string text =
+      "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+      "```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁call▁begin｜>lookup"
+      "<｜tool▁sep｜>{\"q\": 1}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    ParsedOutput out = run(syntax, text, cut);
+    EXPECT_EQ(out.content, "Sure.") << cut;
+    ASSERT_EQ(out.tool_calls.size(), 2u) << cut;
+    EXPECT_EQ(out.tool_calls[0].name, "get_weather");
+    EXPECT_EQ(out.tool_calls[0].arguments, R"j({"city":"Paris"})j");
+    EXPECT_EQ(out.tool_calls[1].name, "lookup");
+    EXPECT_EQ(out.tool_calls[1].arguments, R"j({"q":1})j");
+  }
+}
+
 // Parsed output in the chat API's shapes: reasoning_content, tool_calls with JSON-string
 // arguments, content null beside tool calls; stream deltas index their tool calls.
 TEST(ChatFormat, ReasoningAndToolCallsWholeAndStreamed) {
