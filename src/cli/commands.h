@@ -32,6 +32,10 @@ struct ModelOptions {
 };
 void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load);
 
+// The engine settings serve and bench-engine start from: a 4 GiB KV budget (the library's
+// default is 1 GiB).
+EngineConfig cli_engine_config();
+
 // The engine's flags (batch size, KV budget, prefix caching, overlapped scheduling); `prefix`
 // starts each help text ("Offline batch: ").
 void add_engine_options(CLI::App& command, EngineConfig& engine, const std::string& prefix);

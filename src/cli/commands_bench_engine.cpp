@@ -28,14 +28,8 @@ struct EngineBenchArgs {
   int shared_prefix_tokens = 0;
   int unique_tokens = 100;
   int prefix_requests = 3;
-  EngineConfig engine = default_engine();
+  EngineConfig engine = cli_engine_config();
   bool json = false;
-
-  static EngineConfig default_engine() {
-    EngineConfig config;
-    config.kv_bytes = size_t{4} << 30;
-    return config;
-  }
 };
 
 std::vector<int32_t> synthetic_tokens(int count, int seed, int32_t vocab) {

@@ -70,6 +70,12 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
       ->envname("DEEPINFER_BATCH_INVARIANT");
 }
 
+EngineConfig cli_engine_config() {
+  EngineConfig config;
+  config.kv_bytes = size_t{4} << 30;
+  return config;
+}
+
 void add_engine_options(CLI::App& command, EngineConfig& engine, const std::string& prefix) {
   command
       .add_option("--max-batched-tokens", engine.max_batched_tokens,

@@ -16,14 +16,8 @@ namespace {
 struct ServeArgs {
   ModelOptions model;
   server::ServeOptions serve;
-  EngineConfig engine = default_engine();
+  EngineConfig engine = cli_engine_config();
   int port = 8000;
-
-  static EngineConfig default_engine() {
-    EngineConfig config;
-    config.kv_bytes = size_t{4} << 30;
-    return config;
-  }
 };
 
 // SIGTERM and SIGINT are blocked in every thread and taken by one waiting thread, which asks

@@ -49,11 +49,6 @@ void StepRunner::wait() {
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
-bool StepRunner::busy() const {
-  std::lock_guard lock(mutex_);
-  return running_;
-}
-
 void StepRunner::loop() {
   std::unique_lock lock(mutex_);
   while (true) {

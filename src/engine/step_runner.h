@@ -22,7 +22,6 @@ class StepRunner {
   void start(std::function<void()> job);
   // Blocks until the started job is done; rethrows what it threw. No-op when none runs.
   void wait();
-  bool busy() const;
 
  private:
   void loop();

@@ -9,6 +9,14 @@
 namespace deepinfer::protocol {
 namespace {
 
+// The end of an OpenAI stream: a usage chunk when asked for, then [DONE].
+std::string openai_stream_end(const ResponseMeta& meta, const char* object, const Usage& usage) {
+  std::string out;
+  if (meta.include_usage)
+    out += sse_event(usage_chunk_json(meta.id, object, meta.created, meta.model, usage));
+  return out + "data: [DONE]\n\n";
+}
+
 class ChatFormatter final : public ResponseFormatter {
  public:
   explicit ChatFormatter(ResponseMeta meta) : meta_(std::move(meta)) {}
@@ -30,12 +38,7 @@ class ChatFormatter final : public ResponseFormatter {
     return sse_event(chunk(choice.index, delta(choice.index, tail), choice.finish_reason));
   }
   std::string stream_end(const Usage& usage) override {
-    std::string out;
-    if (meta_.include_usage) {
-      out += sse_event(
-          usage_chunk_json(meta_.id, "chat.completion.chunk", meta_.created, meta_.model, usage));
-    }
-    return out + "data: [DONE]\n\n";
+    return openai_stream_end(meta_, "chat.completion.chunk", usage);
   }
   Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
     return chat_completion_json(meta_.id, meta_.created, meta_.model, choices, usage);
@@ -68,12 +71,7 @@ class CompletionFormatter final : public ResponseFormatter {
                                            choice.finish_reason));
   }
   std::string stream_end(const Usage& usage) override {
-    std::string out;
-    if (meta_.include_usage) {
-      out += sse_event(
-          usage_chunk_json(meta_.id, "text_completion", meta_.created, meta_.model, usage));
-    }
-    return out + "data: [DONE]\n\n";
+    return openai_stream_end(meta_, "text_completion", usage);
   }
   Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
     return completion_json(meta_.id, meta_.created, meta_.model, choices, usage);

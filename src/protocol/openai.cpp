@@ -270,6 +270,16 @@ Json stop_reason_json(const ChoiceOutput& choice) {
   return choice.stop_reason.empty() ? Json(nullptr) : Json(choice.stop_reason);
 }
 
+// The fields every OpenAI response object and stream chunk starts with.
+Json envelope(const std::string& id, const char* object, int64_t created, const std::string& model,
+              Json choices) {
+  return {{"id", id},
+          {"object", object},
+          {"created", created},
+          {"model", model},
+          {"choices", std::move(choices)}};
+}
+
 }  // namespace
 
 Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index, size_t first_index) {
@@ -300,13 +310,10 @@ Json chat_completion_json(const std::string& id, int64_t created, const std::str
                     {"finish_reason", finish_json(choice.finish_reason)},
                     {"stop_reason", stop_reason_json(choice)}});
   }
-  return {{"id", id},
-          {"object", "chat.completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", list},
-          {"usage", usage_json(usage)},
-          {"system_fingerprint", nullptr}};
+  Json body = envelope(id, "chat.completion", created, model, std::move(list));
+  body["usage"] = usage_json(usage);
+  body["system_fingerprint"] = nullptr;
+  return body;
 }
 
 Json chat_chunk_json(const std::string& id, int64_t created, const std::string& model, int index,
@@ -315,11 +322,7 @@ Json chat_chunk_json(const std::string& id, int64_t created, const std::string& 
                  {"delta", delta},
                  {"logprobs", logprobs},
                  {"finish_reason", finish_json(finish_reason)}};
-  return {{"id", id},
-          {"object", "chat.completion.chunk"},
-          {"created", created},
-          {"model", model},
-          {"choices", Json::array({choice})}};
+  return envelope(id, "chat.completion.chunk", created, model, Json::array({choice}));
 }
 
 Json completion_json(const std::string& id, int64_t created, const std::string& model,
@@ -332,8 +335,9 @@ Json completion_json(const std::string& id, int64_t created, const std::string& 
                     {"finish_reason", finish_json(choice.finish_reason)},
                     {"stop_reason", stop_reason_json(choice)}});
   }
-  return {{"id", id},        {"object", "text_completion"}, {"created", created}, {"model", model},
-          {"choices", list}, {"usage", usage_json(usage)}};
+  Json body = envelope(id, "text_completion", created, model, std::move(list));
+  body["usage"] = usage_json(usage);
+  return body;
 }
 
 Json completion_chunk_json(const std::string& id, int64_t created, const std::string& model,
@@ -342,17 +346,14 @@ Json completion_chunk_json(const std::string& id, int64_t created, const std::st
                  {"text", text},
                  {"logprobs", nullptr},
                  {"finish_reason", finish_json(finish_reason)}};
-  return {{"id", id},
-          {"object", "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", Json::array({choice})}};
+  return envelope(id, "text_completion", created, model, Json::array({choice}));
 }
 
 Json usage_chunk_json(const std::string& id, const std::string& object, int64_t created,
                       const std::string& model, const Usage& usage) {
-  return {{"id", id},       {"object", object},         {"created", created},
-          {"model", model}, {"choices", Json::array()}, {"usage", usage_json(usage)}};
+  Json body = envelope(id, object.c_str(), created, model, Json::array());
+  body["usage"] = usage_json(usage);
+  return body;
 }
 
 Json chat_logprobs_json(const std::vector<sampling::Sample>& samples,

@@ -35,7 +35,7 @@ class ApiServer {
 
   struct Counters {
     std::atomic<int64_t> in_flight{0};
-    std::atomic<int64_t> finished_stop{0}, finished_length{0}, aborted{0};
+    std::atomic<int64_t> finished_stop{0}, finished_length{0};
     std::atomic<int64_t> rejected{0};
   };
 

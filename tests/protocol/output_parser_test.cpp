@@ -76,6 +76,19 @@ TEST(OutputParser, BrokenOrUnfinishedCallsStayVisibleAndNearMissesAreText) {
   EXPECT_EQ(run(none, "<think>x</think>", 3).content, "<think>x</think>");
 }
 
+// "event: NAME\ndata: JSON\n\n" records of a stream, in order.
+std::vector<std::pair<std::string, Json>> named_events(const std::string& stream) {
+  std::vector<std::pair<std::string, Json>> events;
+  for (size_t at = 0; (at = stream.find("event: ", at)) != std::string::npos;) {
+    size_t data = stream.find("\ndata: ", at);
+    size_t end = stream.find("\n\n", data);
+    events.emplace_back(stream.substr(at + 7, data - at - 7),
+                        Json::parse(stream.substr(data + 7, end - data - 7)));
+    at = end;
+  }
+  return events;
+}
+
 OutputSyntax dsml_syntax() {
   OutputSyntax syntax;
   syntax.reasoning_start = "<think>";
@@ -194,14 +207,7 @@ TEST(AnthropicFormat, ThinkingTextAndToolUseBlocks) {
   stream += formatter->stream_parsed(0, {"", "", choice.tool_calls});
   stream += formatter->stream_finish(choice, "");
   stream += formatter->stream_end(Usage{5, 7, 0});
-  std::vector<std::pair<std::string, Json>> events;
-  for (size_t at = 0; (at = stream.find("event: ", at)) != std::string::npos;) {
-    size_t data = stream.find("\ndata: ", at);
-    size_t end = stream.find("\n\n", data);
-    events.emplace_back(stream.substr(at + 7, data - at - 7),
-                        Json::parse(stream.substr(data + 7, end - data - 7)));
-    at = end;
-  }
+  std::vector<std::pair<std::string, Json>> events = named_events(stream);
   std::vector<std::string> names;
   for (const auto& [name, payload] : events) {
     names.push_back(name);
@@ -250,14 +256,10 @@ TEST(ResponsesFormat, ReasoningMessageAndFunctionCallItems) {
   std::vector<std::string> names;
   Json completed;
   int64_t sequence = 0;
-  for (size_t at = 0; (at = stream.find("event: ", at)) != std::string::npos;) {
-    size_t data = stream.find("\ndata: ", at);
-    size_t end = stream.find("\n\n", data);
-    Json payload = Json::parse(stream.substr(data + 7, end - data - 7));
+  for (const auto& [name, payload] : named_events(stream)) {
     names.push_back(payload["type"]);
     EXPECT_EQ(payload["sequence_number"], sequence++);
     if (payload["type"] == "response.completed") completed = payload["response"];
-    at = end;
   }
   std::vector<std::string> expected = {"response.created",
                                        "response.in_progress",
