@@ -9,12 +9,22 @@
 
 namespace deepinfer::chat {
 
+// Which tool calls the client allows: any or none (kAuto), none offered (kNone), at least one
+// (kRequired) or one call of the named function (kNamed).
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed
+};
+
 struct ChatRequest {
   // ordered_json: templates see keys in the order the client sent them (tojson keeps it).
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json tools;  // null when the request has none
   bool add_generation_prompt = false;
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();  // enable_thinking, ...
+  ToolChoice tool_choice;
+  bool json_output = false;  // response_format json_object: the answer is one JSON value
 };
 
 class ModelChatTemplate {

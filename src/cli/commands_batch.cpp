@@ -7,10 +7,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "chat/model_template.h"
 #include "cli/batch.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "protocol/chat_encoder.h"
 #include "protocol/completion_text.h"
 #include "protocol/prompt.h"
 #include "tokenizer/tokenizer.h"
@@ -68,7 +68,7 @@ sampling::SamplingParams read_sampling(const Json& line, int n) {
 }
 
 OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* tokenizer,
-                          const chat::ModelChatTemplate* chat) {
+                          const protocol::ChatEncoder* chat) {
   Json line = Json::parse(text, nullptr, false);
   if (line.is_discarded() || !line.is_object()) fail("--input line {}: not a JSON object", n);
   int sources =
@@ -89,14 +89,18 @@ OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* token
       read_field(line, "prompt", prompt, n);
       r.prompt = tokenizer->encode(prompt, EncodeMode::kSpecials, true);
     } else {
-      if (!chat) fail("--input line {}: messages need the model's chat template", n);
+      if (!chat->available()) fail("--input line {}: messages need the model's chat template", n);
       chat::ChatRequest chat_request;
       chat_request.messages = line["messages"];
       chat_request.add_generation_prompt = line.value("add_generation_prompt", true);
       if (line.contains("tools")) chat_request.tools = line["tools"];
       if (line.contains("chat_template_kwargs"))
         chat_request.variables = line["chat_template_kwargs"];
-      r.prompt = protocol::encode_chat_prompt(*chat, *tokenizer, chat_request).ids;
+      try {
+        r.prompt = chat->encode(chat_request).encoded.ids;
+      } catch (const std::exception& error) {
+        fail("--input line {}: {}", n, error.what());
+      }
     }
   }
   r.sampling = read_sampling(line, n);
@@ -131,19 +135,16 @@ void show_progress(size_t done, size_t total, int64_t tokens, double seconds) {
 // The model folder's tokenizer and chat template, where it has them.
 struct TextTools {
   std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<chat::ModelChatTemplate> chat;
+  std::unique_ptr<protocol::ChatEncoder> chat;  // with the tokenizer
 };
 
 TextTools load_text_tools(const std::string& model_dir) {
   TextTools tools;
   if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return tools;
   tools.tokenizer = Tokenizer::load(model_dir);
-  try {
-    tools.chat =
-        std::make_unique<chat::ModelChatTemplate>(chat::ModelChatTemplate::load(model_dir));
-  } catch (const Error&) {
-    tools.chat.reset();  // no template: only "messages" lines need one, and they say so
-  }
+  // Without a template only "messages" lines fail, and they say so.
+  tools.chat = std::make_unique<protocol::ChatEncoder>(model_dir, *tools.tokenizer,
+                                                       protocol::PromptFormat::kAuto);
   return tools;
 }
 

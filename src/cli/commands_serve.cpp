@@ -18,6 +18,7 @@ struct ServeArgs {
   server::ServeOptions serve;
   EngineConfig engine = cli_engine_config();
   int port = 8000;
+  std::string prompt_format = "auto";
 };
 
 // SIGTERM and SIGINT are blocked in every thread and taken by one waiting thread, which asks
@@ -31,6 +32,7 @@ void run_serve(ServeArgs& args) {
   std::signal(SIGPIPE, SIG_IGN);
   LoadedModel loaded = open_model(args.model);
   args.serve.http.port = static_cast<uint16_t>(args.port);
+  args.serve.prompt_format = protocol::parse_prompt_format(args.prompt_format);
   server::ApiServer api(*loaded.model, args.model.model_dir, args.engine, args.serve);
   fmt::print(stderr, "deepinfer: serving {} on http://{}:{} ({})\n", args.model.model_dir,
              args.serve.http.host, api.port(), loaded.ops->name());
@@ -91,6 +93,11 @@ void add_serve_command(CLI::App& app) {
       ->add_flag("--async-scheduling", args->engine.async_scheduling,
                  "Schedule the next engine step while the model runs this one")
       ->envname("DEEPINFER_ASYNC_SCHEDULING");
+  option("--prompt-format", args->prompt_format,
+         "How chat requests become prompts: auto (DeepSeek V4/V4.1 encoding when the vocabulary "
+         "has its tokens, else the chat template), template, deepseek-v4 or deepseek-v4.1",
+         "DEEPINFER_PROMPT_FORMAT")
+      ->check(CLI::IsMember({"auto", "template", "deepseek-v4", "deepseek-v4.1"}));
   option("--max-pending-requests", args->serve.max_pending_requests,
          "Generation requests in progress at once; more get 429", "DEEPINFER_MAX_PENDING_REQUESTS")
       ->check(CLI::PositiveNumber);

@@ -100,14 +100,26 @@ MessagesRequest parse_messages(const std::string& body_text) {
   request.chat.add_generation_prompt = true;
   if (body.contains("tools") && !body["tools"].is_null())
     request.chat.tools = convert_tools(body["tools"]);
-  if (auto choice = body.find("tool_choice"); choice != body.end() && choice->is_object()) {
-    std::string type = choice->value("type", "auto");
-    if (type == "none") request.chat.tools = nullptr;
-    if (type == "any" || type == "tool")
-      throw ApiError(400, "tool_choice 'any' or a named tool is not supported yet", "tool_choice");
+  if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null()) {
+    using Mode = chat::ToolChoice::Mode;
+    std::string type = choice->is_object() ? choice->value("type", "") : "";
+    chat::ToolChoice& parsed = request.chat.tool_choice;
+    if (type == "none") parsed.mode = Mode::kNone;
+    if (type == "any") parsed.mode = Mode::kRequired;
+    if (type == "tool") {
+      parsed.mode = Mode::kNamed;
+      parsed.name = choice->value("name", "");
+    }
+    if (type != "auto" && type != "none" && type != "any" && type != "tool")
+      throw ApiError(400, "tool_choice.type must be auto, any, tool or none", "tool_choice");
+    check_tool_choice(parsed, request.chat.tools);
+    if (parsed.mode == Mode::kNone) request.chat.tools = nullptr;
   }
-  if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object())
-    request.chat.variables["enable_thinking"] = thinking->value("type", "") == "enabled";
+  if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
+    bool enabled = thinking->value("type", "") == "enabled";
+    request.chat.variables["enable_thinking"] = enabled;
+    request.chat.variables["thinking"] = enabled;
+  }
   // The sampling fields share OpenAI's names, except stop_sequences.
   Json common = Json::object();
   for (const char* key : {"temperature", "top_p", "top_k", "stream", "max_tokens"})

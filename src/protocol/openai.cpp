@@ -94,19 +94,66 @@ void read_logit_bias(const Json& body, sampling::SamplingParams& p) {
   }
 }
 
-void reject_structured_output(const Json& body) {
+// text: free output; json_object: one JSON object, enforced token by token; json_schema
+// needs structured output, which is not built yet.
+void read_response_format(const Json& body, GenerationParams& params) {
   auto found = body.find("response_format");
   if (found == body.end() || found->is_null()) return;
   std::string type = found->is_object() ? found->value("type", "") : "";
   if (type == "text") return;
+  if (type == "json_object") {
+    params.json_output = true;
+    return;
+  }
   throw ApiError(400,
-                 fmt::format("response_format '{}' is not supported yet: this server cannot "
-                             "constrain output to JSON (structured output is planned)",
+                 fmt::format("response_format '{}' is not supported yet: only 'text' and "
+                             "'json_object' are (JSON schemas need structured output, planned)",
                              type),
                  "response_format");
 }
 
 }  // namespace
+
+chat::ToolChoice parse_tool_choice(const Json& choice, const Json& tools) {
+  using Mode = chat::ToolChoice::Mode;
+  chat::ToolChoice parsed;
+  if (choice.is_null() || choice == "auto") return parsed;
+  if (choice == "none") {
+    parsed.mode = Mode::kNone;
+    return parsed;
+  }
+  if (choice == "required") {
+    parsed.mode = Mode::kRequired;
+  } else if (choice.is_object() && choice.value("type", "") == "function") {
+    // Chat nests the name in "function"; Responses puts it beside "type".
+    const Json& function = choice.contains("function") ? choice["function"] : choice;
+    if (!function.is_object() || !function.contains("name") || !function["name"].is_string())
+      throw ApiError(400, "a named tool_choice needs the function's name", "tool_choice");
+    parsed.mode = Mode::kNamed;
+    parsed.name = function["name"].get<std::string>();
+  } else {
+    throw ApiError(400, "tool_choice must be 'none', 'auto', 'required' or a named function",
+                   "tool_choice");
+  }
+  check_tool_choice(parsed, tools);
+  return parsed;
+}
+
+void check_tool_choice(const chat::ToolChoice& choice, const Json& tools) {
+  using Mode = chat::ToolChoice::Mode;
+  if (choice.mode != Mode::kRequired && choice.mode != Mode::kNamed) return;
+  if (!tools.is_array() || tools.empty())
+    throw ApiError(400, "tool_choice asks for a tool call but the request has no tools",
+                   "tool_choice");
+  if (choice.mode == Mode::kRequired) return;
+  for (const Json& tool : tools) {
+    const Json& function = tool.contains("function") ? tool["function"] : tool;
+    if (function.is_object() && function.value("name", "") == choice.name) return;
+  }
+  throw ApiError(400,
+                 fmt::format("tool_choice names '{}', which is not among the tools", choice.name),
+                 "tool_choice");
+}
 
 GenerationParams parse_generation_params(const Json& body, bool chat) {
   GenerationParams params;
@@ -147,7 +194,7 @@ GenerationParams parse_generation_params(const Json& body, bool chat) {
   params.stop = read_stop(body);
   if (auto options = body.find("stream_options"); options != body.end() && options->is_object())
     read(*options, "include_usage", params.include_usage);
-  reject_structured_output(body);
+  read_response_format(body, params);
   try {
     sampling::validate(p, std::numeric_limits<int32_t>::max());
   } catch (const std::exception& error) {
@@ -213,18 +260,23 @@ ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
     if (!tools->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
     request.chat.tools = *tools;
   }
-  if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null()) {
-    std::string mode = choice->is_string() ? choice->get<std::string>() : "named";
-    if (mode == "none") request.chat.tools = nullptr;
-    if (mode != "none" && mode != "auto") {
-      throw ApiError(400,
-                     "tool_choice 'required' or a named function is not supported yet (tool "
-                     "calls are returned as text until tool-call parsing lands)",
-                     "tool_choice");
-    }
+  if (auto choice = body.find("tool_choice"); choice != body.end())
+    request.chat.tool_choice = parse_tool_choice(*choice, request.chat.tools);
+  if (request.chat.tool_choice.mode == chat::ToolChoice::Mode::kNone) request.chat.tools = nullptr;
+  Json& variables = request.chat.variables;
+  if (auto effort = body.find("reasoning_effort"); effort != body.end() && !effort->is_null()) {
+    if (!effort->is_string() && !effort->is_number_integer())
+      throw ApiError(400, "'reasoning_effort' must be a string", "reasoning_effort");
+    variables["reasoning_effort"] = *effort;
+  }
+  // DeepSeek's API switches thinking with {"thinking": {"type": "enabled" | "disabled"}}.
+  if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
+    bool enabled = thinking->value("type", "") == "enabled";
+    variables["thinking"] = enabled;
+    variables["enable_thinking"] = enabled;
   }
   if (auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && kwargs->is_object())
-    request.chat.variables = *kwargs;
+    for (const auto& [key, value] : kwargs->items()) variables[key] = value;
   request.params = parse_generation_params(body, true);
   return request;
 }

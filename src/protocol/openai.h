@@ -45,6 +45,7 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int priority = 0;
+  bool json_output = false;  // response_format json_object
 };
 
 struct ChatCompletionRequest {
@@ -64,6 +65,13 @@ struct CompletionRequest {
 // The sampling and length fields shared by every API (OpenAI names; `chat` picks the chat
 // form of logprobs); ApiError (400) names the offending field.
 GenerationParams parse_generation_params(const Json& body, bool chat);
+
+// tool_choice in the Chat form ("none", "auto", "required", {"type": "function",
+// "function": {"name"}}) or the Responses form ({"type": "function", "name"}), checked
+// against the request's tools (OpenAI-shaped).
+chat::ToolChoice parse_tool_choice(const Json& choice, const Json& tools);
+// ApiError 400 when a required or named choice has no tool to call.
+void check_tool_choice(const chat::ToolChoice& choice, const Json& tools);
 
 // Parse and check a request body; ApiError (400) names the offending field.
 ChatCompletionRequest parse_chat_completion(const std::string& body);

@@ -24,13 +24,14 @@ OutputSyntax detect_output_syntax(const Tokenizer& tokenizer) {
     syntax.reasoning_start = "<think>";
     syntax.reasoning_end = "</think>";
   }
-  if (tokenizer.token_to_id(kV3CallsBegin) && tokenizer.token_to_id(kV3CallsEnd)) {
+  // V4 vocabularies may still hold V3's tool tokens; DSML is what they write.
+  if (tokenizer.token_to_id(std::string_view(kDsmlOpen).substr(1))) {
+    syntax.tools = ToolFormat::kDsml;
+    syntax.tool_start = kDsmlOpen;
+  } else if (tokenizer.token_to_id(kV3CallsBegin) && tokenizer.token_to_id(kV3CallsEnd)) {
     syntax.tools = ToolFormat::kDeepSeekV3;
     syntax.tool_start = kV3CallsBegin;
     syntax.tool_end = kV3CallsEnd;
-  } else if (tokenizer.token_to_id(std::string_view(kDsmlOpen).substr(1))) {
-    syntax.tools = ToolFormat::kDsml;
-    syntax.tool_start = kDsmlOpen;
   } else if (tokenizer.token_to_id("<tool_call>") && tokenizer.token_to_id("</tool_call>")) {
     syntax.tools = ToolFormat::kHermesJson;
     syntax.tool_start = "<tool_call>";

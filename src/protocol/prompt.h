@@ -15,7 +15,7 @@ namespace deepinfer::protocol {
 struct EncodedPrompt {
   std::string text;  // the rendered prompt, as transformers' apply_chat_template gives it
   std::vector<int32_t> ids;
-  // Byte ranges of `text` where a client typed added-token text (encoded as plain text).
+  // Byte ranges of `text` encoded without the added vocabulary (client text).
   std::vector<std::pair<size_t, size_t>> client_token_text;
 };
 

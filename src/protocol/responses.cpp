@@ -96,6 +96,9 @@ ResponsesRequest parse_responses(const std::string& body_text) {
     }
     request.chat.tools = converted;
   }
+  if (auto choice = body.find("tool_choice"); choice != body.end())
+    request.chat.tool_choice = parse_tool_choice(*choice, request.chat.tools);
+  if (request.chat.tool_choice.mode == chat::ToolChoice::Mode::kNone) request.chat.tools = nullptr;
   if (auto reasoning = body.find("reasoning"); reasoning != body.end() && reasoning->is_object())
     request.chat.variables["reasoning_effort"] = reasoning->value("effort", "medium");
   Json common = Json::object();

@@ -15,10 +15,10 @@ void ApiServer::tokenize(const HttpRequest& request,
   Json body = protocol::parse_json_object(request.body);
   std::vector<int32_t> tokens;
   if (body.contains("messages")) {
-    if (!template_) throw ApiError(400, "this model has no chat template");
     protocol::ChatCompletionRequest chat = protocol::parse_chat_completion(request.body);
     chat.chat.add_generation_prompt = body.value("add_generation_prompt", true);
-    tokens = protocol::encode_chat_prompt(*template_, *tokenizer_, chat.chat).ids;
+    chat.chat.json_output = chat.params.json_output;
+    tokens = chat_encoder_->encode(chat.chat).encoded.ids;
   } else if (body.contains("prompt") && body["prompt"].is_string()) {
     bool add_special = body.value("add_special_tokens", true);
     tokens =

@@ -67,14 +67,10 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
   if (!fs::exists(fs::path(model_dir) / "tokenizer.json"))
     fail("serve: {} has no tokenizer.json (the server needs the model's tokenizer)", model_dir);
   tokenizer_ = Tokenizer::load(model_dir);
-  try {
-    template_ = std::make_unique<chat::ModelChatTemplate>(chat::ModelChatTemplate::load(model_dir));
-  } catch (const Error&) {
-    template_.reset();  // /v1/chat/completions then answers 400 saying so
-  }
+  chat_encoder_ =
+      std::make_unique<protocol::ChatEncoder>(model_dir, *tokenizer_, options.prompt_format);
   int64_t context = model.config().max_position_embeddings;
   max_model_len_ = options.max_model_len > 0 ? std::min(options.max_model_len, context) : context;
-  output_syntax_ = protocol::detect_output_syntax(*tokenizer_);
   if (options_.served_model_name.empty())
     options_.served_model_name = fs::path(model_dir).filename().string();
   engine_ = std::make_unique<EngineLoop>(model, engine);
@@ -227,33 +223,21 @@ void ApiServer::responses(const HttpRequest& http_request,
 }
 
 // Renders the conversation with the model's template, tokenizes, checks lengths, starts.
-void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, const chat::ChatRequest& chat) {
-  if (!template_) throw ApiError(400, "this model has no chat template; use /v1/completions");
-  protocol::EncodedPrompt encoded;
-  try {
-    encoded = protocol::encode_chat_prompt(*template_, *tokenizer_, chat);
-  } catch (const Error& error) {
-    throw ApiError(400, fmt::format("the chat template rejected the messages: {}", error.what()),
-                   "messages");
-  }
-  const std::string& rendered = encoded.text;
-  std::vector<int32_t> prompt = std::move(encoded.ids);
+// Renders the conversation, tokenizes, checks lengths, starts.
+void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat) {
+  chat.json_output = job->params.json_output;
+  protocol::ChatPrompt prompt = chat_encoder_->encode(chat);
+  std::vector<int32_t> ids = std::move(prompt.encoded.ids);
   int max_tokens =
-      check_lengths(static_cast<int64_t>(prompt.size()), job->params.max_tokens, max_model_len_);
-  if (output_syntax_.any()) {
-    protocol::OutputSyntax syntax = output_syntax_;
-    // A template that opens the reasoning itself (DeepSeek-R1 style) leaves the model in it.
-    std::string_view tail = rendered;
-    while (!tail.empty() && std::isspace(static_cast<unsigned char>(tail.back())))
-      tail.remove_suffix(1);
-    syntax.starts_in_reasoning =
-        !syntax.reasoning_start.empty() && tail.size() >= syntax.reasoning_start.size() &&
-        tail.substr(tail.size() - syntax.reasoning_start.size()) == syntax.reasoning_start;
-    for (int i = 0; i < job->params.sampling.n; ++i)
-      job->parsers.emplace_back(syntax,
+      check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
+  if (prompt.syntax.any()) {
+    for (int i = 0; i < job->params.sampling.n; ++i) {
+      job->parsers.emplace_back(prompt.syntax,
                                 fmt::format("call_{}_{}_", job->id.substr(job->id.size() - 8), i));
+      job->parsers.back().push(prompt.forced_output);  // the call the prompt opened
+    }
   }
-  start_job(job, engine_request(job->id, std::move(prompt), job->params, max_tokens));
+  start_job(job, engine_request(job->id, std::move(ids), job->params, max_tokens));
 }
 
 void ApiServer::completions(const HttpRequest& http_request,

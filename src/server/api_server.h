@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "chat/model_template.h"
 #include "engine/engine_loop.h"
+#include "protocol/chat_encoder.h"
 #include "protocol/formatter.h"
 #include "protocol/openai.h"
 #include "server/http_server.h"
@@ -22,6 +22,7 @@ struct ServeOptions {
   std::string served_model_name;    // the id clients send as "model"
   int64_t max_model_len = 0;        // 0: the model's context length
   int max_pending_requests = 1024;  // more at once get 429
+  protocol::PromptFormat prompt_format = protocol::PromptFormat::kAuto;
 };
 
 class ApiServer {
@@ -55,7 +56,7 @@ class ApiServer {
   struct Job;
   std::shared_ptr<Job> new_job(const std::shared_ptr<ResponseWriter>& writer,
                                protocol::ApiFormat api, const protocol::GenerationParams& params);
-  void start_chat_job(const std::shared_ptr<Job>& job, const chat::ChatRequest& chat);
+  void start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat);
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
   bool take_events(Job& job);
@@ -64,11 +65,10 @@ class ApiServer {
   CausalLM& model_;
   ServeOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<chat::ModelChatTemplate> template_;
+  std::unique_ptr<protocol::ChatEncoder> chat_encoder_;
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<HttpServer> http_;
   int64_t max_model_len_ = 0;
-  protocol::OutputSyntax output_syntax_;  // the model's reasoning and tool-call tags
   Counters counters_;
 };
 

@@ -269,17 +269,22 @@ std::vector<int32_t> Tokenizer::encode_checked(
       [&](std::string_view raw) {
         std::string normalized =
             t.normalizer ? t.normalizer->apply(std::string(raw)) : std::string(raw);
-        // Normalization moves offsets: a stretch holding client text matches no normalized
-        // added token at all.
+        // Where normalization changed the stretch its offsets moved: a stretch holding client
+        // text then matches no normalized added token at all. Unchanged, offsets still apply.
         auto raw_begin = static_cast<size_t>(raw.data() - input.data());
         bool has_plain = overlaps_plain(raw_begin, raw_begin + raw.size());
+        bool same_offsets = normalized == raw;
         t.split_added(
             normalized, matcher(true),
             [&](std::string_view stretch) {
               t.encode_text(stretch, first, ids);
               first = false;
             },
-            add_token, [&](size_t, size_t) { return !has_plain; });
+            add_token,
+            [&](size_t begin, size_t end) {
+              if (!has_plain) return true;
+              return same_offsets && !overlaps_plain(raw_begin + begin, raw_begin + end);
+            });
       },
       add_token, [&](size_t begin, size_t end) { return !overlaps_plain(begin, end); });
   if (add_special_tokens) {
