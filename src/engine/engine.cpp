@@ -27,7 +27,8 @@ struct Engine::Sequence {
   uint64_t epoch = 0;
   SequenceKv blocks;
   sampling::TokenHistory history;
-  int64_t cached_prompt_tokens = -1;  // set at first admission
+  std::unique_ptr<structured::Matcher> matcher;  // the request's constraint, if any
+  int64_t cached_prompt_tokens = -1;             // set at first admission
   int preemptions = 0;
   bool stop_requested = false;
   bool finished = false;
@@ -147,6 +148,7 @@ void Engine::submit(GenerationRequest request) {
     sequence->prompt_cached = prompt_cached;
     sequence->submitted = now;
     sequence->request = request;
+    if (request.constraint) sequence->matcher = request.constraint->start();
     waiting_.push_back(std::move(sequence));
   }
 }
@@ -283,9 +285,8 @@ void Engine::execute(StepWork& work) {
     const sampling::SamplingParams& params = sequence.request.sampling;
     auto row = [&](size_t r) { return work.logits.data() + r * static_cast<size_t>(vocab); };
     if (chunk.samples) {
-      chunk.sample =
-          sampling::sample(row(chunk.first_logit_row + chunk.logit_rows - 1), vocab, params,
-                           sequence.history, sequence.seed, chunk.output_position);
+      chunk.sample = sample_next(sequence, row(chunk.first_logit_row + chunk.logit_rows - 1),
+                                 chunk.output_position);
     }
     if (chunk.prompt_rows) {
       for (size_t r = 0; r < chunk.logit_rows; ++r) {
@@ -299,6 +300,26 @@ void Engine::execute(StepWork& work) {
   }
 }
 
+// The sequence's next token from its logits row, through its constraint's mask if it has one
+// (logprobs still come from the unmasked row: the model's own distribution).
+sampling::Sample Engine::sample_next(const Sequence& sequence, const float* logits,
+                                     uint64_t position) const {
+  const int32_t vocab = model_.config().vocab_size;
+  const sampling::SamplingParams& params = sequence.request.sampling;
+  if (!sequence.matcher)
+    return sampling::sample(logits, vocab, params, sequence.history, sequence.seed, position);
+  std::vector<float> masked(logits, logits + vocab);
+  sequence.matcher->mask_logits(masked.data(), vocab);
+  sampling::Sample sample =
+      sampling::sample(masked.data(), vocab, params, sequence.history, sequence.seed, position);
+  if (params.logprobs) {
+    sampling::Sample raw = sampling::score_token(logits, vocab, sample.token, params.top_logprobs);
+    sample.logprob = raw.logprob;
+    sample.top = std::move(raw.top);
+  }
+  return sample;
+}
+
 // Appends the tokens `done` sampled, and writes them into the decode rows of `next` that were
 // planned before they were known.
 void Engine::apply_samples(StepWork& done, StepWork* next) {
@@ -306,6 +327,9 @@ void Engine::apply_samples(StepWork& done, StepWork* next) {
     Sequence& sequence = *chunk.sequence;
     if (!chunk.samples || sequence.finished) continue;
     --sequence.pending;
+    // A token the mask allowed always fits; one that does not (every token masked) ends it.
+    if (sequence.matcher && !sequence.matcher->accept(chunk.sample.token))
+      sequence.stop_requested = true;
     sequence.tokens.push_back(chunk.sample.token);
     sequence.generated.push_back(chunk.sample.token);
     sequence.history.add_output(chunk.sample.token);

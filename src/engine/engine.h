@@ -97,6 +97,8 @@ class Engine {
   void admit_waiting(StepWork& work, int64_t& budget);
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
+  sampling::Sample sample_next(const Sequence& sequence, const float* logits,
+                               uint64_t position) const;
   void apply_samples(StepWork& done, StepWork* next);
   void commit(StepWork& done, std::vector<GenerationResult>& finished,
               std::vector<TokenEvent>* tokens);

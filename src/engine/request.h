@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sampling/sampling.h"
+#include "structured/structured.h"
 
 namespace deepinfer {
 
@@ -20,6 +21,9 @@ struct GenerationRequest {
   std::vector<int32_t> stop_token_ids;
   uint64_t cache_salt = 0;  // requests only share cached blocks with the same salt
   int priority = 0;         // lower runs first and is preempted last (FCFS among equals)
+  // When set, every completion's output follows it (masked sampling); logprobs still
+  // describe the model's own distribution.
+  std::shared_ptr<const structured::Constraint> constraint;
 };
 
 enum class FinishReason { kStop, kLength };

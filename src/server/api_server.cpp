@@ -88,6 +88,19 @@ ApiServer::~ApiServer() {
   http_.reset();
 }
 
+// Built on first use: the byte table of a 150k vocabulary takes a fraction of a second.
+std::shared_ptr<const structured::Constraint> ApiServer::json_object_constraint() {
+  std::call_once(json_once_, [this] {
+    std::vector<int32_t> control;
+    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
+      if (tokenizer_->is_special(id)) control.push_back(id);
+    auto table = std::make_shared<structured::TokenTable>(tokenizer_->token_bytes(),
+                                                          model_.config().eos_token_ids, control);
+    json_object_ = structured::json_object_constraint(std::move(table));
+  });
+  return json_object_;
+}
+
 bool ApiServer::authorized(const HttpRequest& request) const {
   if (options_.api_key.empty()) return true;
   std::string bearer = request.header("authorization");
@@ -262,6 +275,7 @@ void ApiServer::completions(const HttpRequest& http_request,
 void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
+  if (job->params.json_output) request.constraint = json_object_constraint();
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
   protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),
                               job->prompt_tokens, job->params.include_usage};

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "engine/engine_loop.h"
@@ -56,6 +57,7 @@ class ApiServer {
   struct Job;
   std::shared_ptr<Job> new_job(const std::shared_ptr<ResponseWriter>& writer,
                                protocol::ApiFormat api, const protocol::GenerationParams& params);
+  std::shared_ptr<const structured::Constraint> json_object_constraint();
   void start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat);
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
@@ -66,6 +68,8 @@ class ApiServer {
   ServeOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<protocol::ChatEncoder> chat_encoder_;
+  std::once_flag json_once_;
+  std::shared_ptr<const structured::Constraint> json_object_;  // response_format json_object
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<HttpServer> http_;
   int64_t max_model_len_ = 0;

@@ -48,6 +48,9 @@ class Decoder {
  public:
   virtual ~Decoder() = default;
   virtual void decode(std::vector<std::string>& tokens) const = 0;
+  // As decode, except that bytes which are not valid UTF-8 stay as they are (what one token
+  // of a multi-token character contributes).
+  virtual void decode_bytes(std::vector<std::string>& tokens) const { decode(tokens); }
 };
 
 // Each maker throws Error naming the component ("normalizer type \"X\" is not supported") for

@@ -13,6 +13,10 @@ namespace {
 class ByteLevelDecoder final : public Decoder {
  public:
   void decode(std::vector<std::string>& tokens) const override {
+    decode_bytes(tokens);
+    tokens = {text::utf8_lossy(tokens[0])};
+  }
+  void decode_bytes(std::vector<std::string>& tokens) const override {
     std::string bytes;
     for (const std::string& token : tokens) {
       std::string mapped;
@@ -25,20 +29,24 @@ class ByteLevelDecoder final : public Decoder {
       }
       bytes += all_mapped ? mapped : token;
     }
-    tokens = {text::utf8_lossy(bytes)};
+    tokens = {bytes};
   }
 };
 
 // "<0xAB>" tokens become bytes; a run that is not valid UTF-8 becomes one U+FFFD per byte.
 class ByteFallback final : public Decoder {
  public:
-  void decode(std::vector<std::string>& tokens) const override {
+  void decode(std::vector<std::string>& tokens) const override { run(tokens, false); }
+  void decode_bytes(std::vector<std::string>& tokens) const override { run(tokens, true); }
+
+ private:
+  static void run(std::vector<std::string>& tokens, bool raw) {
     std::vector<std::string> out;
     std::string pending;
     size_t pending_count = 0;
     auto flush = [&] {
       if (pending_count == 0) return;
-      if (text::is_valid_utf8(pending)) {
+      if (raw || text::is_valid_utf8(pending)) {
         out.push_back(pending);
       } else {
         std::string replacement;
@@ -62,7 +70,6 @@ class ByteFallback final : public Decoder {
     tokens = std::move(out);
   }
 
- private:
   static int byte_token(const std::string& token) {
     if (token.size() != 6 || token.compare(0, 3, "<0x") != 0 || token[5] != '>') return -1;
     int value = 0;
@@ -173,6 +180,9 @@ class SequenceDecoder final : public Decoder {
       : stages_(std::move(stages)) {}
   void decode(std::vector<std::string>& tokens) const override {
     for (const auto& stage : stages_) stage->decode(tokens);
+  }
+  void decode_bytes(std::vector<std::string>& tokens) const override {
+    for (const auto& stage : stages_) stage->decode_bytes(tokens);
   }
 
  private:

@@ -319,6 +319,40 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   return text;
 }
 
+std::vector<std::string> Tokenizer::token_bytes() const {
+  const Impl& t = *impl_;
+  std::vector<std::string> table(static_cast<size_t>(vocab_size()));
+  // Decoders treat the first token specially (a dropped leading space): decode each token
+  // after an anchor and cut the anchor's own text off.
+  std::optional<int32_t> anchor_id = t.model->token_to_id("a");
+  std::string anchor = anchor_id ? *t.model->id_to_token(*anchor_id) : "";
+  std::string anchor_text;
+  if (t.decoder && anchor_id) {
+    std::vector<std::string> alone = {anchor};
+    t.decoder->decode_bytes(alone);
+    for (const std::string& piece : alone) anchor_text += piece;
+  }
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    // Added tokens go through the decoder as decode() sends them (Gemma's "▁▁" runs).
+    auto added = t.added_by_id.find(id);
+    const std::string* token =
+        added != t.added_by_id.end() ? &t.added[added->second].content : t.model->id_to_token(id);
+    if (token && !t.decoder) {
+      table[static_cast<size_t>(id)] = *token;
+    } else if (token) {
+      std::vector<std::string> pieces = {anchor, *token};
+      if (!anchor_id) pieces.erase(pieces.begin());
+      t.decoder->decode_bytes(pieces);
+      std::string bytes;
+      for (const std::string& piece : pieces) bytes += piece;
+      table[static_cast<size_t>(id)] = bytes.compare(0, anchor_text.size(), anchor_text) == 0
+                                           ? bytes.substr(anchor_text.size())
+                                           : bytes;
+    }
+  }
+  return table;
+}
+
 void Tokenizer::clear_cache() const {
   impl_->model->clear_cache();
 }

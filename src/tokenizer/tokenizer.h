@@ -44,6 +44,11 @@ class Tokenizer {
   // Ids outside the vocabulary are an Error.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
 
+  // The bytes each id writes in the middle of a text (index = id), without the UTF-8 repair
+  // decode() does: a token holding part of a character gives those bytes. For masks that follow
+  // output byte by byte.
+  std::vector<std::string> token_bytes() const;
+
   // Forgets the cached encodings of frequent words (for memory, or for cold benchmarks).
   void clear_cache() const;
 

@@ -1,5 +1,6 @@
 // The real server on loopback, driven over HTTP: routes, auth, error shapes, streaming, client
 // disconnects, and many concurrent streams.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -203,6 +204,46 @@ TEST_F(ServerTest, StopStringsNAndLogprobsOnCompletions) {
   ASSERT_EQ(logprobs.size(), 3u);
   EXPECT_EQ(logprobs[0]["top_logprobs"].size(), 2u);
   EXPECT_LE(logprobs[0]["logprob"].get<double>(), 0.0);
+}
+
+// response_format json_object: sampling is masked to JSON, so every finished answer parses
+// as one object, streamed or not, whatever the seed.
+TEST_F(ServerTest, JsonObjectOutputAlwaysParses) {
+  int finished = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    for (bool stream : {false, true}) {
+      std::string body = fmt::format(
+          R"({{"messages": [{{"role": "user", "content": "A JSON object, please"}}],
+              "response_format": {{"type": "json_object"}}, "max_tokens": 200,
+              "temperature": 1.0, "seed": {}, "stream": {}}})",
+          seed, stream);
+      Reply reply = call(port(), "POST", "/v1/chat/completions", body);
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      std::string content, finish;
+      if (stream) {
+        bool done = false;
+        for (const Json& chunk : sse_payloads(reply.body, done)) {
+          if (chunk["choices"].empty()) continue;
+          const Json& choice = chunk["choices"][0];
+          if (choice["delta"].contains("content")) content += choice["delta"]["content"];
+          if (choice["finish_reason"].is_string()) finish = choice["finish_reason"];
+        }
+      } else {
+        content = reply.json()["choices"][0]["message"]["content"];
+        finish = reply.json()["choices"][0]["finish_reason"];
+      }
+      if (finish != "stop") continue;  // cut by max_tokens: a prefix of an object
+      ++finished;
+      Json parsed = Json::parse(content, nullptr, false);
+      EXPECT_TRUE(!parsed.is_discarded() && parsed.is_object()) << content;
+    }
+  }
+  EXPECT_GE(finished, 4);
+  Reply tool_choice = call(port(), "POST", "/v1/chat/completions",
+                           R"({"messages": [{"role": "user", "content": "x"}],
+                               "tool_choice": "required"})");
+  EXPECT_EQ(tool_choice.status, 400);
+  EXPECT_EQ(tool_choice.json()["error"]["param"], "tool_choice");
 }
 
 TEST_F(ServerTest, AClientThatGoesAwayFreesItsBlocks) {

@@ -97,6 +97,22 @@ TEST_P(GoldenTokenizer, Decode) {
   EXPECT_EQ(mismatches, 0);
 }
 
+// Token by token, the byte table writes what decode writes for the whole sequence (a first
+// token's word marker aside, which decode drops).
+TEST_P(GoldenTokenizer, TokenBytesConcatenateToTheDecodedText) {
+  std::vector<std::string> table = tokenizer().token_bytes();
+  ASSERT_EQ(table.size(), static_cast<size_t>(tokenizer().vocab_size()));
+  const json& encoded = expected().at("encode");
+  for (size_t i = 0; i < encoded.size(); ++i) {
+    std::vector<int32_t> ids = encoded[i].get<std::vector<int32_t>>();
+    std::string joined;
+    for (int32_t id : ids) joined += table[static_cast<size_t>(id)];
+    std::string decoded = tokenizer().decode(ids);
+    if (joined.size() == decoded.size() + 1 && joined[0] == ' ') joined.erase(0, 1);
+    EXPECT_EQ(joined, decoded) << GetParam() << " text " << i;
+  }
+}
+
 TEST_P(GoldenTokenizer, StreamingDetokenizerEqualsFullDecode) {
   std::mt19937 engine(7);
   int32_t vocab = tokenizer().vocab_size();

@@ -1,0 +1,328 @@
+// The JSON grammar as a byte-level pushdown automaton, and the token mask it gives by walking
+// the sorted vocabulary: a prefix shared by neighbouring tokens is fed once, and every token
+// below a prefix the automaton rejects is skipped without being looked at.
+#include <algorithm>
+#include <limits>
+
+#include "structured/structured.h"
+
+namespace deepinfer::structured {
+
+TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<int32_t>& end_tokens,
+                       const std::vector<int32_t>& forbidden)
+    : bytes_(std::move(token_bytes)), kind_(bytes_.size(), Kind::kText) {
+  for (int32_t id : forbidden)
+    if (id >= 0 && id < size()) kind_[static_cast<size_t>(id)] = Kind::kForbidden;
+  for (int32_t id : end_tokens) {
+    if (id < 0 || id >= size()) continue;
+    kind_[static_cast<size_t>(id)] = Kind::kEnd;
+    end_tokens_.push_back(id);
+  }
+  std::vector<int32_t> order;
+  for (int32_t id = 0; id < size(); ++id)
+    if (kind_[static_cast<size_t>(id)] == Kind::kText && !bytes(id).empty()) order.push_back(id);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bytes(a) < bytes(b); });
+  sorted_.reserve(order.size());
+  const std::string* previous = nullptr;
+  for (int32_t id : order) {
+    const std::string& current = bytes(id);
+    uint32_t shared = 0;
+    if (previous) {
+      size_t limit = std::min(previous->size(), current.size());
+      while (shared < limit && (*previous)[shared] == current[shared]) ++shared;
+    }
+    sorted_.emplace_back(id, shared);
+    previous = &current;
+  }
+}
+
+namespace {
+
+constexpr int kMaxWhitespaceRun = 48;
+
+bool is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+bool is_digit(unsigned char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_hex(unsigned char c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+// Where the automaton is. Small and copyable: the mask walk keeps one per prefix depth.
+struct JsonState {
+  enum Mode : uint8_t {
+    kStart,        // before the top-level object
+    kValue,        // a value must come
+    kArrayFirst,   // after '[': a value or ']'
+    kObjectFirst,  // after '{': a key or '}'
+    kKey,          // after ',' in an object: a key
+    kColon,        // after a key
+    kAfter,        // after a value in a container: ',' or the close
+    kString,
+    kEscape,
+    kUnicode,
+    kMinus,      // "-": a digit must come
+    kZero,       // "0": no more integer digits
+    kInt,        // integer digits
+    kFracStart,  // ".": a digit must come
+    kFrac,
+    kExpStart,  // "e": sign or digit
+    kExpSign,   // "e+": a digit must come
+    kExp,
+    kLiteral,  // inside true/false/null
+    kDone,     // the object is closed: only an end token
+  };
+  Mode mode = kStart;
+  bool key = false;     // the string being read is an object key
+  uint8_t count = 0;    // hex digits left (kUnicode), literal position (kLiteral)
+  uint8_t literal = 0;  // which literal
+  uint8_t spaces = 0;   // length of the current whitespace run
+  std::string stack;    // open containers, '{' or '['
+
+  bool feed(unsigned char c) {
+    if (is_space(c) && mode != kString && mode != kEscape && mode != kUnicode && !in_number() &&
+        mode != kLiteral) {
+      return mode != kDone && ++spaces <= kMaxWhitespaceRun;
+    }
+    spaces = 0;
+    return step(c);
+  }
+
+ private:
+  static constexpr const char* kLiterals[] = {"true", "false", "null"};
+
+  bool in_number() const { return mode >= kMinus && mode <= kExp; }
+
+  void value_done() { mode = stack.empty() ? kDone : kAfter; }
+
+  bool start_value(unsigned char c) {
+    switch (c) {
+      case '{':
+        stack.push_back('{');
+        mode = kObjectFirst;
+        return true;
+      case '[':
+        stack.push_back('[');
+        mode = kArrayFirst;
+        return true;
+      case '"':
+        mode = kString;
+        key = false;
+        return true;
+      case '-':
+        mode = kMinus;
+        return true;
+      case 't':
+      case 'f':
+      case 'n':
+        literal = c == 't' ? 0 : c == 'f' ? 1 : 2;
+        count = 1;
+        mode = kLiteral;
+        return true;
+      default:
+        if (!is_digit(c)) return false;
+        mode = c == '0' ? kZero : kInt;
+        return true;
+    }
+  }
+
+  bool close(unsigned char c) {
+    if (stack.empty() || (c == '}' ? '{' : '[') != stack.back()) return false;
+    stack.pop_back();
+    value_done();
+    return true;
+  }
+
+  // A byte that ends a number is read again as what follows the value.
+  bool end_number(unsigned char c) {
+    value_done();
+    if (is_space(c)) return feed(c);
+    return step(c);
+  }
+
+  bool step(unsigned char c) {
+    switch (mode) {
+      case kStart:
+        return c == '{' && start_value(c);
+      case kValue:
+        return start_value(c);
+      case kArrayFirst:
+        return c == ']' ? close(c) : start_value(c);
+      case kObjectFirst:
+      case kKey:
+        if (c == '}' && mode == kObjectFirst) return close(c);
+        if (c != '"') return false;
+        mode = kString;
+        key = true;
+        return true;
+      case kColon:
+        if (c != ':') return false;
+        mode = kValue;
+        return true;
+      case kAfter:
+        if (c == ',') {
+          mode = stack.back() == '{' ? kKey : kValue;
+          return true;
+        }
+        return (c == '}' || c == ']') && close(c);
+      case kString:
+        if (c == '"') {
+          if (key) {
+            mode = kColon;
+          } else {
+            value_done();
+          }
+          return true;
+        }
+        if (c == '\\') mode = kEscape;
+        return c >= 0x20;
+      case kEscape:
+        if (c == 'u') {
+          mode = kUnicode;
+          count = 4;
+          return true;
+        }
+        mode = kString;
+        return std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) != std::string_view::npos;
+      case kUnicode:
+        if (!is_hex(c)) return false;
+        if (--count == 0) mode = kString;
+        return true;
+      case kLiteral: {
+        std::string_view word = kLiterals[literal];
+        if (c != static_cast<unsigned char>(word[count])) return false;
+        if (++count == word.size()) value_done();
+        return true;
+      }
+      case kDone:
+        return false;
+      default:
+        return step_number(c);
+    }
+  }
+
+  bool step_number(unsigned char c) {
+    bool digit = is_digit(c);
+    switch (mode) {
+      case kMinus:
+        if (!digit) return false;
+        mode = c == '0' ? kZero : kInt;
+        return true;
+      case kZero:
+      case kInt:
+        if (digit && mode == kInt) return true;
+        if (c == '.') {
+          mode = kFracStart;
+          return true;
+        }
+        if (c == 'e' || c == 'E') {
+          mode = kExpStart;
+          return true;
+        }
+        return !digit && end_number(c);
+      case kFracStart:
+        if (!digit) return false;
+        mode = kFrac;
+        return true;
+      case kFrac:
+        if (digit) return true;
+        if (c == 'e' || c == 'E') {
+          mode = kExpStart;
+          return true;
+        }
+        return end_number(c);
+      case kExpStart:
+        if (c == '+' || c == '-') {
+          mode = kExpSign;
+          return true;
+        }
+        [[fallthrough]];
+      case kExpSign:
+        if (!digit) return false;
+        mode = kExp;
+        return true;
+      case kExp:
+        return digit || end_number(c);
+      default:
+        return false;
+    }
+  }
+};
+
+class JsonMatcher final : public Matcher {
+ public:
+  explicit JsonMatcher(std::shared_ptr<const TokenTable> table) : table_(std::move(table)) {}
+
+  std::unique_ptr<Matcher> clone() const override { return std::make_unique<JsonMatcher>(*this); }
+
+  void mask_logits(float* logits, int32_t vocab_size) const override {
+    // Ids past the tokenizer's vocabulary (padding rows of the model) are never allowed.
+    std::vector<bool> allowed(static_cast<size_t>(table_->size()), false);
+    if (complete()) {
+      for (int32_t id : table_->end_tokens()) allowed[static_cast<size_t>(id)] = true;
+    } else {
+      mark_text_tokens(allowed);
+    }
+    for (int32_t id = 0; id < vocab_size; ++id)
+      if (id >= table_->size() || !allowed[static_cast<size_t>(id)])
+        logits[id] = -std::numeric_limits<float>::infinity();
+  }
+
+  bool accept(int32_t token) override {
+    if (token < 0 || token >= table_->size()) return false;
+    if (table_->is_end(token)) return complete();
+    JsonState next = state_;
+    const std::string& bytes = table_->bytes(token);
+    if (bytes.empty()) return false;
+    for (char c : bytes)
+      if (!next.feed(static_cast<unsigned char>(c))) return false;
+    state_ = std::move(next);
+    return true;
+  }
+
+  bool complete() const override { return state_.mode == JsonState::kDone; }
+
+ private:
+  // Every ordinary token the automaton accepts whole from here. states[d] is the state after
+  // the first d bytes of the current token; `valid` is how deep the previous token got.
+  void mark_text_tokens(std::vector<bool>& allowed) const {
+    std::vector<JsonState> states(1, state_);
+    size_t valid = 0;
+    for (const auto& [id, shared] : table_->sorted()) {
+      if (shared > valid) continue;  // it starts with a prefix that already failed
+      const std::string& bytes = table_->bytes(id);
+      states.resize(shared + 1);
+      size_t depth = shared;
+      for (; depth < bytes.size(); ++depth) {
+        JsonState next = states[depth];
+        if (!next.feed(static_cast<unsigned char>(bytes[depth]))) break;
+        states.push_back(std::move(next));
+      }
+      valid = depth;
+      if (depth == bytes.size()) allowed[static_cast<size_t>(id)] = true;
+    }
+  }
+
+  std::shared_ptr<const TokenTable> table_;
+  JsonState state_;
+};
+
+class JsonObjectConstraint final : public Constraint {
+ public:
+  explicit JsonObjectConstraint(std::shared_ptr<const TokenTable> table)
+      : table_(std::move(table)) {}
+  std::unique_ptr<Matcher> start() const override { return std::make_unique<JsonMatcher>(table_); }
+
+ private:
+  std::shared_ptr<const TokenTable> table_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table) {
+  return std::make_shared<JsonObjectConstraint>(std::move(table));
+}
+
+}  // namespace deepinfer::structured

@@ -1,0 +1,62 @@
+// Output constrained to a grammar: for each completion a matcher says which tokens may come
+// next (as a mask over the logits) and follows the tokens that came. Today's grammar is "one
+// JSON object" (response_format json_object); regex, JSON schema and EBNF go behind the same
+// Constraint/Matcher seam.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace deepinfer::structured {
+
+// The vocabulary as the bytes each token writes, sorted so that a matcher checks a prefix
+// shared by many tokens once. Built once per model (Tokenizer::token_bytes()).
+class TokenTable {
+ public:
+  // `forbidden` tokens (control tokens) never match; `end_tokens` (EOS) match only where the
+  // grammar is complete.
+  TokenTable(std::vector<std::string> token_bytes, const std::vector<int32_t>& end_tokens,
+             const std::vector<int32_t>& forbidden);
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
+  bool is_end(int32_t id) const { return kind_[static_cast<size_t>(id)] == Kind::kEnd; }
+  // Ordinary tokens in byte order, each with the length of the prefix it shares with the one
+  // before it.
+  const std::vector<std::pair<int32_t, uint32_t>>& sorted() const { return sorted_; }
+  const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
+
+ private:
+  enum class Kind : uint8_t { kText, kEnd, kForbidden };
+  std::vector<std::string> bytes_;
+  std::vector<Kind> kind_;
+  std::vector<std::pair<int32_t, uint32_t>> sorted_;
+  std::vector<int32_t> end_tokens_;
+};
+
+// One completion's place in its grammar.
+class Matcher {
+ public:
+  virtual ~Matcher() = default;
+  virtual std::unique_ptr<Matcher> clone() const = 0;
+  // Sets the logit of every token that may not come next to -infinity.
+  virtual void mask_logits(float* logits, int32_t vocab_size) const = 0;
+  // Follows a sampled token; false when it breaks the grammar (then the matcher is unchanged).
+  virtual bool accept(int32_t token) = 0;
+  // The output so far is a complete sentence of the grammar.
+  virtual bool complete() const = 0;
+};
+
+// What a request's output must be; starts one matcher per completion.
+class Constraint {
+ public:
+  virtual ~Constraint() = default;
+  virtual std::unique_ptr<Matcher> start() const = 0;
+};
+
+// One JSON object (RFC 8259 syntax), optionally surrounded by whitespace, then an end token.
+// Runs of whitespace are capped so that a model cannot pad forever.
+std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table);
+
+}  // namespace deepinfer::structured
