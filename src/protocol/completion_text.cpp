@@ -2,31 +2,49 @@
 
 namespace deepinfer::protocol {
 
-CompletionText::CompletionText(const Tokenizer* tokenizer, std::vector<std::string> stop_strings) {
+CompletionText::CompletionText(const Tokenizer* tokenizer, std::vector<std::string> stop_strings,
+                               std::optional<OutputParser> parser)
+    : parser_(std::move(parser)) {
   if (tokenizer) detokenizer_ = std::make_unique<StreamingDetokenizer>(*tokenizer, true);
   if (!stop_strings.empty())
     stops_ = std::make_unique<sampling::StopStrings>(std::move(stop_strings));
 }
 
-std::string CompletionText::push(int32_t token) {
-  if (!detokenizer_ || stopped_ || finished_) return "";
-  std::string piece = detokenizer_->push(token);
-  if (stops_) piece = stops_->push(piece, stopped_);
-  text_ += piece;
-  return piece;
+// Parses a detokenized piece and runs its answer text past the stop strings.
+ParsedOutput CompletionText::take(std::string piece, bool last) {
+  ParsedOutput out;
+  if (parser_) {
+    out = parser_->push(piece);
+    if (last) {
+      ParsedOutput rest = parser_->finish();
+      out.reasoning += rest.reasoning;
+      out.content += rest.content;
+      for (ToolCall& call : rest.tool_calls) out.tool_calls.push_back(std::move(call));
+    }
+  } else {
+    out.content = std::move(piece);
+  }
+  if (stops_) {
+    out.content = stops_->push(out.content, stopped_);
+    if (last && !stopped_) out.content += stops_->flush();
+    if (stopped_) out.tool_calls.clear();  // after the stop string, nothing counts
+  }
+  total_.reasoning += out.reasoning;
+  total_.content += out.content;
+  for (const ToolCall& call : out.tool_calls) total_.tool_calls.push_back(call);
+  return out;
 }
 
-std::string CompletionText::finish() {
-  if (!detokenizer_ || finished_) return "";
+ParsedOutput CompletionText::push(int32_t token) {
+  if (!detokenizer_ || stopped_ || finished_) return {};
+  return take(detokenizer_->push(token), false);
+}
+
+ParsedOutput CompletionText::finish() {
+  if (!detokenizer_ || finished_) return {};
   finished_ = true;
-  if (stopped_) return "";
-  std::string tail = detokenizer_->finish();
-  if (stops_) {
-    tail = stops_->push(tail, stopped_);
-    if (!stopped_) tail += stops_->flush();
-  }
-  text_ += tail;
-  return tail;
+  if (stopped_) return {};
+  return take(detokenizer_->finish(), true);
 }
 
 }  // namespace deepinfer::protocol

@@ -148,6 +148,11 @@ OutputParser::OutputParser(OutputSyntax syntax, std::string id_prefix)
       mode_(syntax_.starts_in_reasoning ? Mode::kReasoning : Mode::kContent) {}
 
 void OutputParser::emit(ParsedOutput& out, Mode mode, std::string_view text) {
+  if (mode == Mode::kContent && after_reasoning_) {
+    // The answer's leading newlines (the template's separator after </think>) are dropped.
+    while (!text.empty() && (text.front() == '\n' || text.front() == '\r')) text.remove_prefix(1);
+    if (!text.empty()) after_reasoning_ = false;
+  }
   if (text.empty()) return;
   std::string& target = mode == Mode::kReasoning ? out.reasoning : out.content;
   target.append(text);
@@ -158,7 +163,8 @@ void OutputParser::emit(ParsedOutput& out, Mode mode, std::string_view text) {
 size_t OutputParser::held_back(std::string_view text) const {
   std::vector<const std::string*> markers;
   if (mode_ == Mode::kReasoning) markers = {&syntax_.reasoning_end};
-  if (mode_ == Mode::kContent) markers = {&syntax_.reasoning_start, &syntax_.tool_start};
+  if (mode_ == Mode::kContent)
+    markers = {&syntax_.reasoning_start, &syntax_.reasoning_end, &syntax_.tool_start};
   size_t hold = 0;
   for (const std::string* marker : markers) {
     for (size_t length = std::min(marker->size() - (marker->empty() ? 0 : 1), text.size());
@@ -168,6 +174,10 @@ size_t OutputParser::held_back(std::string_view text) const {
         break;
       }
     }
+  }
+  // Reasoning's trailing newlines wait: they are dropped if </think> follows.
+  if (mode_ == Mode::kReasoning) {
+    while (hold < text.size() && text[text.size() - hold - 1] == '\n') ++hold;
   }
   return hold;
 }
@@ -222,8 +232,19 @@ bool OutputParser::step(ParsedOutput& out) {
     at = buffer_.find(end_marker);
     marker_size = end_marker.size();
     next = Mode::kContent;
+    if (at != std::string::npos) {
+      size_t text_end = at;
+      while (text_end > 0 && buffer_[text_end - 1] == '\n') --text_end;
+      emit(out, mode_, std::string_view(buffer_).substr(0, text_end));
+      buffer_.erase(0, at + marker_size);
+      mode_ = next;
+      after_reasoning_ = true;
+      return true;
+    }
   } else {
+    // A stray </think> in the answer is dropped (the content mode stays).
     for (auto [marker, mode] : {std::pair{&syntax_.reasoning_start, Mode::kReasoning},
+                                std::pair{&syntax_.reasoning_end, Mode::kContent},
                                 std::pair{&syntax_.tool_start, Mode::kToolCall}}) {
       if (marker->empty()) continue;
       size_t found = buffer_.find(*marker);

@@ -66,6 +66,8 @@ class OutputParser {
   ParsedOutput push(std::string_view text);
   // At the end: what was held back (an unfinished tool call stays visible as content).
   ParsedOutput finish();
+  // Call ids are this prefix and a running number (set before the first call completes).
+  void set_id_prefix(std::string prefix) { id_prefix_ = std::move(prefix); }
   // Everything so far, accumulated.
   const ParsedOutput& total() const { return total_; }
 
@@ -81,6 +83,7 @@ class OutputParser {
   Mode mode_;
   std::string buffer_;
   ParsedOutput total_;
+  bool after_reasoning_ = false;  // the answer has not started since </think>
 };
 
 }  // namespace deepinfer::protocol

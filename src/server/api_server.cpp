@@ -54,7 +54,8 @@ struct ApiServer::Job {
   protocol::GenerationParams params;
   int64_t prompt_tokens = 0;
   std::vector<protocol::CompletionText> texts;  // per completion index
-  std::vector<protocol::OutputParser> parsers;  // per completion, when the model tags output
+  // Each completion's parser starts as a copy of this, when the model tags its output.
+  std::optional<protocol::OutputParser> parser;
   std::vector<GenerationResult> results;
   std::string echo_prefix;  // /v1/completions with echo
   bool done = false;
@@ -244,11 +245,8 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
   int max_tokens =
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
   if (prompt.syntax.any()) {
-    for (int i = 0; i < job->params.sampling.n; ++i) {
-      job->parsers.emplace_back(prompt.syntax,
-                                fmt::format("call_{}_{}_", job->id.substr(job->id.size() - 8), i));
-      job->parsers.back().push(prompt.forced_output);  // the call the prompt opened
-    }
+    job->parser.emplace(prompt.syntax, "");
+    job->parser->push(prompt.forced_output);  // the call the prompt opened
   }
   start_job(job, engine_request(job->id, std::move(ids), job->params, max_tokens));
 }
@@ -280,8 +278,12 @@ void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),
                               job->prompt_tokens, job->params.include_usage};
   job->format = protocol::make_formatter(job->api, meta);
-  for (int i = 0; i < request.sampling.n; ++i)
-    job->texts.emplace_back(tokenizer_.get(), job->params.stop);
+  for (int i = 0; i < request.sampling.n; ++i) {
+    std::optional<protocol::OutputParser> parser = job->parser;
+    if (parser)
+      parser->set_id_prefix(fmt::format("call_{}_{}_", job->id.substr(job->id.size() - 8), i));
+    job->texts.emplace_back(tokenizer_.get(), job->params.stop, std::move(parser));
+  }
   try {
     job->stream = engine_->submit(request);
   } catch (const Error& error) {
@@ -313,17 +315,13 @@ std::string finish_reason(const GenerationResult& result, const protocol::Comple
 }  // namespace
 
 protocol::ChoiceOutput ApiServer::choice_of(const Job& job, const GenerationResult& result) const {
-  auto index = static_cast<size_t>(result.index);
-  const protocol::CompletionText& text = job.texts[index];
+  const protocol::CompletionText& text = job.texts[static_cast<size_t>(result.index)];
+  const protocol::ParsedOutput& parsed = text.total();
   protocol::ChoiceOutput choice;
   choice.index = result.index;
-  choice.text = job.echo_prefix + text.text();
-  if (!job.parsers.empty()) {
-    const protocol::ParsedOutput& parsed = job.parsers[index].total();
-    choice.text = parsed.content;
-    choice.reasoning = parsed.reasoning;
-    choice.tool_calls = parsed.tool_calls;
-  }
+  choice.text = job.echo_prefix + parsed.content;
+  choice.reasoning = parsed.reasoning;
+  choice.tool_calls = parsed.tool_calls;
   choice.finish_reason = finish_reason(result, text, !choice.tool_calls.empty());
   choice.stop_reason = text.matched_stop();
   if (job.api == protocol::ApiFormat::kChatCompletions && job.params.sampling.logprobs) {
@@ -333,38 +331,34 @@ protocol::ChoiceOutput ApiServer::choice_of(const Job& job, const GenerationResu
   return choice;
 }
 
-// Takes what the engine delivered: detokenizes, watches stop strings, and streams pieces.
-// Returns whether the request has ended.
+// Takes what the engine delivered: detokenizes, parses, watches stop strings, and streams
+// pieces. Returns whether the request has ended.
 bool ApiServer::take_events(Job& job) {
   RequestStream::Event event;
   bool ended = false;
+  auto stream_piece = [&](int index, const protocol::ParsedOutput& piece) {
+    if (!job.params.stream || piece.empty()) return;
+    job.writer->write(job.parser ? job.format->stream_parsed(index, piece)
+                                 : job.format->stream_text(index, piece.content));
+  };
   while (job.stream->poll(event, ended)) {
     for (const TokenEvent& token : event.tokens) {
       protocol::CompletionText& text = job.texts[static_cast<size_t>(token.index)];
       if (text.stopped()) continue;
-      std::string piece = text.push(token.token);
+      protocol::ParsedOutput piece = text.push(token.token);
       if (text.stopped()) engine_->stop(job.id, token.index);
-      if (piece.empty()) continue;
-      if (!job.parsers.empty()) {
-        protocol::ParsedOutput parsed = job.parsers[static_cast<size_t>(token.index)].push(piece);
-        if (job.params.stream) job.writer->write(job.format->stream_parsed(token.index, parsed));
-      } else if (job.params.stream) {
-        job.writer->write(job.format->stream_text(token.index, piece));
-      }
+      stream_piece(token.index, piece);
     }
     for (GenerationResult& result : event.finished) {
-      auto index = static_cast<size_t>(result.index);
-      std::string tail = job.texts[index].finish();
-      if (!job.parsers.empty()) {
-        protocol::ParsedOutput parsed = job.parsers[index].push(tail);
-        protocol::ParsedOutput rest = job.parsers[index].finish();  // never holds tool calls
-        parsed.reasoning += rest.reasoning;
-        parsed.content += rest.content;
-        if (job.params.stream) job.writer->write(job.format->stream_parsed(result.index, parsed));
-        tail.clear();
+      protocol::ParsedOutput tail = job.texts[static_cast<size_t>(result.index)].finish();
+      std::string tail_text;
+      if (job.parser) {
+        stream_piece(result.index, tail);
+      } else {
+        tail_text = std::move(tail.content);
       }
       protocol::ChoiceOutput choice = choice_of(job, result);
-      if (job.params.stream) job.writer->write(job.format->stream_finish(choice, tail));
+      if (job.params.stream) job.writer->write(job.format->stream_finish(choice, tail_text));
       (choice.finish_reason == "stop" ? counters_.finished_stop : counters_.finished_length)++;
       job.results.push_back(std::move(result));
     }

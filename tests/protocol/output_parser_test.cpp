@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include "protocol/completion_text.h"
 #include "protocol/formatter.h"
 
 namespace deepinfer::protocol {
@@ -47,6 +48,38 @@ TEST(OutputParser, ReasoningContentAndToolCallsAtEverySplit) {
     EXPECT_EQ(out.tool_calls[0].arguments, R"j({"code":"print(1)"})j");
     EXPECT_EQ(out.tool_calls[0].id, "call_0");
   }
+}
+
+// Newlines around </think> belong to neither part; a stray </think> in the answer goes.
+TEST(OutputParser, NewlinesAroundTheReasoningEndAndStrayEndsAreDropped) {
+  const std::string text = "<think>\nplan\n\n</think>\n\nanswer</think> more\n";
+  for (size_t cut = 0; cut <= text.size(); ++cut) {
+    ParsedOutput all = run(qwen_syntax(), text, cut);
+    EXPECT_EQ(all.reasoning, "\nplan") << cut;
+    EXPECT_EQ(all.content, "answer more\n") << cut;
+  }
+}
+
+// Stop strings end the answer, never the reasoning or a tool call's arguments.
+TEST(CompletionText, StopStringsApplyToTheAnswerOnly) {
+  auto tokenizer = Tokenizer::load(std::string(DEEPINFER_TOKENIZERS) + "/qwen3");
+  const std::string text =
+      "<think>never STOP thinking</think>Done. <tool_call>{\"name\": \"f\", \"arguments\": "
+      "{\"x\": \"STOP\"}}</tool_call>Then STOP here, not later";
+  CompletionText completion(tokenizer.get(), {"STOP"}, OutputParser(qwen_syntax(), "call_"));
+  ParsedOutput streamed;
+  for (int32_t id : tokenizer->encode(text)) {
+    ParsedOutput piece = completion.push(id);
+    streamed.reasoning += piece.reasoning;
+    streamed.content += piece.content;
+  }
+  completion.finish();
+  EXPECT_TRUE(completion.stopped());
+  EXPECT_EQ(completion.total().reasoning, "never STOP thinking");
+  EXPECT_EQ(completion.total().content, "Done. Then ");
+  EXPECT_EQ(streamed.content, completion.total().content);
+  ASSERT_EQ(completion.total().tool_calls.size(), 1u);
+  EXPECT_EQ(completion.total().tool_calls[0].arguments, R"({"x":"STOP"})");
 }
 
 TEST(OutputParser, PromptOpenedReasoningAndTwoCalls) {
