@@ -96,7 +96,11 @@ ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request) const {
   bool tools_offered =
       request.tools.is_array() && !request.tools.empty() && request.tool_choice.mode != Mode::kNone;
   prompt.syntax = syntax_;
-  if (!tools_offered) prompt.syntax.tools = ToolFormat::kNone;
+  if (!tools_offered) {
+    prompt.syntax.tools = ToolFormat::kNone;
+    prompt.syntax.tool_start.clear();
+    prompt.syntax.tool_end.clear();
+  }
   prompt.syntax.starts_in_reasoning =
       ends_with_marker(prompt.encoded.text, syntax_.reasoning_start);
   if (!tools_offered ||

@@ -128,8 +128,10 @@ TEST(ChatEncoder, HermesNamedCallWithTheQwen3Template) {
   // With no tools offered the parser leaves tool-call tags as text.
   ChatPrompt plain = encoder.encode(user_says("hi"));
   EXPECT_EQ(plain.syntax.tools, ToolFormat::kNone);
-  EXPECT_EQ(parse_after_prompt(plain, "<tool_call>{}</tool_call>").content,
-            "<tool_call>{}</tool_call>");
+  const std::string call = R"(<tool_call>{"name": "get_weather", "arguments": {}}</tool_call>)";
+  ParsedOutput as_text = parse_after_prompt(plain, call);
+  EXPECT_EQ(as_text.content, call);
+  EXPECT_TRUE(as_text.tool_calls.empty());
 }
 
 // A DSML block the encoder writes for an assistant's history reads back as the same calls.
