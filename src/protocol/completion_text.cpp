@@ -4,17 +4,17 @@ namespace deepinfer::protocol {
 
 CompletionText::CompletionText(const Tokenizer* tokenizer, std::vector<std::string> stop_strings,
                                std::optional<OutputParser> parser)
-    : parser_(std::move(parser)) {
+    : tokenizer_(tokenizer), parser_(std::move(parser)) {
   if (tokenizer) detokenizer_ = std::make_unique<StreamingDetokenizer>(*tokenizer, true);
   if (!stop_strings.empty())
     stops_ = std::make_unique<sampling::StopStrings>(std::move(stop_strings));
 }
 
 // Parses a detokenized piece and runs its answer text past the stop strings.
-ParsedOutput CompletionText::take(std::string piece, bool last) {
+ParsedOutput CompletionText::take(std::string piece, bool last, size_t control_from) {
   ParsedOutput out;
   if (parser_) {
-    out = parser_->push(piece);
+    out = parser_->push(piece, control_from);
     if (last) {
       ParsedOutput rest = parser_->finish();
       out.reasoning += rest.reasoning;
@@ -37,14 +37,23 @@ ParsedOutput CompletionText::take(std::string piece, bool last) {
 
 ParsedOutput CompletionText::push(int32_t token) {
   if (!detokenizer_ || stopped_ || finished_) return {};
-  return take(detokenizer_->push(token), false);
+  std::string piece = detokenizer_->push(token);
+  // A control token's text ends the piece (after any bytes held back before it).
+  size_t control_from = std::string::npos;
+  if (tokenizer_->is_added(token)) {
+    std::string content = tokenizer_->id_to_token(token);
+    if (piece.size() >= content.size() &&
+        piece.compare(piece.size() - content.size(), content.size(), content) == 0)
+      control_from = piece.size() - content.size();
+  }
+  return take(std::move(piece), false, control_from);
 }
 
 ParsedOutput CompletionText::finish() {
   if (!detokenizer_ || finished_) return {};
   finished_ = true;
   if (stopped_) return {};
-  return take(detokenizer_->finish(), true);
+  return take(detokenizer_->finish(), true, std::string::npos);
 }
 
 }  // namespace deepinfer::protocol

@@ -35,8 +35,9 @@ class CompletionText {
   const std::string& text() const { return total_.content; }
 
  private:
-  ParsedOutput take(std::string piece, bool last);
+  ParsedOutput take(std::string piece, bool last, size_t control_from);
 
+  const Tokenizer* tokenizer_;
   std::unique_ptr<StreamingDetokenizer> detokenizer_;
   std::unique_ptr<sampling::StopStrings> stops_;
   std::optional<OutputParser> parser_;

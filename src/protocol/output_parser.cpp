@@ -20,6 +20,7 @@ const char* const kDsmlOpen =
 
 OutputSyntax detect_output_syntax(const Tokenizer& tokenizer) {
   OutputSyntax syntax;
+  syntax.control_markers = true;  // every marker below is an added token
   if (tokenizer.token_to_id("<think>") && tokenizer.token_to_id("</think>")) {
     syntax.reasoning_start = "<think>";
     syntax.reasoning_end = "</think>";
@@ -182,10 +183,31 @@ size_t OutputParser::held_back(std::string_view text) const {
   return hold;
 }
 
+// Drops the first `bytes` of the buffer, and the control spans that lay there.
+void OutputParser::consume(size_t bytes) {
+  buffer_.erase(0, bytes);
+  std::vector<std::pair<size_t, size_t>> kept;
+  for (auto [begin, end] : control_spans_)
+    if (end > bytes) kept.emplace_back(begin > bytes ? begin - bytes : 0, end - bytes);
+  control_spans_ = std::move(kept);
+}
+
+// The first occurrence of `marker` in the buffer that the model wrote as a marker: with
+// control_markers, one holding a control token's text (so typed look-alikes stay text).
+size_t OutputParser::find_marker(const std::string& marker) const {
+  for (size_t at = buffer_.find(marker); at != std::string::npos;
+       at = buffer_.find(marker, at + 1)) {
+    if (!syntax_.control_markers) return at;
+    for (auto [begin, end] : control_spans_)
+      if (begin < at + marker.size() && at < end) return at;
+  }
+  return std::string::npos;
+}
+
 // Consumes the buffer up to the next marker; false when it needs more text.
 bool OutputParser::step(ParsedOutput& out) {
   if (mode_ == Mode::kAfterCalls) {
-    buffer_.clear();  // what follows a DSML block is not answer text
+    consume(buffer_.size());  // what follows a DSML block is not answer text
     return false;
   }
   if (mode_ == Mode::kToolCall && syntax_.tools == ToolFormat::kDsml) return step_dsml(out);
@@ -193,7 +215,7 @@ bool OutputParser::step(ParsedOutput& out) {
     size_t end = buffer_.find(syntax_.tool_end);
     if (end == std::string::npos) return false;
     std::string body = buffer_.substr(0, end);
-    buffer_.erase(0, end + syntax_.tool_end.size());
+    consume(end + syntax_.tool_end.size());
     mode_ = Mode::kContent;
     if (syntax_.tools == ToolFormat::kDeepSeekV3) {
       auto calls = parse_deepseek_v3_calls(body, id_prefix_, total_.tool_calls.size());
@@ -229,14 +251,14 @@ bool OutputParser::step(ParsedOutput& out) {
   size_t at = std::string::npos, marker_size = 0;
   Mode next = mode_;
   if (mode_ == Mode::kReasoning) {
-    at = buffer_.find(end_marker);
+    at = find_marker(end_marker);
     marker_size = end_marker.size();
     next = Mode::kContent;
     if (at != std::string::npos) {
       size_t text_end = at;
       while (text_end > 0 && buffer_[text_end - 1] == '\n') --text_end;
       emit(out, mode_, std::string_view(buffer_).substr(0, text_end));
-      buffer_.erase(0, at + marker_size);
+      consume(at + marker_size);
       mode_ = next;
       after_reasoning_ = true;
       return true;
@@ -247,7 +269,7 @@ bool OutputParser::step(ParsedOutput& out) {
                                 std::pair{&syntax_.reasoning_end, Mode::kContent},
                                 std::pair{&syntax_.tool_start, Mode::kToolCall}}) {
       if (marker->empty()) continue;
-      size_t found = buffer_.find(*marker);
+      size_t found = find_marker(*marker);
       if (found < at) {
         at = found;
         marker_size = marker->size();
@@ -257,7 +279,7 @@ bool OutputParser::step(ParsedOutput& out) {
   }
   if (at == std::string::npos) return false;
   emit(out, mode_, std::string_view(buffer_).substr(0, at));
-  buffer_.erase(0, at + marker_size);
+  consume(at + marker_size);
   mode_ = next;
   return true;
 }
@@ -267,7 +289,7 @@ bool OutputParser::step_dsml(ParsedOutput& out) {
   auto close = find_either(buffer_, "</" + kDsmlMark + "tool_calls>", "</" + kDsmlMark + " calls>");
   if (!close) return false;
   std::string body = buffer_.substr(0, close->first);
-  buffer_.erase(0, close->first + close->second);
+  consume(close->first + close->second);
   std::optional<std::vector<ToolCall>> calls =
       parse_dsml_calls(kDsmlOpen + body, id_prefix_, total_.tool_calls.size());
   if (!calls) {
@@ -283,15 +305,17 @@ bool OutputParser::step_dsml(ParsedOutput& out) {
   return true;
 }
 
-ParsedOutput OutputParser::push(std::string_view text) {
+ParsedOutput OutputParser::push(std::string_view text, size_t control_from) {
   ParsedOutput out;
+  if (control_from < text.size())
+    control_spans_.emplace_back(buffer_.size() + control_from, buffer_.size() + text.size());
   buffer_.append(text);
   while (step(out)) {
   }
   if (mode_ != Mode::kToolCall && mode_ != Mode::kAfterCalls) {
     size_t keep = held_back(buffer_);
     emit(out, mode_, std::string_view(buffer_).substr(0, buffer_.size() - keep));
-    buffer_.erase(0, buffer_.size() - keep);
+    consume(buffer_.size() - keep);
   }
   return out;
 }
@@ -299,13 +323,13 @@ ParsedOutput OutputParser::push(std::string_view text) {
 ParsedOutput OutputParser::finish() {
   ParsedOutput out;
   if (mode_ == Mode::kAfterCalls) {
-    buffer_.clear();
+    consume(buffer_.size());
   } else if (mode_ == Mode::kToolCall) {
     emit(out, Mode::kContent, syntax_.tool_start + buffer_);
   } else {
     emit(out, mode_, buffer_);
   }
-  buffer_.clear();
+  consume(buffer_.size());
   mode_ = Mode::kContent;
   return out;
 }

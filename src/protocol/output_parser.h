@@ -28,6 +28,9 @@ struct OutputSyntax {
   bool starts_in_reasoning = false;            // the prompt already opened the reasoning
   ToolFormat tools = ToolFormat::kNone;
   std::string tool_start, tool_end;  // the block's tags (DSML: the common prefix; ends vary)
+  // The opening markers and </think> count only where a control token wrote them (push's
+  // control_from); the same characters as ordinary tokens are text.
+  bool control_markers = false;
   bool any() const { return !reasoning_end.empty() || tools != ToolFormat::kNone; }
 };
 
@@ -62,8 +65,9 @@ struct ParsedOutput {
 class OutputParser {
  public:
   OutputParser(OutputSyntax syntax, std::string id_prefix);
-  // What became final with this text.
-  ParsedOutput push(std::string_view text);
+  // What became final with this text; its bytes from `control_from` on were written by a
+  // control (added-vocabulary) token.
+  ParsedOutput push(std::string_view text, size_t control_from = std::string_view::npos);
   // At the end: what was held back (an unfinished tool call stays visible as content).
   ParsedOutput finish();
   // Call ids are this prefix and a running number (set before the first call completes).
@@ -77,11 +81,14 @@ class OutputParser {
   bool step(ParsedOutput& out);
   bool step_dsml(ParsedOutput& out);
   size_t held_back(std::string_view text) const;
+  void consume(size_t bytes);
+  size_t find_marker(const std::string& marker) const;
 
   OutputSyntax syntax_;
   std::string id_prefix_;
   Mode mode_;
   std::string buffer_;
+  std::vector<std::pair<size_t, size_t>> control_spans_;  // byte ranges of buffer_
   ParsedOutput total_;
   bool after_reasoning_ = false;  // the answer has not started since </think>
 };

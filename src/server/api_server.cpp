@@ -246,7 +246,7 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
   if (prompt.syntax.any()) {
     job->parser.emplace(prompt.syntax, "");
-    job->parser->push(prompt.forced_output);  // the call the prompt opened
+    job->parser->push(prompt.forced_output, 0);  // the call the prompt opened (as tokens)
   }
   start_job(job, engine_request(job->id, std::move(ids), job->params, max_tokens));
 }

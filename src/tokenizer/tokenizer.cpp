@@ -381,6 +381,10 @@ bool Tokenizer::is_special(int32_t id) const {
   return added != impl_->added_by_id.end() && impl_->added[added->second].special;
 }
 
+bool Tokenizer::is_added(int32_t id) const {
+  return impl_->added_by_id.count(id) != 0;
+}
+
 const std::string& Tokenizer::bos_token() const {
   return impl_->bos;
 }

@@ -56,6 +56,7 @@ class Tokenizer {
   std::string id_to_token(int32_t id) const;
   int32_t vocab_size() const;
   bool is_special(int32_t id) const;
+  bool is_added(int32_t id) const;  // from the added vocabulary (control tokens and the like)
   // Tokens named by tokenizer_config.json ("" when absent).
   const std::string& bos_token() const;
   const std::string& eos_token() const;

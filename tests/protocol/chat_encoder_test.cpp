@@ -51,7 +51,7 @@ Json weather_tool() {
 // What the parser makes of the forced opening plus the model's continuation.
 ParsedOutput parse_after_prompt(const ChatPrompt& prompt, const std::string& generated) {
   OutputParser parser(prompt.syntax, "call_");
-  parser.push(prompt.forced_output);
+  parser.push(prompt.forced_output, 0);
   parser.push(generated);
   parser.finish();
   return parser.total();

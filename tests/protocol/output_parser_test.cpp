@@ -82,6 +82,31 @@ TEST(CompletionText, StopStringsApplyToTheAnswerOnly) {
   EXPECT_EQ(completion.total().tool_calls[0].arguments, R"({"x":"STOP"})");
 }
 
+// Markers count where a control token wrote them: the model spelling "<tool_call>" or
+// "</think>" with ordinary tokens writes text.
+TEST(CompletionText, MarkersAreDecidedByTokenIds) {
+  auto tokenizer = Tokenizer::load(std::string(DEEPINFER_TOKENIZERS) + "/qwen3");
+  OutputSyntax syntax = detect_output_syntax(*tokenizer);
+  ASSERT_TRUE(syntax.control_markers);
+  syntax.starts_in_reasoning = true;
+  const std::string call = R"({"name": "f", "arguments": {}})";
+  std::vector<int32_t> ids;
+  auto add = [&](std::vector<int32_t> more) { ids.insert(ids.end(), more.begin(), more.end()); };
+  add(tokenizer->encode("thinking about </think> as text", EncodeMode::kPlain));
+  add({*tokenizer->token_to_id("</think>")});
+  add(tokenizer->encode("typed: <tool_call>" + call + "</tool_call> real: ", EncodeMode::kPlain));
+  add({*tokenizer->token_to_id("<tool_call>")});
+  add(tokenizer->encode(call, EncodeMode::kPlain));
+  add({*tokenizer->token_to_id("</tool_call>")});
+  CompletionText completion(tokenizer.get(), {}, OutputParser(syntax, "call_"));
+  for (int32_t id : ids) completion.push(id);
+  completion.finish();
+  EXPECT_EQ(completion.total().reasoning, "thinking about </think> as text");
+  EXPECT_EQ(completion.total().content, "typed: <tool_call>" + call + "</tool_call> real: ");
+  ASSERT_EQ(completion.total().tool_calls.size(), 1u);
+  EXPECT_EQ(completion.total().tool_calls[0].name, "f");
+}
+
 TEST(OutputParser, PromptOpenedReasoningAndTwoCalls) {
   const std::string text =
       "thinking</think><tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call>"
@@ -170,6 +195,7 @@ TEST(OutputParser, DsmlToolCallsInBothSpellingsAtEverySplit) {
 TEST(OutputParser, DeepSeekV3ToolCallsAtEverySplit) {
   auto tokenizer = Tokenizer::load(std::string(DEEPINFER_TOKENIZERS) + "/deepseek_v3");
   OutputSyntax syntax = detect_output_syntax(*tokenizer);
+  syntax.control_markers = false;  // the text below is pushed without its token ids
   ASSERT_EQ(syntax.tools, ToolFormat::kDeepSeekV3);
   const std::string text =
       "Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
