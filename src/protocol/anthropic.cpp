@@ -177,16 +177,21 @@ class MessagesFormatter final : public ResponseFormatter {
       out += delta("thinking", {{"type", "thinking_delta"}, {"thinking", parsed.reasoning}});
     if (!parsed.content.empty())
       out += delta("text", {{"type", "text_delta"}, {"text", parsed.content}});
-    for (const ToolCall& call : parsed.tool_calls) {
-      out += open(
-          "tool_use",
-          {{"type", "tool_use"}, {"id", call.id}, {"name", call.name}, {"input", Json::object()}});
-      out += named_event(
-          "content_block_delta",
-          {{"type", "content_block_delta"},
-           {"index", index_},
-           {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
-      out += close();
+    for (const ToolCallPiece& piece : parsed.call_pieces) {
+      if (piece.opens) {
+        out += open("tool_use", {{"type", "tool_use"},
+                                 {"id", piece.id},
+                                 {"name", piece.name},
+                                 {"input", Json::object()}});
+      }
+      if (!piece.arguments.empty()) {
+        out += named_event(
+            "content_block_delta",
+            {{"type", "content_block_delta"},
+             {"index", index_},
+             {"delta", {{"type", "input_json_delta"}, {"partial_json", piece.arguments}}}});
+      }
+      if (piece.closes) out += close();
     }
     return out;
   }

@@ -27,11 +27,22 @@ class ChatFormatter final : public ResponseFormatter {
     if (parsed.empty()) return "";
     Json out = delta(index, parsed.content);
     if (!parsed.reasoning.empty()) out["reasoning_content"] = parsed.reasoning;
-    if (!parsed.tool_calls.empty()) {
-      size_t& sent = tool_calls_sent_[index];
-      out["tool_calls"] = tool_calls_json(parsed.tool_calls, true, sent);
-      sent += parsed.tool_calls.size();
+    // A call's first delta names it; later ones add argument text (a closing piece may add
+    // none, and then sends nothing).
+    Json calls = Json::array();
+    for (const ToolCallPiece& piece : parsed.call_pieces) {
+      if (!piece.opens && piece.arguments.empty()) continue;
+      Json function = {{"arguments", piece.arguments}};
+      Json call = {{"index", piece.index}};
+      if (piece.opens) {
+        function = {{"name", piece.name}, {"arguments", piece.arguments}};
+        call.update({{"id", piece.id}, {"type", "function"}});
+      }
+      call["function"] = function;
+      calls.push_back(std::move(call));
     }
+    if (!calls.empty()) out["tool_calls"] = calls;
+    if (out.empty()) return "";
     return sse_event(chunk(index, out, ""));
   }
   std::string stream_finish(const ChoiceOutput& choice, const std::string& tail) override {
@@ -57,7 +68,6 @@ class ChatFormatter final : public ResponseFormatter {
   }
   ResponseMeta meta_;
   std::set<int> role_sent_;
-  std::map<int, size_t> tool_calls_sent_;
 };
 
 class CompletionFormatter final : public ResponseFormatter {

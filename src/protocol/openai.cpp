@@ -334,14 +334,12 @@ Json envelope(const std::string& id, const char* object, int64_t created, const 
 
 }  // namespace
 
-Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index, size_t first_index) {
+Json tool_calls_json(const std::vector<ToolCall>& calls) {
   Json list = Json::array();
-  for (size_t i = 0; i < calls.size(); ++i) {
-    Json call = {{"id", calls[i].id},
-                 {"type", "function"},
-                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
-    if (with_index) call["index"] = first_index + i;
-    list.push_back(std::move(call));
+  for (const ToolCall& call : calls) {
+    list.push_back({{"id", call.id},
+                    {"type", "function"},
+                    {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
   }
   return list;
 }
@@ -354,7 +352,7 @@ Json chat_completion_json(const std::string& id, int64_t created, const std::str
     if (!choice.reasoning.empty()) message["reasoning_content"] = choice.reasoning;
     if (!choice.tool_calls.empty()) {
       if (choice.text.empty()) message["content"] = nullptr;
-      message["tool_calls"] = tool_calls_json(choice.tool_calls, false);
+      message["tool_calls"] = tool_calls_json(choice.tool_calls);
     }
     list.push_back({{"index", choice.index},
                     {"message", message},

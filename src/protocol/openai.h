@@ -97,8 +97,8 @@ struct Usage {
 };
 Json usage_json(const Usage& usage);
 
-// Chat tool_calls entries (arguments as a JSON string); stream deltas also carry an index.
-Json tool_calls_json(const std::vector<ToolCall>& calls, bool with_index, size_t first_index = 0);
+// Chat tool_calls entries (arguments as a JSON string).
+Json tool_calls_json(const std::vector<ToolCall>& calls);
 
 Json chat_completion_json(const std::string& id, int64_t created, const std::string& model,
                           const std::vector<ChoiceOutput>& choices, const Usage& usage);

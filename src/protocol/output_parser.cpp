@@ -211,40 +211,19 @@ bool OutputParser::step(ParsedOutput& out) {
     return false;
   }
   if (mode_ == Mode::kToolCall && syntax_.tools == ToolFormat::kDsml) return step_dsml(out);
+  if (mode_ == Mode::kToolCall && syntax_.tools == ToolFormat::kHermesJson) return step_hermes(out);
   if (mode_ == Mode::kToolCall) {
     size_t end = buffer_.find(syntax_.tool_end);
     if (end == std::string::npos) return false;
     std::string body = buffer_.substr(0, end);
     consume(end + syntax_.tool_end.size());
     mode_ = Mode::kContent;
-    if (syntax_.tools == ToolFormat::kDeepSeekV3) {
-      auto calls = parse_deepseek_v3_calls(body, id_prefix_, total_.tool_calls.size());
-      if (!calls) {
-        emit(out, Mode::kContent, syntax_.tool_start + body + syntax_.tool_end);
-        return true;
-      }
-      for (ToolCall& call : *calls) {
-        out.tool_calls.push_back(call);
-        total_.tool_calls.push_back(std::move(call));
-      }
-      return true;
-    }
-    auto call = nlohmann::json::parse(body, nullptr, false);
-    if (call.is_discarded() || !call.is_object() || !call.contains("name") ||
-        !call["name"].is_string()) {
-      // Not a call after all: the model's text stays visible.
+    auto calls = parse_deepseek_v3_calls(body, id_prefix_, total_.tool_calls.size());
+    if (!calls) {
       emit(out, Mode::kContent, syntax_.tool_start + body + syntax_.tool_end);
       return true;
     }
-    nlohmann::json arguments = call.value("arguments", nlohmann::json::object());
-    if (arguments.is_string()) {
-      auto parsed = nlohmann::json::parse(arguments.get<std::string>(), nullptr, false);
-      if (!parsed.is_discarded()) arguments = parsed;
-    }
-    ToolCall tool{fmt::format("{}{}", id_prefix_, total_.tool_calls.size()),
-                  call["name"].get<std::string>(), arguments.dump()};
-    out.tool_calls.push_back(tool);
-    total_.tool_calls.push_back(std::move(tool));
+    for (ToolCall& call : *calls) add_call(out, std::move(call));
     return true;
   }
   const std::string& end_marker = syntax_.reasoning_end;
@@ -284,6 +263,117 @@ bool OutputParser::step(ParsedOutput& out) {
   return true;
 }
 
+// A call complete at once: one piece that opens and closes it.
+void OutputParser::add_call(ParsedOutput& out, ToolCall call) {
+  out.call_pieces.push_back(
+      {total_.tool_calls.size(), call.id, call.name, call.arguments, true, true});
+  out.tool_calls.push_back(call);
+  total_.tool_calls.push_back(std::move(call));
+}
+
+// Inside "<tool_call>": once the name is known the call opens and its arguments stream as
+// the model writes them; the block's end closes it. Blocks in another shape are parsed
+// whole at their end.
+bool OutputParser::step_hermes(ParsedOutput& out) {
+  if (!open_call_) open_hermes_call(out);
+  size_t end = buffer_.find(syntax_.tool_end);
+  if (end == std::string::npos) {
+    if (open_call_) stream_hermes_arguments(out);
+    return false;
+  }
+  mode_ = Mode::kContent;
+  if (open_call_) {
+    close_hermes_call(out, end);
+    return true;
+  }
+  std::string body = buffer_.substr(0, end);
+  consume(end + syntax_.tool_end.size());
+  auto call = nlohmann::json::parse(body, nullptr, false);
+  if (call.is_discarded() || !call.is_object() || !call.contains("name") ||
+      !call["name"].is_string()) {
+    // Not a call after all: the model's text stays visible.
+    emit(out, Mode::kContent, syntax_.tool_start + body + syntax_.tool_end);
+    return true;
+  }
+  nlohmann::json arguments = call.value("arguments", nlohmann::json::object());
+  if (arguments.is_string()) {
+    auto parsed = nlohmann::json::parse(arguments.get<std::string>(), nullptr, false);
+    if (!parsed.is_discarded()) arguments = parsed;
+  }
+  add_call(out, {fmt::format("{}{}", id_prefix_, total_.tool_calls.size()),
+                 call["name"].get<std::string>(), arguments.dump()});
+  return true;
+}
+
+// `{"name": "NAME", "arguments": ` at the start of the block opens the call.
+void OutputParser::open_hermes_call(ParsedOutput& out) {
+  size_t at = 0;
+  auto skip_space = [&] {
+    while (at < buffer_.size() && std::isspace(static_cast<unsigned char>(buffer_[at]))) ++at;
+  };
+  auto expect = [&](std::string_view text) {
+    skip_space();
+    if (buffer_.compare(at, text.size(), text) != 0) return false;
+    at += text.size();
+    return true;
+  };
+  if (!expect("{") || !expect("\"name\"") || !expect(":") || !expect("\"")) return;
+  size_t name_end = buffer_.find('"', at);
+  if (name_end == std::string::npos) return;
+  std::string name = buffer_.substr(at, name_end - at);
+  if (name.find('\\') != std::string::npos) return;  // escaped names: parsed whole
+  at = name_end + 1;
+  if (!expect(",") || !expect("\"arguments\"") || !expect(":")) return;
+  skip_space();
+  // Arguments as an object stream; anything else (a JSON string) is parsed whole.
+  if (at == buffer_.size() || buffer_[at] != '{') return;
+  open_call_ = ToolCall{fmt::format("{}{}", id_prefix_, total_.tool_calls.size()), name, ""};
+  out.call_pieces.push_back({total_.tool_calls.size(), open_call_->id, name, "", true, false});
+  consumed_block_ = buffer_.substr(0, at);
+  consume(at);
+}
+
+// Streams the arguments written so far, holding back what may be the block's end: trailing
+// whitespace, the object's closing brace and the start of </tool_call>.
+void OutputParser::stream_hermes_arguments(ParsedOutput& out) {
+  size_t safe = buffer_.size();
+  const std::string& end_tag = syntax_.tool_end;
+  for (size_t length = std::min(end_tag.size() - 1, buffer_.size()); length > 0; --length) {
+    if (buffer_.compare(buffer_.size() - length, length, end_tag, 0, length) == 0) {
+      safe -= length;
+      break;
+    }
+  }
+  auto back_over_space = [&] {
+    while (safe > 0 && std::isspace(static_cast<unsigned char>(buffer_[safe - 1]))) --safe;
+  };
+  back_over_space();
+  if (safe > 0 && buffer_[safe - 1] == '}') --safe;
+  back_over_space();
+  if (safe == 0) return;
+  std::string piece = buffer_.substr(0, safe);
+  open_call_->arguments += piece;
+  consumed_block_ += piece;
+  consume(safe);
+  out.call_pieces.push_back({total_.tool_calls.size(), "", "", piece, false, false});
+}
+
+// The block ended at `end`: what is left of the arguments, without the object's close.
+void OutputParser::close_hermes_call(ParsedOutput& out, size_t end) {
+  std::string rest = buffer_.substr(0, end);
+  consume(end + syntax_.tool_end.size());
+  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.back()))) rest.pop_back();
+  if (!rest.empty() && rest.back() == '}') rest.pop_back();
+  while (!rest.empty() && std::isspace(static_cast<unsigned char>(rest.back()))) rest.pop_back();
+  ToolCall call = std::move(*open_call_);
+  open_call_.reset();
+  consumed_block_.clear();
+  call.arguments += rest;
+  out.call_pieces.push_back({total_.tool_calls.size(), "", "", rest, false, true});
+  out.tool_calls.push_back(call);
+  total_.tool_calls.push_back(std::move(call));
+}
+
 // Inside "<｜DSML｜...": complete once the block's closing tag (either spelling) arrived.
 bool OutputParser::step_dsml(ParsedOutput& out) {
   auto close = find_either(buffer_, "</" + kDsmlMark + "tool_calls>", "</" + kDsmlMark + " calls>");
@@ -297,10 +387,7 @@ bool OutputParser::step_dsml(ParsedOutput& out) {
     mode_ = Mode::kContent;
     return true;
   }
-  for (ToolCall& call : *calls) {
-    out.tool_calls.push_back(call);
-    total_.tool_calls.push_back(std::move(call));
-  }
+  for (ToolCall& call : *calls) add_call(out, std::move(call));
   mode_ = Mode::kAfterCalls;
   return true;
 }
@@ -325,7 +412,11 @@ ParsedOutput OutputParser::finish() {
   if (mode_ == Mode::kAfterCalls) {
     consume(buffer_.size());
   } else if (mode_ == Mode::kToolCall) {
-    emit(out, Mode::kContent, syntax_.tool_start + buffer_);
+    // An unfinished call is text; a streamed one is closed where it stopped.
+    if (open_call_) out.call_pieces.push_back({total_.tool_calls.size(), "", "", "", false, true});
+    emit(out, Mode::kContent, syntax_.tool_start + consumed_block_ + buffer_);
+    open_call_.reset();
+    consumed_block_.clear();
   } else {
     emit(out, mode_, buffer_);
   }

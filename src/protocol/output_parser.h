@@ -55,11 +55,25 @@ struct ToolCall {
   std::string arguments;  // a JSON object, as text
 };
 
+// A streamed piece of a tool call: the piece that `opens` call `index` carries its id and
+// name; every piece may add to its arguments; the piece that `closes` it ends it.
+struct ToolCallPiece {
+  size_t index = 0;
+  std::string id, name;
+  std::string arguments;
+  bool opens = false, closes = false;
+};
+
 struct ParsedOutput {
   std::string reasoning;
   std::string content;
-  std::vector<ToolCall> tool_calls;
-  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+  std::vector<ToolCall> tool_calls;  // calls complete in this piece
+  // For streaming: Hermes/Qwen calls as their arguments arrive, other formats one piece per
+  // call once complete. Concatenated, a call's pieces give its ToolCall.
+  std::vector<ToolCallPiece> call_pieces;
+  bool empty() const {
+    return reasoning.empty() && content.empty() && tool_calls.empty() && call_pieces.empty();
+  }
 };
 
 class OutputParser {
@@ -80,6 +94,11 @@ class OutputParser {
   void emit(ParsedOutput& out, Mode mode, std::string_view text);
   bool step(ParsedOutput& out);
   bool step_dsml(ParsedOutput& out);
+  bool step_hermes(ParsedOutput& out);
+  void open_hermes_call(ParsedOutput& out);
+  void stream_hermes_arguments(ParsedOutput& out);
+  void close_hermes_call(ParsedOutput& out, size_t end);
+  void add_call(ParsedOutput& out, ToolCall call);
   size_t held_back(std::string_view text) const;
   void consume(size_t bytes);
   size_t find_marker(const std::string& marker) const;
@@ -91,6 +110,9 @@ class OutputParser {
   std::vector<std::pair<size_t, size_t>> control_spans_;  // byte ranges of buffer_
   ParsedOutput total_;
   bool after_reasoning_ = false;  // the answer has not started since </think>
+  // A Hermes call whose name arrived: its arguments so far, and the block text consumed.
+  std::optional<ToolCall> open_call_;
+  std::string consumed_block_;
 };
 
 }  // namespace deepinfer::protocol

@@ -127,7 +127,9 @@ class ResponsesFormatter final : public ResponseFormatter {
     return out + event("response.in_progress", {{"response", started}});
   }
   std::string stream_text(int, const std::string& piece) override {
-    return stream_parsed(0, {"", piece, {}});
+    ParsedOutput text;
+    text.content = piece;
+    return stream_parsed(0, text);
   }
   std::string stream_parsed(int, const ParsedOutput& parsed) override {
     std::string out;
@@ -148,16 +150,22 @@ class ResponsesFormatter final : public ResponseFormatter {
                                                   {"delta", parsed.content},
                                                   {"logprobs", Json::array()}});
     }
-    for (const ToolCall& call : parsed.tool_calls) {
-      out += close();
-      ++index_;
-      kind_ = "function_call";
-      call_ = call;
-      out += event("response.output_item.added",
-                   {{"output_index", index_}, {"item", item("in_progress", "")}});
-      out += event("response.function_call_arguments.delta",
-                   {{"item_id", item_id()}, {"output_index", index_}, {"delta", call.arguments}});
-      out += close();
+    for (const ToolCallPiece& piece : parsed.call_pieces) {
+      if (piece.opens) {
+        out += close();
+        ++index_;
+        kind_ = "function_call";
+        call_ = {piece.id, piece.name, ""};
+        out += event("response.output_item.added",
+                     {{"output_index", index_}, {"item", item("in_progress", "")}});
+      }
+      if (!piece.arguments.empty()) {
+        call_.arguments += piece.arguments;
+        out +=
+            event("response.function_call_arguments.delta",
+                  {{"item_id", item_id()}, {"output_index", index_}, {"delta", piece.arguments}});
+      }
+      if (piece.closes) out += close();
     }
     return out;
   }

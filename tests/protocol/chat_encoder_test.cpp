@@ -124,7 +124,7 @@ TEST(ChatEncoder, HermesNamedCallWithTheQwen3Template) {
   EXPECT_EQ(prompt.encoded.ids, tokenizer->encode(prompt.encoded.text));
   ParsedOutput out = parse_after_prompt(prompt, "{\"city\": \"Paris\"}}\n</tool_call>");
   ASSERT_EQ(out.tool_calls.size(), 1u);
-  EXPECT_EQ(out.tool_calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(out.tool_calls[0].arguments, R"({"city": "Paris"})");
   // With no tools offered the parser leaves tool-call tags as text.
   ChatPrompt plain = encoder.encode(user_says("hi"));
   EXPECT_EQ(plain.syntax.tools, ToolFormat::kNone);

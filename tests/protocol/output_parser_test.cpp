@@ -20,19 +20,62 @@ OutputSyntax qwen_syntax(bool starts_in_reasoning = false) {
   return syntax;
 }
 
-// Feeds `text` in two pieces split at `cut`, collecting every delta.
-ParsedOutput run(const OutputSyntax& syntax, const std::string& text, size_t cut) {
+// A parsed piece as the parser gives it, calls complete at once.
+ParsedOutput piece(std::string reasoning, std::string content, std::vector<ToolCall> calls = {}) {
+  ParsedOutput out;
+  out.reasoning = std::move(reasoning);
+  out.content = std::move(content);
+  for (size_t i = 0; i < calls.size(); ++i)
+    out.call_pieces.push_back({i, calls[i].id, calls[i].name, calls[i].arguments, true, true});
+  out.tool_calls = std::move(calls);
+  return out;
+}
+
+// Every call's streamed pieces: one opens it with its id and name, one closes it, and
+// their arguments concatenate to the call's.
+void expect_pieces_match_calls(const ParsedOutput& all) {
+  for (size_t i = 0; i < all.tool_calls.size(); ++i) {
+    std::string arguments;
+    int opens = 0, closes = 0;
+    for (const ToolCallPiece& piece : all.call_pieces) {
+      if (piece.index != i) continue;
+      arguments += piece.arguments;
+      opens += piece.opens;
+      closes += piece.closes;
+      if (piece.opens) {
+        EXPECT_EQ(piece.name, all.tool_calls[i].name);
+      }
+    }
+    EXPECT_EQ(opens, 1);
+    EXPECT_EQ(closes, 1);
+    EXPECT_EQ(arguments, all.tool_calls[i].arguments);
+  }
+}
+
+// Feeds `text` in pieces split at `cuts`, collecting every delta.
+ParsedOutput run_pieces(const OutputSyntax& syntax, const std::string& text,
+                        const std::vector<size_t>& cuts) {
   OutputParser parser(syntax, "call_");
   ParsedOutput all;
   auto add = [&](const ParsedOutput& part) {
     all.reasoning += part.reasoning;
     all.content += part.content;
     for (const ToolCall& call : part.tool_calls) all.tool_calls.push_back(call);
+    for (const ToolCallPiece& call : part.call_pieces) all.call_pieces.push_back(call);
   };
-  add(parser.push(text.substr(0, cut)));
-  add(parser.push(text.substr(cut)));
+  size_t from = 0;
+  for (size_t cut : cuts) {
+    add(parser.push(text.substr(from, cut - from)));
+    from = cut;
+  }
+  add(parser.push(text.substr(from)));
   add(parser.finish());
+  expect_pieces_match_calls(all);
   return all;
+}
+
+ParsedOutput run(const OutputSyntax& syntax, const std::string& text, size_t cut) {
+  return run_pieces(syntax, text, {cut});
 }
 
 TEST(OutputParser, ReasoningContentAndToolCallsAtEverySplit) {
@@ -45,9 +88,31 @@ TEST(OutputParser, ReasoningContentAndToolCallsAtEverySplit) {
     EXPECT_EQ(out.content, "Let me run it.\n") << cut;
     ASSERT_EQ(out.tool_calls.size(), 1u) << cut;
     EXPECT_EQ(out.tool_calls[0].name, "run");
-    EXPECT_EQ(out.tool_calls[0].arguments, R"j({"code":"print(1)"})j");
+    EXPECT_EQ(out.tool_calls[0].arguments, R"j({"code": "print(1)"})j");  // as written
     EXPECT_EQ(out.tool_calls[0].id, "call_0");
   }
+}
+
+// Hermes arguments stream as they are written, byte by byte here: the call opens once its
+// name is known, and nothing of the block's end leaks into the arguments.
+TEST(OutputParser, HermesArgumentsStreamAsWritten) {
+  const std::string text =
+      "<tool_call>\n{\"name\": \"write\", \"arguments\": {\"path\": \"a.py\", \"text\": "
+      "\"x = {}\\n\"}}\n</tool_call>after";
+  std::vector<size_t> every_byte;
+  for (size_t i = 1; i < text.size(); ++i) every_byte.push_back(i);
+  ParsedOutput out = run_pieces(qwen_syntax(), text, every_byte);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, R"({"path": "a.py", "text": "x = {}\n"})");
+  EXPECT_GT(out.call_pieces.size(), 10u);  // it streamed
+  EXPECT_EQ(out.content, "after");
+  // An unfinished call is closed for the stream and stays text for the whole answer.
+  every_byte.resize(59);
+  ParsedOutput cut = run_pieces(qwen_syntax(), text.substr(0, 60), every_byte);
+  EXPECT_TRUE(cut.tool_calls.empty());
+  EXPECT_EQ(cut.content, text.substr(0, 60));
+  ASSERT_FALSE(cut.call_pieces.empty());
+  EXPECT_TRUE(cut.call_pieces.back().closes);
 }
 
 // Newlines around </think> belong to neither part; a stray </think> in the answer goes.
@@ -79,7 +144,7 @@ TEST(CompletionText, StopStringsApplyToTheAnswerOnly) {
   EXPECT_EQ(completion.total().content, "Done. Then ");
   EXPECT_EQ(streamed.content, completion.total().content);
   ASSERT_EQ(completion.total().tool_calls.size(), 1u);
-  EXPECT_EQ(completion.total().tool_calls[0].arguments, R"({"x":"STOP"})");
+  EXPECT_EQ(completion.total().tool_calls[0].arguments, R"({"x": "STOP"})");
 }
 
 // Markers count where a control token wrote them: the model spelling "<tool_call>" or
@@ -230,8 +295,8 @@ TEST(ChatFormat, ReasoningAndToolCallsWholeAndStreamed) {
   EXPECT_EQ(message["tool_calls"][0]["type"], "function");
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "tool_calls");
 
-  ParsedOutput first{"why", "", {}};
-  ParsedOutput second{"", "", {{"call_a_0", "run", "{}"}, {"call_a_1", "ls", "{}"}}};
+  ParsedOutput first = piece("why", "");
+  ParsedOutput second = piece("", "", {{"call_a_0", "run", "{}"}, {"call_a_1", "ls", "{}"}});
   std::string stream = formatter->stream_parsed(0, first);
   stream += formatter->stream_parsed(0, second);
   size_t second_event = stream.find("data: ", 6);
@@ -261,9 +326,9 @@ TEST(AnthropicFormat, ThinkingTextAndToolUseBlocks) {
   EXPECT_EQ(whole["stop_reason"], "tool_use");
 
   std::string stream = formatter->stream_start();
-  stream += formatter->stream_parsed(0, {"why", "", {}});
-  stream += formatter->stream_parsed(0, {"", "Running it.", {}});
-  stream += formatter->stream_parsed(0, {"", "", choice.tool_calls});
+  stream += formatter->stream_parsed(0, piece("why", ""));
+  stream += formatter->stream_parsed(0, piece("", "Running it."));
+  stream += formatter->stream_parsed(0, piece("", "", choice.tool_calls));
   stream += formatter->stream_finish(choice, "");
   stream += formatter->stream_end(Usage{5, 7, 0});
   std::vector<std::pair<std::string, Json>> events = named_events(stream);
@@ -307,9 +372,9 @@ TEST(ResponsesFormat, ReasoningMessageAndFunctionCallItems) {
 
   auto streamer = make_formatter(ApiFormat::kResponses, {"resp_1", "m", 1, 5, false});
   std::string stream = streamer->stream_start();
-  stream += streamer->stream_parsed(0, {"why", "", {}});
-  stream += streamer->stream_parsed(0, {"", "ok", {}});
-  stream += streamer->stream_parsed(0, {"", "", choice.tool_calls});
+  stream += streamer->stream_parsed(0, piece("why", ""));
+  stream += streamer->stream_parsed(0, piece("", "ok"));
+  stream += streamer->stream_parsed(0, piece("", "", choice.tool_calls));
   stream += streamer->stream_finish(choice, "");
   stream += streamer->stream_end(Usage{5, 7, 0});
   std::vector<std::string> names;
