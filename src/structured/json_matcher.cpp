@@ -22,7 +22,22 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
   for (int32_t id = 0; id < size(); ++id)
     if (kind_[static_cast<size_t>(id)] == Kind::kText && !bytes(id).empty()) order.push_back(id);
   std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return bytes(a) < bytes(b); });
-  sorted_.reserve(order.size());
+  std::vector<int32_t> sensitive;
+  for (int32_t id : order) {
+    const std::string& text = bytes(id);
+    bool plain = std::none_of(text.begin(), text.end(), [](char c) {
+      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+    });
+    (plain ? string_plain_ : sensitive).push_back(id);
+  }
+  sorted_ = with_shared_prefixes(order);
+  string_sensitive_ = with_shared_prefixes(sensitive);
+}
+
+std::vector<std::pair<int32_t, uint32_t>> TokenTable::with_shared_prefixes(
+    const std::vector<int32_t>& order) const {
+  std::vector<std::pair<int32_t, uint32_t>> out;
+  out.reserve(order.size());
   const std::string* previous = nullptr;
   for (int32_t id : order) {
     const std::string& current = bytes(id);
@@ -31,9 +46,10 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
       size_t limit = std::min(previous->size(), current.size());
       while (shared < limit && (*previous)[shared] == current[shared]) ++shared;
     }
-    sorted_.emplace_back(id, shared);
+    out.emplace_back(id, shared);
     previous = &current;
   }
+  return out;
 }
 
 namespace {
@@ -288,9 +304,12 @@ class JsonMatcher final : public Matcher {
   // Every ordinary token the automaton accepts whole from here. states[d] is the state after
   // the first d bytes of the current token; `valid` is how deep the previous token got.
   void mark_text_tokens(std::vector<bool>& allowed) const {
+    bool in_string = state_.mode == JsonState::kString;
+    if (in_string)
+      for (int32_t id : table_->string_plain()) allowed[static_cast<size_t>(id)] = true;
     std::vector<JsonState> states(1, state_);
     size_t valid = 0;
-    for (const auto& [id, shared] : table_->sorted()) {
+    for (const auto& [id, shared] : in_string ? table_->string_sensitive() : table_->sorted()) {
       if (shared > valid) continue;  // it starts with a prefix that already failed
       const std::string& bytes = table_->bytes(id);
       states.resize(shared + 1);

@@ -25,13 +25,22 @@ class TokenTable {
   // Ordinary tokens in byte order, each with the length of the prefix it shares with the one
   // before it.
   const std::vector<std::pair<int32_t, uint32_t>>& sorted() const { return sorted_; }
+  // Inside a JSON string most tokens are just characters: those without '"', '\\' or control
+  // bytes (allowed there whatever came before), and the others, sorted as above.
+  const std::vector<int32_t>& string_plain() const { return string_plain_; }
+  const std::vector<std::pair<int32_t, uint32_t>>& string_sensitive() const {
+    return string_sensitive_;
+  }
   const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
 
  private:
   enum class Kind : uint8_t { kText, kEnd, kForbidden };
+  std::vector<std::pair<int32_t, uint32_t>> with_shared_prefixes(
+      const std::vector<int32_t>& order) const;
   std::vector<std::string> bytes_;
   std::vector<Kind> kind_;
-  std::vector<std::pair<int32_t, uint32_t>> sorted_;
+  std::vector<std::pair<int32_t, uint32_t>> sorted_, string_sensitive_;
+  std::vector<int32_t> string_plain_;
   std::vector<int32_t> end_tokens_;
 };
 
