@@ -89,7 +89,8 @@ ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request) const {
       prompt.encoded = encode_chat_prompt(*chat_template_, tokenizer_, request);
     }
   } catch (const Error& error) {
-    throw ApiError(400, fmt::format("the prompt could not be rendered: {}", error.what()),
+    // Well-formed, but not a conversation this model's template or encoding accepts.
+    throw ApiError(422, fmt::format("the prompt could not be rendered: {}", error.what()),
                    "messages");
   }
   using Mode = chat::ToolChoice::Mode;

@@ -37,7 +37,8 @@ class ChatEncoder {
               PromptFormat format);
   // False when the model has neither a template nor a DeepSeek encoding.
   bool available() const { return chat_template_ || deepseek_; }
-  // ApiError 400 when the request cannot be rendered.
+  // ApiError 422 when the template or encoding rejects the conversation, 400 when the model
+  // has no way to render chats or the request cannot be forced into a tool call.
   ChatPrompt encode(const chat::ChatRequest& request) const;
   const OutputSyntax& output_syntax() const { return syntax_; }
 

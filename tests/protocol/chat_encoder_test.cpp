@@ -78,6 +78,16 @@ TEST(ChatEncoder, DeepSeekV41FromTheVocabularyWithTypedTokensAsText) {
   EXPECT_GT(plain.size(), 3u);
   EXPECT_EQ(typed.encoded.ids.size(), 2 + plain.size() + 2);
   EXPECT_TRUE(std::equal(plain.begin(), plain.end(), typed.encoded.ids.begin() + 2));
+  // A conversation the encoding cannot express is unprocessable, not malformed.
+  chat::ChatRequest odd = user_says("hi");
+  odd.messages.push_back({{"role", "robot"}, {"content", "beep"}});
+  try {
+    encoder.encode(odd);
+    ADD_FAILURE() << "an unknown role was rendered";
+  } catch (const ApiError& error) {
+    EXPECT_EQ(error.status(), 422);
+    EXPECT_EQ(error.param(), "messages");
+  }
 }
 
 TEST(ChatEncoder, NamedAndRequiredToolChoiceOpenTheCall) {
