@@ -1,0 +1,126 @@
+// The H200's ceilings as our code meets them: device-to-device copy bandwidth, the decode
+// product over Llama-3.1-8B's weight shapes (one token, bf16 weights) against that bandwidth,
+// and cuBLASLt's bf16 rate on a large product. Median of 20 timed runs after warm-up, timed
+// with CUDA events, on random data; inputs rotate so L2 (60 MB) cannot hold them.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+using namespace deepinfer;
+using namespace deepinfer::cuda;
+
+namespace {
+
+double median_ms(const std::function<void(int)>& run, int repeats = 20) {
+  for (int i = 0; i < 3; ++i) run(i);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> times;
+  for (int i = 0; i < repeats; ++i) {
+    cudaEventRecord(start);
+    run(i);
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  check_launch("bench");
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+DeviceBuffer random_bf16(size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<uint16_t> host(count);
+  for (uint16_t& v : host) v = f32_to_bf16(normal(rng));
+  DeviceBuffer buffer(count * 2);
+  buffer.upload(host.data(), buffer.bytes());
+  return buffer;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    if (device_count() == 0) fail("no CUDA device");
+    cudaDeviceProp properties{};
+    cudaGetDeviceProperties(&properties, 0);
+    fmt::print("device: {} ({} SMs, {} MB L2)\n", properties.name, properties.multiProcessorCount,
+               properties.l2CacheSize >> 20);
+
+    const size_t copy_bytes = size_t{2} << 30;
+    DeviceBuffer from = random_bf16(copy_bytes / 2, 1), to(copy_bytes);
+    double copy_ms = median_ms([&](int) {
+      cudaMemcpyAsync(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice);
+    });
+    double bandwidth = 2.0 * copy_bytes / (copy_ms * 1e-3) / 1e12;  // read + write
+    fmt::print("copy: {:.2f} ms for 2 GiB, {:.2f} TB/s (read + write)\n", copy_ms, bandwidth);
+
+    // One decoder layer of Llama-3.1-8B (fused q/k/v, o, fused gate/up, down) and the head.
+    struct Shape {
+      const char* name;
+      int64_t n, k;
+    };
+    const Shape shapes[] = {{"qkv", 6144, 4096},
+                            {"o", 4096, 4096},
+                            {"gate_up", 28672, 4096},
+                            {"down", 4096, 14336},
+                            {"lm_head", 128256, 4096}};
+    fmt::print("\n{:<10} {:>10} {:>10} {:>12} {:>8}\n", "matrix", "MB", "ms", "TB/s", "of copy");
+    double layer_ms = 0, layer_bytes = 0;
+    for (const Shape& shape : shapes) {
+      const size_t weights = static_cast<size_t>(shape.n * shape.k);
+      // Enough copies of the matrix that together they overflow L2.
+      const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / (weights * 2)));
+      std::vector<DeviceBuffer> w;
+      for (int c = 0; c < copies; ++c) w.push_back(random_bf16(weights, 10 + c));
+      DeviceBuffer x(shape.k * 4), y(shape.n * 4);
+      cudaMemset(x.data(), 0x3c, x.bytes());
+      double ms = median_ms([&](int i) {
+        matmul_bf16_few_rows(x.as<float>(), w[i % copies].as<uint16_t>(), 1, shape.n, shape.k,
+                             y.as<float>());
+      });
+      double bytes = weights * 2.0;
+      fmt::print("{:<10} {:>10.1f} {:>10.4f} {:>12.2f} {:>7.0f}%\n", shape.name, bytes / 1e6, ms,
+                 bytes / (ms * 1e-3) / 1e12, 100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+      if (std::string(shape.name) != "lm_head") {
+        layer_ms += ms;
+        layer_bytes += bytes;
+      }
+    }
+    // 32 layers plus the head: the weight-streaming time of one decode step at batch 1.
+    double step_ms = 32 * layer_ms, step_bytes = 32 * layer_bytes;
+    fmt::print(
+        "8B decode weights: {:.1f} GB in {:.2f} ms -> {:.0f} tokens/s ceiling from the "
+        "products alone ({:.0f}% of copy bandwidth)\n",
+        step_bytes / 1e9, step_ms, 1000.0 / step_ms,
+        100.0 * step_bytes / (step_ms * 1e-3) / 1e12 / bandwidth);
+
+    const int64_t m = 8192;
+    DeviceBuffer a = random_bf16(m * m, 3), b32(m * m * 4), b16(m * m * 2), c(m * m * 4);
+    cudaMemset(b32.data(), 0x3c, b32.bytes());
+    LtMatmul lt;
+    double gemm_ms = median_ms([&](int) {
+      lt.run(b32.as<float>(), b16.as<uint16_t>(), a.as<uint16_t>(), m, m, m, c.as<float>());
+    });
+    fmt::print("\ncuBLASLt bf16 {}^3 (with the f32->bf16 cast of x): {:.3f} ms, {:.0f} TFLOP/s\n",
+               m, gemm_ms, 2.0 * m * m * m / (gemm_ms * 1e-3) / 1e12);
+  } catch (const std::exception& error) {
+    fmt::print(stderr, "cuda_bench: {}\n", error.what());
+    return 1;
+  }
+  return 0;
+}

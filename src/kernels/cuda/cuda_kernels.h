@@ -1,0 +1,85 @@
+// The CUDA backend's kernels over device memory (the first set of issue 7: the dense
+// decoder's ops). Activations are f32 as on the CPU; weights keep their stored dtype. Every
+// function checks its launch and throws deepinfer::Error naming the CUDA error. Tested
+// against the CPU ops (tests/kernels/cuda_kernels_test.cpp) and timed by bench/cuda_bench.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+
+namespace deepinfer::cuda {
+
+// Devices this process can use (0 when there is no driver or no GPU).
+int device_count();
+
+// Device memory owned by one object.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host, size_t bytes, size_t offset = 0);
+  void download(void* host, size_t bytes, size_t offset = 0) const;
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Throws Error naming `what` and the last launch's error, if any.
+void check_launch(const char* what);
+void synchronize();
+
+// y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32 or bf16.
+void rmsnorm(const float* x, const void* weight, DType weight_dtype, int64_t rows, int64_t n,
+             float eps, float* y, cudaStream_t stream = nullptr);
+// out = silu(gate) * up, elementwise over `count`; out may alias gate.
+void silu_mul(const float* gate, const float* up, float* out, int64_t count,
+              cudaStream_t stream = nullptr);
+// y += x over `count`.
+void add(float* y, const float* x, int64_t count, cudaStream_t stream = nullptr);
+// out[i, :] = table[ids[i], :] widened to f32 (table f32 or bf16, `width` columns).
+void embedding(const void* table, DType table_dtype, int64_t width, const int32_t* ids,
+               int64_t count, float* out, cudaStream_t stream = nullptr);
+// Rotates x [tokens, heads, head_dim] in place by cos/sin [tokens, rotary_dim / 2]: pairs
+// (i, i + rotary_dim/2), or (2i, 2i+1) when interleaved.
+void rope(float* x, const float* cos, const float* sin, int64_t tokens, int heads, int head_dim,
+          int rotary_dim, bool interleaved, cudaStream_t stream = nullptr);
+
+// y[t, n] = sum_k x[t, k] * weight[n, k] for a bf16 weight [n, k] and few rows (decode):
+// each weight byte is read once for all rows, 16 bytes per load. rows <= 8, k % 8 == 0.
+void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
+                          int64_t k, float* y, cudaStream_t stream = nullptr);
+
+// The same product for any number of rows through cuBLASLt on the tensor cores: x is
+// rounded to bf16 (into `x_bf16`, rows * k elements), accumulation is f32, y is f32.
+class LtMatmul {
+ public:
+  LtMatmul();
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+  void run(const float* x, uint16_t* x_bf16, const uint16_t* weight, int64_t rows, int64_t n,
+           int64_t k, float* y, cudaStream_t stream = nullptr);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deepinfer::cuda

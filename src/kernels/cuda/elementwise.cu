@@ -1,0 +1,125 @@
+// Row-wise and elementwise kernels: one pass over memory each, f32 arithmetic.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ float load_weight(const void* weight, DType dtype, int64_t i) {
+  if (dtype == DType::kBF16) {
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(weight)[i]);
+  }
+  return static_cast<const float*>(weight)[i];
+}
+
+// One block per row: the sum of squares is reduced across the block, then every thread
+// scales its columns.
+__global__ void rmsnorm_kernel(const float* x, const void* weight, DType dtype, int64_t n,
+                               float eps, float* y) {
+  const float* row = x + blockIdx.x * n;
+  float* out = y + blockIdx.x * n;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i] * row[i];
+  __shared__ float partial[kThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    sum = threadIdx.x < kThreads / 32 ? partial[threadIdx.x] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x == 0) partial[0] = sum;
+  }
+  __syncthreads();
+  float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    out[i] = row[i] * scale * load_weight(weight, dtype, i);
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void embedding_kernel(const void* table, DType dtype, int64_t width, const int32_t* ids,
+                                 float* out) {
+  const int64_t row = ids[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
+    out[blockIdx.x * width + i] = load_weight(table, dtype, row * width + i);
+}
+
+// One thread per rotated pair.
+__global__ void rope_kernel(float* x, const float* cos, const float* sin, int64_t tokens, int heads,
+                            int head_dim, int rotary_dim, bool interleaved) {
+  const int half = rotary_dim / 2;
+  const int64_t pairs = tokens * heads * half;
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < pairs;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    const int i = static_cast<int>(p % half);
+    const int64_t token_head = p / half;
+    const int64_t token = token_head / heads;
+    float* v = x + token_head * head_dim;
+    const int a = interleaved ? 2 * i : i;
+    const int b = interleaved ? 2 * i + 1 : i + half;
+    const float c = cos[token * half + i], s = sin[token * half + i];
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x1 * c + x0 * s;
+  }
+}
+
+int grid_for(int64_t count) {
+  return static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 65535));
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, const void* weight, DType weight_dtype, int64_t rows, int64_t n,
+             float eps, float* y, cudaStream_t stream) {
+  if (rows == 0) return;
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, weight, weight_dtype, n,
+                                                                       eps, y);
+  check_launch("rmsnorm");
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  silu_mul_kernel<<<grid_for(count), kThreads, 0, stream>>>(gate, up, out, count);
+  check_launch("silu_mul");
+}
+
+void add(float* y, const float* x, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  add_kernel<<<grid_for(count), kThreads, 0, stream>>>(y, x, count);
+  check_launch("add");
+}
+
+void embedding(const void* table, DType table_dtype, int64_t width, const int32_t* ids,
+               int64_t count, float* out, cudaStream_t stream) {
+  if (count == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(table, table_dtype, width,
+                                                                          ids, out);
+  check_launch("embedding");
+}
+
+void rope(float* x, const float* cos, const float* sin, int64_t tokens, int heads, int head_dim,
+          int rotary_dim, bool interleaved, cudaStream_t stream) {
+  int64_t pairs = tokens * heads * (rotary_dim / 2);
+  if (pairs == 0) return;
+  rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(x, cos, sin, tokens, heads, head_dim,
+                                                        rotary_dim, interleaved);
+  check_launch("rope");
+}
+
+}  // namespace deepinfer::cuda

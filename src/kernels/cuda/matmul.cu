@@ -1,0 +1,172 @@
+// Products with bf16 weights: a bandwidth-bound kernel for decode's few rows, and cuBLASLt on
+// the tensor cores for prefill.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+// One warp per output column n: lanes stride over k in 16-byte chunks (8 bf16), two chunks
+// in flight per lane, each weight chunk used for every row of x; then a warp reduction.
+template <int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight, int64_t n,
+                    int64_t k, float* __restrict__ y) {
+  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (column >= n) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t chunks = k / 8;
+  const uint4* row = weight + column * chunks;
+  float acc[kRows] = {};
+  auto consume = [&](uint4 packed, int64_t chunk) {
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+    float w[8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 f = __bfloat1622float2(pairs[j]);
+      w[2 * j] = f.x;
+      w[2 * j + 1] = f.y;
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * 8);
+      float4 a = xr[0], b = xr[1];
+      acc[r] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
+                w[6] * b.z + w[7] * b.w;
+    }
+  };
+  int64_t chunk = lane;
+  for (; chunk + 32 < chunks; chunk += 64) {
+    uint4 first = row[chunk], second = row[chunk + 32];
+    consume(first, chunk);
+    consume(second, chunk + 32);
+  }
+  if (chunk < chunks) consume(row[chunk], chunk);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float sum = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) y[r * n + column] = sum;
+  }
+}
+
+template <int kRows>
+void launch_few_rows(const float* x, const uint16_t* weight, int64_t n, int64_t k, float* y,
+                     cudaStream_t stream) {
+  auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+      x, reinterpret_cast<const uint4*>(weight), n, k, y);
+}
+
+__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = __float2bfloat16_rn(x[i]);
+}
+
+void check_lt(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt {}: status {}", what, int(status));
+}
+
+}  // namespace
+
+void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
+                          int64_t k, float* y, cudaStream_t stream) {
+  if (k % 8 != 0) fail("matmul_bf16_few_rows: k = {} is not a multiple of 8", k);
+  switch (rows) {
+    case 1:
+      launch_few_rows<1>(x, weight, n, k, y, stream);
+      break;
+    case 2:
+      launch_few_rows<2>(x, weight, n, k, y, stream);
+      break;
+    case 3:
+      launch_few_rows<3>(x, weight, n, k, y, stream);
+      break;
+    case 4:
+      launch_few_rows<4>(x, weight, n, k, y, stream);
+      break;
+    case 5:
+      launch_few_rows<5>(x, weight, n, k, y, stream);
+      break;
+    case 6:
+      launch_few_rows<6>(x, weight, n, k, y, stream);
+      break;
+    case 7:
+      launch_few_rows<7>(x, weight, n, k, y, stream);
+      break;
+    case 8:
+      launch_few_rows<8>(x, weight, n, k, y, stream);
+      break;
+    default:
+      fail("matmul_bf16_few_rows: {} rows (1 to 8)", rows);
+  }
+  check_launch("matmul_bf16_few_rows");
+}
+
+struct LtMatmul::Impl {
+  cublasLtHandle_t handle = nullptr;
+  DeviceBuffer workspace{size_t{32} << 20};
+};
+
+LtMatmul::LtMatmul() : impl_(std::make_unique<Impl>()) {
+  check_lt(cublasLtCreate(&impl_->handle), "create");
+}
+
+LtMatmul::~LtMatmul() {
+  if (impl_->handle) cublasLtDestroy(impl_->handle);
+}
+
+// Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
+void LtMatmul::run(const float* x, uint16_t* x_bf16, const uint16_t* weight, int64_t rows,
+                   int64_t n, int64_t k, float* y, cudaStream_t stream) {
+  const int64_t count = rows * k;
+  auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
+  to_bf16_kernel<<<blocks, 256, 0, stream>>>(x, reinterpret_cast<__nv_bfloat16*>(x_bf16), count);
+  check_launch("to_bf16");
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  cublasOperation_t transpose = CUBLAS_OP_T;
+  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                          sizeof(transpose)),
+           "transa");
+  check_lt(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, static_cast<uint64_t>(k),
+                                      static_cast<uint64_t>(n), k),
+           "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, static_cast<uint64_t>(k),
+                                      static_cast<uint64_t>(rows), k),
+           "layout b");
+  check_lt(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, static_cast<uint64_t>(n),
+                                      static_cast<uint64_t>(rows), n),
+           "layout d");
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
+  size_t workspace_bytes = impl_->workspace.bytes();
+  check_lt(
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes)),
+      "workspace");
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  check_lt(cublasLtMatmulAlgoGetHeuristic(impl_->handle, op, a, b, d, d, preference, 1, &heuristic,
+                                          &found),
+           "heuristic");
+  if (found == 0) fail("cuBLASLt: no algorithm for a bf16 {}x{}x{} product", rows, n, k);
+  const float one = 1.0f, zero = 0.0f;
+  check_lt(cublasLtMatmul(impl_->handle, op, &one, weight, a, x_bf16, b, &zero, y, d, y, d,
+                          &heuristic.algo, impl_->workspace.data(), workspace_bytes, stream),
+           "matmul");
+  cublasLtMatmulPreferenceDestroy(preference);
+  cublasLtMatrixLayoutDestroy(d);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+}
+
+}  // namespace deepinfer::cuda
