@@ -20,6 +20,7 @@ ParsedOutput CompletionText::take(std::string piece, bool last, size_t control_f
       out.reasoning += rest.reasoning;
       out.content += rest.content;
       for (ToolCall& call : rest.tool_calls) out.tool_calls.push_back(std::move(call));
+      for (ToolCallPiece& piece : rest.call_pieces) out.call_pieces.push_back(std::move(piece));
     }
   } else {
     out.content = std::move(piece);
@@ -27,7 +28,10 @@ ParsedOutput CompletionText::take(std::string piece, bool last, size_t control_f
   if (stops_) {
     out.content = stops_->push(out.content, stopped_);
     if (last && !stopped_) out.content += stops_->flush();
-    if (stopped_) out.tool_calls.clear();  // after the stop string, nothing counts
+    if (stopped_) {  // after the stop string nothing counts
+      out.tool_calls.clear();
+      out.call_pieces.clear();
+    }
   }
   total_.reasoning += out.reasoning;
   total_.content += out.content;

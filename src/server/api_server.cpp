@@ -236,8 +236,7 @@ void ApiServer::responses(const HttpRequest& http_request,
   start_chat_job(new_job(writer, protocol::ApiFormat::kResponses, parsed.params), parsed.chat);
 }
 
-// Renders the conversation with the model's template, tokenizes, checks lengths, starts.
-// Renders the conversation, tokenizes, checks lengths, starts.
+// Renders the conversation (template or DeepSeek encoding), tokenizes, checks lengths, starts.
 void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat) {
   chat.json_output = job->params.json_output;
   protocol::ChatPrompt prompt = chat_encoder_->encode(chat);
