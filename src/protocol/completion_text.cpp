@@ -20,7 +20,7 @@ ParsedOutput CompletionText::take(std::string piece, bool last, size_t control_f
       out.reasoning += rest.reasoning;
       out.content += rest.content;
       for (ToolCall& call : rest.tool_calls) out.tool_calls.push_back(std::move(call));
-      for (ToolCallPiece& piece : rest.call_pieces) out.call_pieces.push_back(std::move(piece));
+      for (ToolCallPiece& part : rest.call_pieces) out.call_pieces.push_back(std::move(part));
     }
   } else {
     out.content = std::move(piece);
