@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <random>
 
 #include "core/dtype.h"
@@ -135,6 +137,89 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
     lt.run(dx.as<float>(), dx_bf16.as<uint16_t>(), dw.as<uint16_t>(), rows, n, k, dy.as<float>());
     synchronize();
     EXPECT_LT(relative_error(download(dy), want), 1e-2) << rows << " rows (cuBLASLt)";
+  }
+}
+
+// Sequences in one batch: a decode row, a prefill chunk and a whole short prompt, their
+// blocks scattered through the pool; GQA with separate values and MLA's values-in-keys,
+// with and without a window.
+TEST_F(CudaKernels, PagedAttentionAndKvWriteMatchTheCpu) {
+  struct Layout {
+    int heads, kv_heads, key_dim, value_dim;
+    bool values_in_keys;
+  };
+  const int block_size = 16, num_blocks = 64, max_blocks = 8;
+  const std::vector<int32_t> context = {37, 100, 16}, queries = {1, 7, 16};
+  std::vector<int32_t> query_start = {0};
+  for (int32_t count : queries) query_start.push_back(query_start.back() + count);
+  const int64_t rows = query_start.back();
+  std::vector<int32_t> blocks(num_blocks);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  std::shuffle(blocks.begin(), blocks.end(), rng_);
+  std::vector<int32_t> tables(context.size() * max_blocks);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = blocks[i];
+  // The slots of every sequence's new tokens (the last `queries` of its context).
+  std::vector<int64_t> slots;
+  for (size_t s = 0; s < context.size(); ++s) {
+    for (int32_t p = context[s] - queries[s]; p < context[s]; ++p)
+      slots.push_back(int64_t{tables[s * max_blocks + p / block_size]} * block_size +
+                      p % block_size);
+  }
+  DeviceBuffer d_start = upload(query_start), d_context = upload(context),
+               d_tables = upload(tables), d_slots = upload(slots);
+  for (const Layout& layout : {Layout{8, 2, 128, 128, false}, Layout{16, 1, 576, 512, true}}) {
+    const int64_t key_width = int64_t{layout.kv_heads} * layout.key_dim;
+    const int64_t value_width = int64_t{layout.kv_heads} * layout.value_dim;
+    const int64_t pool = int64_t{num_blocks} * block_size;
+    std::vector<float> keys = random(pool * key_width);
+    std::vector<float> values =
+        layout.values_in_keys ? std::vector<float>() : random(pool * value_width);
+    std::vector<float> new_keys = random(rows * key_width), new_values = random(rows * value_width);
+    PagedKvView host_cache{
+        keys.data(),          layout.values_in_keys ? keys.data() : values.data(),
+        block_size,           layout.kv_heads,
+        layout.key_dim,       layout.value_dim,
+        layout.values_in_keys};
+    AttentionBatch host_batch{static_cast<int>(context.size()),
+                              query_start.data(),
+                              context.data(),
+                              tables.data(),
+                              max_blocks,
+                              slots.data()};
+    DeviceBuffer d_keys = upload(keys), d_values = upload(values);
+    PagedKvView device_cache = host_cache;
+    device_cache.keys = d_keys.as<float>();
+    device_cache.values = layout.values_in_keys ? d_keys.as<float>() : d_values.as<float>();
+    AttentionBatch device_batch{
+        host_batch.num_seqs, d_start.as<int32_t>(), d_context.as<int32_t>(), d_tables.as<int32_t>(),
+        max_blocks,          d_slots.as<int64_t>()};
+
+    Tensor k_host = Tensor::contiguous(new_keys.data(), DType::kF32, {rows, key_width});
+    Tensor v_host = Tensor::contiguous(new_values.data(), DType::kF32, {rows, value_width});
+    cpu_->kv_write(k_host, layout.values_in_keys ? nullptr : &v_host, host_batch, host_cache);
+    DeviceBuffer d_new_keys = upload(new_keys), d_new_values = upload(new_values);
+    kv_write(d_new_keys.as<float>(), layout.values_in_keys ? nullptr : d_new_values.as<float>(),
+             d_slots.as<int64_t>(), rows, device_cache);
+    EXPECT_EQ(download(d_keys), keys);
+    if (!layout.values_in_keys) {
+      EXPECT_EQ(download(d_values), values);
+    }
+
+    std::vector<float> q = random(rows * layout.heads * layout.key_dim);
+    DeviceBuffer d_q = upload(q);
+    for (int window : {0, 24}) {
+      std::vector<float> want(rows * layout.heads * layout.value_dim);
+      Tensor want_t =
+          Tensor::contiguous(want.data(), DType::kF32, {rows, layout.heads, layout.value_dim});
+      Tensor q_t = Tensor::contiguous(q.data(), DType::kF32, {rows, layout.heads, layout.key_dim});
+      float scale = 1.0f / std::sqrt(static_cast<float>(layout.key_dim));
+      cpu_->paged_attention(q_t, host_batch, host_cache, scale, window, want_t);
+      DeviceBuffer d_out = poisoned(want.size());
+      paged_attention(d_q.as<float>(), rows, layout.heads, device_batch, device_cache, scale,
+                      window, d_out.as<float>());
+      EXPECT_LT(relative_error(download(d_out), want), 1e-5)
+          << layout.key_dim << " window " << window;
+    }
   }
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "core/dtype.h"
+#include "kernels/ops.h"
 
 namespace deepinfer::cuda {
 
@@ -65,6 +66,18 @@ void rope(float* x, const float* cos, const float* sin, int64_t tokens, int head
 // each weight byte is read once for all rows, 16 bytes per load. rows <= 8, k % 8 == 0.
 void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
                           int64_t k, float* y, cudaStream_t stream = nullptr);
+
+// As Ops::kv_write: k [tokens, kv_heads * key_dim] (and v, unless the cache keeps values in
+// keys) into the slots slot_mapping names. Every pointer on the device.
+void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,
+              const PagedKvView& cache, cudaStream_t stream = nullptr);
+// As Ops::paged_attention over `rows` query rows of `heads` heads: causal, each sequence's
+// keys through its block table, optionally windowed. Every pointer in q, batch, cache and
+// out on the device. One block per (row, head); its warps split the keys and merge their
+// online-softmax partial results.
+void paged_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
+                     const PagedKvView& cache, float scale, int window, float* out,
+                     cudaStream_t stream = nullptr);
 
 // The same product for any number of rows through cuBLASLt on the tensor cores: x is
 // rounded to bf16 (into `x_bf16`, rows * k elements), accumulation is f32, y is f32.

@@ -1,0 +1,140 @@
+// Paged attention over the KV cache's blocks, for prefill chunks and decode alike.
+#include <cfloat>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kMaxValuePerLane = 16;  // value_dim <= 512 (MLA's latent)
+
+// PagedKvView's stride helpers are host code; the same arithmetic for the device.
+__device__ int64_t key_stride(const PagedKvView& cache) {
+  return int64_t{cache.num_kv_heads} * cache.key_dim;
+}
+__device__ int64_t value_stride(const PagedKvView& cache) {
+  return cache.values_in_keys ? key_stride(cache) : int64_t{cache.num_kv_heads} * cache.value_dim;
+}
+
+__global__ void kv_write_kernel(const float* k, const float* v, const int64_t* slot_mapping,
+                                PagedKvView cache) {
+  const int64_t token = blockIdx.x;
+  const int64_t slot = slot_mapping[token];
+  const int64_t key_width = key_stride(cache);
+  for (int64_t i = threadIdx.x; i < key_width; i += blockDim.x)
+    cache.keys[slot * key_width + i] = k[token * key_width + i];
+  if (v == nullptr) return;
+  const int64_t value_width = int64_t{cache.num_kv_heads} * cache.value_dim;
+  for (int64_t i = threadIdx.x; i < value_width; i += blockDim.x)
+    cache.values[slot * value_width + i] = v[token * value_width + i];
+}
+
+__device__ int sequence_of(const int32_t* query_start, int num_seqs, int64_t row) {
+  int low = 0, high = num_seqs - 1;
+  while (low < high) {
+    int middle = (low + high + 1) / 2;
+    if (query_start[middle] <= row) {
+      low = middle;
+    } else {
+      high = middle - 1;
+    }
+  }
+  return low;
+}
+
+__device__ float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// Block (row, head): warp w takes keys first + w, first + w + kWarps, ... keeping a running
+// max, sum and weighted value sum; the warps' results are then rescaled to one max and added.
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
+                           float scale, int window, float* out) {
+  const int64_t row = blockIdx.x;
+  const int head = blockIdx.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
+  const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
+  const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
+  const int64_t first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int kv_head = head / (heads / cache.num_kv_heads);
+  const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
+  const float* query = q + (row * heads + head) * cache.key_dim;
+  const int64_t key_offset = int64_t{kv_head} * cache.key_dim;
+  const int64_t value_offset =
+      cache.values_in_keys ? key_offset : int64_t{kv_head} * cache.value_dim;
+
+  float running_max = -FLT_MAX, running_sum = 0.0f;
+  float acc[kMaxValuePerLane] = {};
+  for (int64_t j = first + warp; j <= position; j += kWarps) {
+    const int64_t slot =
+        int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
+    const float* key = cache.keys + slot * key_stride(cache) + key_offset;
+    float partial = 0.0f;
+    for (int d = lane; d < cache.key_dim; d += 32) partial += query[d] * key[d];
+    const float score = warp_sum(partial) * scale;
+    const float new_max = fmaxf(running_max, score);
+    const float rescale = __expf(running_max - new_max), weight = __expf(score - new_max);
+    running_sum = running_sum * rescale + weight;
+    running_max = new_max;
+    const float* value = cache.values + slot * value_stride(cache) + value_offset;
+#pragma unroll
+    for (int i = 0; i < kMaxValuePerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < cache.value_dim) acc[i] = acc[i] * rescale + weight * value[d];
+    }
+  }
+  __shared__ float maxes[kWarps], sums[kWarps];
+  __shared__ float values[kWarps][kMaxValuePerLane * 32];
+  if (lane == 0) {
+    maxes[warp] = running_max;
+    sums[warp] = running_sum;
+  }
+#pragma unroll
+  for (int i = 0; i < kMaxValuePerLane; ++i) values[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  float total_max = -FLT_MAX;
+  for (int w = 0; w < kWarps; ++w) total_max = fmaxf(total_max, maxes[w]);
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w)
+    if (sums[w] > 0.0f) total += sums[w] * __expf(maxes[w] - total_max);
+  float* result = out + (row * heads + head) * cache.value_dim;
+  for (int d = threadIdx.x; d < cache.value_dim; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w)
+      if (sums[w] > 0.0f) sum += values[w][d] * __expf(maxes[w] - total_max);
+    result[d] = sum / total;
+  }
+}
+
+}  // namespace
+
+void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,
+              const PagedKvView& cache, cudaStream_t stream) {
+  if (cache.values_in_keys != (v == nullptr))
+    fail("kv_write: values must be given exactly when the cache stores them apart");
+  if (tokens == 0) return;
+  kv_write_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping, cache);
+  check_launch("kv_write");
+}
+
+void paged_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
+                     const PagedKvView& cache, float scale, int window, float* out,
+                     cudaStream_t stream) {
+  if (cache.value_dim > 32 * kMaxValuePerLane)
+    fail("paged_attention: value size {} over {}", cache.value_dim, 32 * kMaxValuePerLane);
+  if (heads % cache.num_kv_heads != 0)
+    fail("paged_attention: {} heads over {} KV heads", heads, cache.num_kv_heads);
+  if (rows == 0) return;
+  dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
+  paged_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window,
+                                                           out);
+  check_launch("paged_attention");
+}
+
+}  // namespace deepinfer::cuda
