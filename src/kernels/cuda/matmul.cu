@@ -11,8 +11,8 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 
-// One warp per output column n: lanes stride over k in 16-byte chunks (8 bf16), two chunks
-// in flight per lane, each weight chunk used for every row of x; then a warp reduction.
+// One warp per output column n: lanes stride over k in 16-byte chunks (8 bf16), each weight
+// chunk used for every row of x; then a warp reduction.
 template <int kRows>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight, int64_t n,
@@ -40,13 +40,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                 w[6] * b.z + w[7] * b.w;
     }
   };
+  // Four loads in flight per lane before the first is used: a short row is then read in one
+  // or two round trips to memory instead of one per chunk.
   int64_t chunk = lane;
-  for (; chunk + 32 < chunks; chunk += 64) {
-    uint4 first = row[chunk], second = row[chunk + 32];
-    consume(first, chunk);
-    consume(second, chunk + 32);
+  for (; chunk + 96 < chunks; chunk += 128) {
+    uint4 loaded[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) loaded[i] = row[chunk + 32 * i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) consume(loaded[i], chunk + 32 * i);
   }
-  if (chunk < chunks) consume(row[chunk], chunk);
+  for (; chunk < chunks; chunk += 32) consume(row[chunk], chunk);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     float sum = acc[r];
