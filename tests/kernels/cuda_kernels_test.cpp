@@ -167,7 +167,8 @@ TEST_F(CudaKernels, PagedAttentionAndKvWriteMatchTheCpu) {
   }
   DeviceBuffer d_start = upload(query_start), d_context = upload(context),
                d_tables = upload(tables), d_slots = upload(slots);
-  for (const Layout& layout : {Layout{8, 2, 128, 128, false}, Layout{16, 1, 576, 512, true}}) {
+  for (const Layout& layout : {Layout{8, 2, 128, 128, false}, Layout{4, 4, 128, 128, false},
+                               Layout{6, 2, 64, 64, false}, Layout{16, 1, 576, 512, true}}) {
     const int64_t key_width = int64_t{layout.kv_heads} * layout.key_dim;
     const int64_t value_width = int64_t{layout.kv_heads} * layout.value_dim;
     const int64_t pool = int64_t{num_blocks} * block_size;

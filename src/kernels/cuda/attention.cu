@@ -112,6 +112,104 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+constexpr int kGroupDim = 128;  // head size of the grouped kernel (Llama, Qwen, Mistral)
+constexpr int kMaxGroup = 8;    // query heads per KV head it handles
+
+// Block (row, KV head) for the common GQA shape: every K/V row is read once, 16 bytes a lane,
+// for all the group's query heads; two keys per warp iteration keep loads in flight.
+__global__ void __launch_bounds__(kWarps * 32)
+    grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
+                             float scale, int window, float* out) {
+  const int64_t row = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int group = heads / cache.num_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
+  const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
+  const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
+  const int64_t first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
+  const int64_t stride = key_stride(cache);
+  const float4* query =
+      reinterpret_cast<const float4*>(q + (row * heads + int64_t{kv_head} * group) * kGroupDim);
+
+  float4 qh[kMaxGroup];
+  float running_max[kMaxGroup], running_sum[kMaxGroup];
+  float4 acc[kMaxGroup];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) {
+    qh[h] = h < group ? query[h * (kGroupDim / 4) + lane] : make_float4(0, 0, 0, 0);
+    running_max[h] = -FLT_MAX;
+    running_sum[h] = 0.0f;
+    acc[h] = make_float4(0, 0, 0, 0);
+  }
+  auto slot_of = [&](int64_t j) {
+    return int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
+  };
+  auto attend = [&](float4 k, float4 v) {
+#pragma unroll
+    for (int h = 0; h < kMaxGroup; ++h) {
+      if (h >= group) break;
+      float score = warp_sum(qh[h].x * k.x + qh[h].y * k.y + qh[h].z * k.z + qh[h].w * k.w) * scale;
+      float new_max = fmaxf(running_max[h], score);
+      float rescale = __expf(running_max[h] - new_max), weight = __expf(score - new_max);
+      running_sum[h] = running_sum[h] * rescale + weight;
+      running_max[h] = new_max;
+      acc[h].x = acc[h].x * rescale + weight * v.x;
+      acc[h].y = acc[h].y * rescale + weight * v.y;
+      acc[h].z = acc[h].z * rescale + weight * v.z;
+      acc[h].w = acc[h].w * rescale + weight * v.w;
+    }
+  };
+  const int64_t offset = int64_t{kv_head} * kGroupDim / 4 + lane;
+  int64_t j = first + warp;
+  for (; j + kWarps <= position; j += 2 * kWarps) {
+    const int64_t a = slot_of(j), b = slot_of(j + kWarps);
+    float4 ka = reinterpret_cast<const float4*>(cache.keys + a * stride)[offset];
+    float4 kb = reinterpret_cast<const float4*>(cache.keys + b * stride)[offset];
+    float4 va = reinterpret_cast<const float4*>(cache.values + a * stride)[offset];
+    float4 vb = reinterpret_cast<const float4*>(cache.values + b * stride)[offset];
+    attend(ka, va);
+    attend(kb, vb);
+  }
+  if (j <= position) {
+    const int64_t a = slot_of(j);
+    attend(reinterpret_cast<const float4*>(cache.keys + a * stride)[offset],
+           reinterpret_cast<const float4*>(cache.values + a * stride)[offset]);
+  }
+  __shared__ float maxes[kWarps][kMaxGroup], sums[kWarps][kMaxGroup];
+  __shared__ float4 partial[kWarps][kMaxGroup][kGroupDim / 4];
+#pragma unroll
+  for (int h = 0; h < kMaxGroup; ++h) {
+    if (lane == 0) {
+      maxes[warp][h] = running_max[h];
+      sums[warp][h] = running_sum[h];
+    }
+    partial[warp][h][lane] = acc[h];
+  }
+  __syncthreads();
+  // Warp w writes head w, w + kWarps, ...: each lane four of its dims.
+  for (int h = warp; h < group; h += kWarps) {
+    float total_max = -FLT_MAX;
+    for (int w = 0; w < kWarps; ++w) total_max = fmaxf(total_max, maxes[w][h]);
+    float total = 0.0f;
+    float4 sum = make_float4(0, 0, 0, 0);
+    for (int w = 0; w < kWarps; ++w) {
+      if (sums[w][h] == 0.0f) continue;
+      float factor = __expf(maxes[w][h] - total_max);
+      total += sums[w][h] * factor;
+      float4 p = partial[w][h][lane];
+      sum.x += p.x * factor;
+      sum.y += p.y * factor;
+      sum.z += p.z * factor;
+      sum.w += p.w * factor;
+    }
+    float4 result = make_float4(sum.x / total, sum.y / total, sum.z / total, sum.w / total);
+    reinterpret_cast<float4*>(out + (row * heads + int64_t{kv_head} * group + h) *
+                                        kGroupDim)[lane] = result;
+  }
+}
+
 }  // namespace
 
 void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,
@@ -131,6 +229,15 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
   if (heads % cache.num_kv_heads != 0)
     fail("paged_attention: {} heads over {} KV heads", heads, cache.num_kv_heads);
   if (rows == 0) return;
+  const int group = heads / cache.num_kv_heads;
+  if (cache.key_dim == kGroupDim && cache.value_dim == kGroupDim && !cache.values_in_keys &&
+      group <= kMaxGroup) {
+    dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
+    grouped_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale,
+                                                               window, out);
+    check_launch("paged_attention (grouped)");
+    return;
+  }
   dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
   paged_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window,
                                                            out);
