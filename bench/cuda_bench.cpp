@@ -146,6 +146,40 @@ int main() {
           100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
     }
 
+    // Batch-1 decode over a long context: 8 blocks unless the keys are split.
+    {
+      const int context = 8192, block_size = 16, heads = 32, kv_heads = 8, dim = 128;
+      const int blocks = context / block_size;
+      DeviceBuffer keys(int64_t{context} * kv_heads * dim * 4), values(keys.bytes());
+      cudaMemset(keys.data(), 0x3c, keys.bytes());
+      cudaMemset(values.data(), 0x3c, values.bytes());
+      std::vector<int32_t> start = {0, 1}, lens = {context}, table(blocks);
+      for (int i = 0; i < blocks; ++i) table[i] = i;
+      DeviceBuffer d_start(8), d_lens(4), d_table(table.size() * 4);
+      d_start.upload(start.data(), 8);
+      d_lens.upload(lens.data(), 4);
+      d_table.upload(table.data(), d_table.bytes());
+      DeviceBuffer q(heads * dim * 4), out(heads * dim * 4);
+      cudaMemset(q.data(), 0x3c, q.bytes());
+      AttentionBatch batch{
+          1, d_start.as<int32_t>(), d_lens.as<int32_t>(), d_table.as<int32_t>(), blocks, nullptr};
+      PagedKvView cache{
+          keys.as<float>(), values.as<float>(), block_size, kv_heads, dim, dim, false};
+      double bytes = 2.0 * context * kv_heads * dim * 4;
+      for (int splits : {1, paged_attention_splits(1, kv_heads, context)}) {
+        size_t floats = paged_attention_workspace_floats(1, kv_heads, splits);
+        DeviceBuffer workspace(floats * 4);
+        double ms = median_ms([&](int) {
+          paged_attention(q.as<float>(), 1, heads, batch, cache, 0.088f, 0, out.as<float>(),
+                          nullptr, SplitKeys{splits}, workspace.as<float>(), floats);
+        });
+        fmt::print(
+            "decode attention, 1 x 8192 tokens, {} split(s): {:.1f} MB in {:.4f} ms, "
+            "{:.2f} TB/s\n",
+            splits, bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12);
+      }
+    }
+
     const int64_t m = 8192;
     DeviceBuffer a = random_bf16(m * m, 3), b32(m * m * 4), b16(m * m * 2), c(m * m * 4);
     cudaMemset(b32.data(), 0x3c, b32.bytes());

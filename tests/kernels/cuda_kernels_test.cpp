@@ -215,11 +215,16 @@ TEST_F(CudaKernels, PagedAttentionAndKvWriteMatchTheCpu) {
       Tensor q_t = Tensor::contiguous(q.data(), DType::kF32, {rows, layout.heads, layout.key_dim});
       float scale = 1.0f / std::sqrt(static_cast<float>(layout.key_dim));
       cpu_->paged_attention(q_t, host_batch, host_cache, scale, window, want_t);
-      DeviceBuffer d_out = poisoned(want.size());
-      paged_attention(d_q.as<float>(), rows, layout.heads, device_batch, device_cache, scale,
-                      window, d_out.as<float>());
-      EXPECT_LT(relative_error(download(d_out), want), 1e-5)
-          << layout.key_dim << " window " << window;
+      // Unsplit, and split over blocks (ignored by the general kernel): the same result.
+      for (int splits : {1, 3, 7}) {
+        size_t floats = paged_attention_workspace_floats(rows, layout.kv_heads, splits);
+        DeviceBuffer workspace(floats * sizeof(float)), d_out = poisoned(want.size());
+        paged_attention(d_q.as<float>(), rows, layout.heads, device_batch, device_cache, scale,
+                        window, d_out.as<float>(), nullptr, SplitKeys{splits},
+                        splits > 1 ? workspace.as<float>() : nullptr, floats);
+        EXPECT_LT(relative_error(download(d_out), want), 1e-5)
+            << layout.key_dim << " window " << window << " splits " << splits;
+      }
     }
   }
 }

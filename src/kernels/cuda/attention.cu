@@ -1,4 +1,5 @@
 // Paged attention over the KV cache's blocks, for prefill chunks and decode alike.
+#include <algorithm>
 #include <cfloat>
 
 #include "core/error.h"
@@ -115,19 +116,27 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr int kGroupDim = 128;  // head size of the grouped kernel (Llama, Qwen, Mistral)
 constexpr int kMaxGroup = 8;    // query heads per KV head it handles
 
-// Block (row, KV head) for the common GQA shape: every K/V row is read once, 16 bytes a lane,
-// for all the group's query heads; two keys per warp iteration keep loads in flight.
+constexpr int kPartialFloats = 2 + kGroupDim;  // max, sum, unnormalised values
+
+// Block (row, KV head, split) for the common GQA shape: every K/V row is read once, 16 bytes
+// a lane, for all the group's query heads; two keys per warp iteration keep loads in flight.
+// With several splits each block takes one contiguous share of the keys and leaves its
+// partial result in `partials` for merge_splits_kernel.
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
-                             float scale, int window, float* out) {
+                             float scale, int window, float* out, float* partials) {
   const int64_t row = blockIdx.x;
   const int kv_head = blockIdx.y;
+  const int split = blockIdx.z, splits = gridDim.z;
   const int group = heads / cache.num_kv_heads;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
   const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
   const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
-  const int64_t first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int64_t window_first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int64_t share = (position - window_first + splits) / splits;
+  const int64_t first = window_first + split * share;
+  const int64_t last = min(position, first + share - 1);
   const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
   const int64_t stride = key_stride(cache);
   const float4* query =
@@ -163,7 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   const int64_t offset = int64_t{kv_head} * kGroupDim / 4 + lane;
   int64_t j = first + warp;
-  for (; j + kWarps <= position; j += 2 * kWarps) {
+  for (; j + kWarps <= last; j += 2 * kWarps) {
     const int64_t a = slot_of(j), b = slot_of(j + kWarps);
     float4 ka = reinterpret_cast<const float4*>(cache.keys + a * stride)[offset];
     float4 kb = reinterpret_cast<const float4*>(cache.keys + b * stride)[offset];
@@ -172,7 +181,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     attend(ka, va);
     attend(kb, vb);
   }
-  if (j <= position) {
+  if (j <= last) {
     const int64_t a = slot_of(j);
     attend(reinterpret_cast<const float4*>(cache.keys + a * stride)[offset],
            reinterpret_cast<const float4*>(cache.values + a * stride)[offset]);
@@ -204,9 +213,47 @@ __global__ void __launch_bounds__(kWarps * 32)
       sum.z += p.z * factor;
       sum.w += p.w * factor;
     }
-    float4 result = make_float4(sum.x / total, sum.y / total, sum.z / total, sum.w / total);
-    reinterpret_cast<float4*>(out + (row * heads + int64_t{kv_head} * group + h) *
-                                        kGroupDim)[lane] = result;
+    if (splits == 1) {
+      float4 result = make_float4(sum.x / total, sum.y / total, sum.z / total, sum.w / total);
+      reinterpret_cast<float4*>(out + (row * heads + int64_t{kv_head} * group + h) *
+                                          kGroupDim)[lane] = result;
+      continue;
+    }
+    float* partial_out =
+        partials +
+        (((row * cache.num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
+    if (lane == 0) {
+      partial_out[0] = total_max;
+      partial_out[1] = total;
+    }
+    reinterpret_cast<float4*>(partial_out + 2)[lane] = sum;
+  }
+}
+
+// Block (row, KV head): the splits' partial results rescaled to one max and added.
+__global__ void merge_splits_kernel(const float* partials, int heads, int num_kv_heads, int splits,
+                                    float* out) {
+  const int64_t row = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int group = heads / num_kv_heads;
+  const int d = threadIdx.x;
+  for (int h = 0; h < group; ++h) {
+    auto part = [&](int split) {
+      return partials +
+             (((row * num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
+    };
+    float total_max = -FLT_MAX;
+    for (int split = 0; split < splits; ++split)
+      if (part(split)[1] > 0.0f) total_max = fmaxf(total_max, part(split)[0]);
+    float total = 0.0f, sum = 0.0f;
+    for (int split = 0; split < splits; ++split) {
+      const float* p = part(split);
+      if (p[1] == 0.0f) continue;
+      float factor = __expf(p[0] - total_max);
+      total += p[1] * factor;
+      sum += p[2 + d] * factor;
+    }
+    out[(row * heads + int64_t{kv_head} * group + h) * kGroupDim + d] = sum / total;
   }
 }
 
@@ -221,9 +268,21 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
   check_launch("kv_write");
 }
 
+int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context) {
+  // Enough blocks for two per multiprocessor of an H200, at least 128 keys each.
+  int64_t blocks = std::max<int64_t>(1, rows * num_kv_heads);
+  int64_t wanted = std::min<int64_t>((264 + blocks - 1) / blocks, (max_context + 127) / 128);
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, 64));
+}
+
+size_t paged_attention_workspace_floats(int64_t rows, int num_kv_heads, int splits) {
+  return static_cast<size_t>(rows * num_kv_heads * splits) * kMaxGroup * kPartialFloats;
+}
+
 void paged_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
                      const PagedKvView& cache, float scale, int window, float* out,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, SplitKeys split, float* workspace,
+                     size_t workspace_floats) {
   if (cache.value_dim > 32 * kMaxValuePerLane)
     fail("paged_attention: value size {} over {}", cache.value_dim, 32 * kMaxValuePerLane);
   if (heads % cache.num_kv_heads != 0)
@@ -232,10 +291,21 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
   const int group = heads / cache.num_kv_heads;
   if (cache.key_dim == kGroupDim && cache.value_dim == kGroupDim && !cache.values_in_keys &&
       group <= kMaxGroup) {
-    dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
+    const int splits = workspace ? split.splits : 1;
+    if (workspace &&
+        workspace_floats < paged_attention_workspace_floats(rows, cache.num_kv_heads, splits))
+      fail("paged_attention: the workspace holds too few floats for {} splits", splits);
+    dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
+              static_cast<unsigned>(splits));
     grouped_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale,
-                                                               window, out);
+                                                               window, out, workspace);
     check_launch("paged_attention (grouped)");
+    if (splits > 1) {
+      dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
+      merge_splits_kernel<<<merge_grid, kGroupDim, 0, stream>>>(workspace, heads,
+                                                                cache.num_kv_heads, splits, out);
+      check_launch("paged_attention (merge)");
+    }
     return;
   }
   dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));

@@ -71,13 +71,24 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 // keys) into the slots slot_mapping names. Every pointer on the device.
 void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,
               const PagedKvView& cache, cudaStream_t stream = nullptr);
+// How many contiguous shares of its keys each (row, KV head) of paged_attention is split
+// into, for a batch whose longest context is `max_context` (decode of few sequences needs
+// many to fill the chip); and the workspace floats that many splits need.
+struct SplitKeys {
+  int splits = 1;
+};
+int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context);
+size_t paged_attention_workspace_floats(int64_t rows, int num_kv_heads, int splits);
+
 // As Ops::paged_attention over `rows` query rows of `heads` heads: causal, each sequence's
-// keys through its block table, optionally windowed. Every pointer in q, batch, cache and
-// out on the device. One block per (row, head); its warps split the keys and merge their
-// online-softmax partial results.
+// keys through its block table, optionally windowed. Every pointer in q, batch, cache, out
+// and workspace on the device. 128-wide GQA heads (up to 8 per KV head) take a grouped
+// kernel that reads each K/V row once per group and, given a workspace, splits the keys
+// over several blocks merged after; other shapes one block per (row, head).
 void paged_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
                      const PagedKvView& cache, float scale, int window, float* out,
-                     cudaStream_t stream = nullptr);
+                     cudaStream_t stream = nullptr, SplitKeys split = {},
+                     float* workspace = nullptr, size_t workspace_floats = 0);
 
 // The same product for any number of rows through cuBLASLt on the tensor cores: x is
 // rounded to bf16 (into `x_bf16`, rows * k elements), accumulation is f32, y is f32.
