@@ -101,6 +101,31 @@ int main() {
         layer_bytes += bytes;
       }
     }
+    // The same products back to back, as a decode step issues them (32 layers' worth): the
+    // per-launch cost without the gap a lone launch pays.
+    {
+      std::vector<DeviceBuffer> layer;
+      for (const Shape& shape : shapes)
+        if (std::string(shape.name) != "lm_head")
+          layer.push_back(random_bf16(static_cast<size_t>(shape.n * shape.k), 99));
+      DeviceBuffer x(14336 * 4), y(28672 * 4);
+      cudaMemset(x.data(), 0x3c, x.bytes());
+      double ms = median_ms([&](int) {
+        for (int repeat = 0; repeat < 32; ++repeat) {
+          for (size_t m = 0; m < layer.size(); ++m) {
+            matmul_bf16_few_rows(x.as<float>(), layer[m].as<uint16_t>(), 1, shapes[m].n,
+                                 shapes[m].k, y.as<float>());
+          }
+        }
+      });
+      double bytes = 0;
+      for (size_t m = 0; m < layer.size(); ++m) bytes += 32.0 * shapes[m].n * shapes[m].k * 2;
+      fmt::print(
+          "8B decode products back to back (32 x 4 launches): {:.1f} GB in {:.2f} ms, "
+          "{:.2f} TB/s ({:.0f}% of copy)\n",
+          bytes / 1e9, ms, bytes / (ms * 1e-3) / 1e12,
+          100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+    }
     // 32 layers plus the head: the weight-streaming time of one decode step at batch 1.
     double step_ms = 32 * layer_ms, step_bytes = 32 * layer_bytes;
     fmt::print(
