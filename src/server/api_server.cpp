@@ -58,6 +58,8 @@ struct ApiServer::Job {
   std::optional<protocol::OutputParser> parser;
   std::vector<GenerationResult> results;
   std::string echo_prefix;  // /v1/completions with echo
+  // json_object with a reasoning model: the JSON starts after the reasoning.
+  std::shared_ptr<const structured::Constraint> constraint;
   bool done = false;
 };
 
@@ -243,6 +245,15 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
   std::vector<int32_t> ids = std::move(prompt.encoded.ids);
   int max_tokens =
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
+  if (job->params.json_output) {
+    job->constraint = json_object_constraint();
+    auto start = tokenizer_->token_to_id(prompt.syntax.reasoning_start);
+    auto end = tokenizer_->token_to_id(prompt.syntax.reasoning_end);
+    if (start && end) {
+      job->constraint = structured::after_reasoning(job->constraint, *start, *end,
+                                                    prompt.syntax.starts_in_reasoning);
+    }
+  }
   if (prompt.syntax.any()) {
     job->parser.emplace(prompt.syntax, "");
     job->parser->push(prompt.forced_output, 0);  // the call the prompt opened (as tokens)
@@ -272,7 +283,8 @@ void ApiServer::completions(const HttpRequest& http_request,
 void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
-  if (job->params.json_output) request.constraint = json_object_constraint();
+  if (job->params.json_output)
+    request.constraint = job->constraint ? job->constraint : json_object_constraint();
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
   protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),
                               job->prompt_tokens, job->params.include_usage};

@@ -338,7 +338,73 @@ class JsonObjectConstraint final : public Constraint {
   std::shared_ptr<const TokenTable> table_;
 };
 
+class AfterReasoningMatcher final : public Matcher {
+ public:
+  enum class Phase { kUndecided, kReasoning, kInner };
+  AfterReasoningMatcher(std::unique_ptr<Matcher> inner, int32_t start, int32_t end, Phase phase)
+      : inner_(std::move(inner)), start_(start), end_(end), phase_(phase) {}
+  AfterReasoningMatcher(const AfterReasoningMatcher& other)
+      : inner_(other.inner_->clone()),
+        start_(other.start_),
+        end_(other.end_),
+        phase_(other.phase_) {}
+
+  std::unique_ptr<Matcher> clone() const override {
+    return std::make_unique<AfterReasoningMatcher>(*this);
+  }
+  void mask_logits(float* logits, int32_t vocab_size) const override {
+    if (phase_ == Phase::kReasoning) return;
+    float start_logit = start_ >= 0 && start_ < vocab_size ? logits[start_] : 0.0f;
+    inner_->mask_logits(logits, vocab_size);
+    if (phase_ == Phase::kUndecided && start_ >= 0 && start_ < vocab_size)
+      logits[start_] = start_logit;  // reasoning may open first
+  }
+  bool accept(int32_t token) override {
+    if (phase_ == Phase::kReasoning) {
+      if (token == end_) phase_ = Phase::kInner;
+      return true;
+    }
+    if (phase_ == Phase::kUndecided && token == start_) {
+      phase_ = Phase::kReasoning;
+      return true;
+    }
+    if (!inner_->accept(token)) return false;
+    phase_ = Phase::kInner;
+    return true;
+  }
+  bool complete() const override { return phase_ == Phase::kInner && inner_->complete(); }
+
+ private:
+  std::unique_ptr<Matcher> inner_;
+  int32_t start_, end_;
+  Phase phase_;
+};
+
+class AfterReasoning final : public Constraint {
+ public:
+  AfterReasoning(std::shared_ptr<const Constraint> inner, int32_t start, int32_t end,
+                 bool starts_in_reasoning)
+      : inner_(std::move(inner)), start_(start), end_(end), starts_in_(starts_in_reasoning) {}
+  std::unique_ptr<Matcher> start() const override {
+    using Phase = AfterReasoningMatcher::Phase;
+    return std::make_unique<AfterReasoningMatcher>(
+        inner_->start(), start_, end_, starts_in_ ? Phase::kReasoning : Phase::kUndecided);
+  }
+
+ private:
+  std::shared_ptr<const Constraint> inner_;
+  int32_t start_, end_;
+  bool starts_in_;
+};
+
 }  // namespace
+
+std::shared_ptr<const Constraint> after_reasoning(std::shared_ptr<const Constraint> inner,
+                                                  int32_t reasoning_start, int32_t reasoning_end,
+                                                  bool starts_in_reasoning) {
+  return std::make_shared<AfterReasoning>(std::move(inner), reasoning_start, reasoning_end,
+                                          starts_in_reasoning);
+}
 
 std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table) {
   return std::make_shared<JsonObjectConstraint>(std::move(table));

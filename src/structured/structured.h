@@ -68,4 +68,11 @@ class Constraint {
 // Runs of whitespace are capped so that a model cannot pad forever.
 std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table);
 
+// `inner` after the model's reasoning: a prompt that opened the reasoning, or a first token
+// `reasoning_start`, leaves the output free until the token `reasoning_end`; any other first
+// token starts `inner` at once.
+std::shared_ptr<const Constraint> after_reasoning(std::shared_ptr<const Constraint> inner,
+                                                  int32_t reasoning_start, int32_t reasoning_end,
+                                                  bool starts_in_reasoning);
+
 }  // namespace deepinfer::structured

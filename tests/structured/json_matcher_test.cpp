@@ -14,8 +14,9 @@ namespace {
 
 // A small vocabulary: the end token is id 0, a control token id 1.
 const std::vector<std::string> kTokens = {
-    "",   "<ctl>", "{",    "}",  "[",  "]",   "\"", "a",     "\":", " ",   ",",   "1",  "-", "0",
-    ".5", "e+3",   "true", "tr", "ue", "nul", "\\", "u00e9", "\n",  "{\"", "\"}", "}}", "x", ":"};
+    "",   "<ctl>", "{",  "}",   "[",   "]",   "\"",   "a",  "\":",     " ",
+    ",",  "1",     "-",  "0",   ".5",  "e+3", "true", "tr", "ue",      "nul",
+    "\\", "u00e9", "\n", "{\"", "\"}", "}}",  "x",    ":",  "<think>", "</think>"};
 
 std::shared_ptr<const TokenTable> small_table() {
   return std::make_shared<TokenTable>(kTokens, std::vector<int32_t>{0}, std::vector<int32_t>{1});
@@ -80,6 +81,30 @@ TEST(JsonObjectConstraint, RejectsWhatJsonForbids) {
   while (matcher->accept(id_of(" ")) && spaces < 1000) ++spaces;
   EXPECT_LT(spaces, 100);
   EXPECT_TRUE(matcher->accept(id_of("{")));
+}
+
+// A reasoning model may think first; the JSON starts after </think>, or at once when the
+// first token is not <think>.
+TEST(JsonObjectConstraint, AfterReasoning) {
+  auto json = json_object_constraint(small_table());
+  auto constraint = after_reasoning(json, id_of("<think>"), id_of("</think>"), false);
+  auto matcher = constraint->start();
+  EXPECT_EQ(allowed(*matcher), (std::vector<std::string>{"{", " ", "\n", "{\"", "<think>"}));
+  ASSERT_TRUE(feed(*matcher, {"<think>", "x", "}", "a"}));  // free inside the reasoning
+  EXPECT_EQ(allowed(*matcher).size(), kTokens.size());
+  EXPECT_FALSE(matcher->complete());
+  ASSERT_TRUE(feed(*matcher, {"</think>", "\n"}));
+  EXPECT_FALSE(matcher->accept(id_of("x")));
+  EXPECT_FALSE(matcher->accept(id_of("<think>")));
+  ASSERT_TRUE(feed(*matcher, {"{", "}"}));
+  EXPECT_TRUE(matcher->complete());
+
+  auto direct = constraint->start();
+  ASSERT_TRUE(feed(*direct, {"{"}));
+  EXPECT_FALSE(direct->accept(id_of("<think>")));  // too late to reason
+  auto opened = after_reasoning(json, id_of("<think>"), id_of("</think>"), true)->start();
+  ASSERT_TRUE(feed(*opened, {"x", "</think>", "{", "}"}));
+  EXPECT_TRUE(opened->complete());
 }
 
 // Masked sampling over Qwen3's 151k-token vocabulary, with random logits nudged towards
