@@ -101,6 +101,23 @@ int main() {
         layer_bytes += bytes;
       }
     }
+    // DeepSeek-V3's dense gate/up (2 x 18432 x 7168) in FP8 with 128 x 128 block scales.
+    {
+      const int64_t n = 36864, k = 7168;
+      std::vector<DeviceBuffer> w;
+      for (int c = 0; c < 2; ++c) w.push_back(random_bf16(static_cast<size_t>(n * k / 2), 50 + c));
+      DeviceBuffer scales(((n + 127) / 128) * ((k + 127) / 128) * 4), x(k * 4), y(n * 4);
+      cudaMemset(scales.data(), 0, scales.bytes());
+      cudaMemset(x.data(), 0x3c, x.bytes());
+      double ms = median_ms([&](int i) {
+        matmul_fp8_few_rows(x.as<float>(), w[i % 2].as<uint8_t>(), scales.as<float>(), 1, n, k,
+                            y.as<float>());
+      });
+      double bytes = static_cast<double>(n * k);
+      fmt::print("fp8 gate_up 36864 x 7168 ({:.0f} MB): {:.4f} ms, {:.2f} TB/s ({:.0f}% of copy)\n",
+                 bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12,
+                 100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+    }
     // The same products back to back, as a decode step issues them (32 layers' worth): the
     // per-launch cost without the gap a lone launch pays.
     {

@@ -33,7 +33,7 @@ run() {
   echo
   echo "== summary =="
   grep -E "PASSED|FAILED|SKIPPED" "$out/parity.txt" | tail -3
-  grep -E "^copy|decode weights|back to back|decode attention|TFLOP/s" "$out/bench.txt"
+  grep -E "^copy|decode weights|back to back|fp8|decode attention|TFLOP/s" "$out/bench.txt"
 }
 
 case "${1:-}" in

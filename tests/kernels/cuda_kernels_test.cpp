@@ -140,6 +140,30 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
   }
 }
 
+// DeepSeek-style FP8: e4m3 weights with a scale per 128 x 128 block, against the CPU's
+// block-scaled product (ragged last blocks in both directions).
+TEST_F(CudaKernels, Fp8BlockScaledMatmulMatchesTheCpu) {
+  const int64_t n = 1000, k = 2000;
+  const int64_t scale_rows = (n + 127) / 128, scale_cols = (k + 127) / 128;
+  std::vector<float> values = random(n * k), scales = random(scale_rows * scale_cols, 0.01f);
+  std::vector<uint8_t> weight(values.size());
+  for (size_t i = 0; i < values.size(); ++i) weight[i] = f32_to_f8e4m3(values[i] * 10.0f);
+  BlockScales block{scales.data(), scale_rows, scale_cols, 128, 128};
+  Tensor w_host = Tensor::contiguous(weight.data(), DType::kF8E4M3, {n, k});
+  w_host.block_scales = &block;
+  DeviceBuffer dw = upload(weight), dscales = upload(scales);
+  for (int64_t rows : {1, 5, 8}) {
+    std::vector<float> x = random(rows * k);
+    std::vector<float> want(rows * n);
+    Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
+    cpu_->matmul(Tensor::contiguous(x.data(), DType::kF32, {rows, k}), w_host, nullptr, want_t);
+    DeviceBuffer dx = upload(x), dy = poisoned(rows * n);
+    matmul_fp8_few_rows(dx.as<float>(), dw.as<uint8_t>(), dscales.as<float>(), rows, n, k,
+                        dy.as<float>());
+    EXPECT_LT(relative_error(download(dy), want), 1e-5) << rows << " rows";
+  }
+}
+
 // Sequences in one batch: a decode row, a prefill chunk and a whole short prompt, their
 // blocks scattered through the pool; GQA with separate values and MLA's values-in-keys,
 // with and without a window.

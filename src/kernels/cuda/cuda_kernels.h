@@ -90,6 +90,12 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
                      cudaStream_t stream = nullptr, SplitKeys split = {},
                      float* workspace = nullptr, size_t workspace_floats = 0);
 
+// The same for a DeepSeek-style FP8 e4m3 weight [n, k] with f32 scales per 128 x 128 block
+// ([ceil(n / 128), ceil(k / 128)]): dequantised in registers, never widened in memory.
+// rows <= 8, k % 16 == 0.
+void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
+                         int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
+
 // The same product for any number of rows through cuBLASLt on the tensor cores: x is
 // rounded to bf16 (into `x_bf16`, rows * k elements), accumulation is f32, y is f32.
 class LtMatmul {

@@ -2,6 +2,7 @@
 // the tensor cores for prefill.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -67,6 +68,70 @@ void launch_few_rows(const float* x, const uint16_t* weight, int64_t n, int64_t 
       x, reinterpret_cast<const uint4*>(weight), n, k, y);
 }
 
+constexpr int kScaleBlock = 128;
+
+// As few_rows_kernel for FP8: 16 weights per 16-byte chunk, all inside one 128-wide scale
+// block, so the chunk's dot product is scaled once.
+template <int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    fp8_few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight,
+                        const float* __restrict__ scales, int64_t n, int64_t k,
+                        float* __restrict__ y) {
+  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (column >= n) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t chunks = k / 16;
+  const int64_t scale_cols = (k + kScaleBlock - 1) / kScaleBlock;
+  const float* scale_row = scales + (column / kScaleBlock) * scale_cols;
+  const uint4* row = weight + column * chunks;
+  float acc[kRows] = {};
+  auto consume = [&](uint4 packed, int64_t chunk) {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&packed);
+    float w[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      __nv_fp8_e4m3 value;
+      value.__x = bytes[j];
+      w[j] = static_cast<float>(value);
+    }
+    const float scale = scale_row[chunk * 16 / kScaleBlock];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * 16);
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        float4 a = xr[q];
+        sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
+      }
+      acc[r] += sum * scale;
+    }
+  };
+  int64_t chunk = lane;
+  for (; chunk + 96 < chunks; chunk += 128) {
+    uint4 loaded[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) loaded[i] = row[chunk + 32 * i];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) consume(loaded[i], chunk + 32 * i);
+  }
+  for (; chunk < chunks; chunk += 32) consume(row[chunk], chunk);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float sum = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) y[r * n + column] = sum;
+  }
+}
+
+template <int kRows>
+void launch_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t n,
+                         int64_t k, float* y, cudaStream_t stream) {
+  auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  fp8_few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+      x, reinterpret_cast<const uint4*>(weight), scales, n, k, y);
+}
+
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x)
@@ -111,6 +176,40 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
       fail("matmul_bf16_few_rows: {} rows (1 to 8)", rows);
   }
   check_launch("matmul_bf16_few_rows");
+}
+
+void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
+                         int64_t n, int64_t k, float* y, cudaStream_t stream) {
+  if (k % 16 != 0) fail("matmul_fp8_few_rows: k = {} is not a multiple of 16", k);
+  switch (rows) {
+    case 1:
+      launch_fp8_few_rows<1>(x, weight, scales, n, k, y, stream);
+      break;
+    case 2:
+      launch_fp8_few_rows<2>(x, weight, scales, n, k, y, stream);
+      break;
+    case 3:
+      launch_fp8_few_rows<3>(x, weight, scales, n, k, y, stream);
+      break;
+    case 4:
+      launch_fp8_few_rows<4>(x, weight, scales, n, k, y, stream);
+      break;
+    case 5:
+      launch_fp8_few_rows<5>(x, weight, scales, n, k, y, stream);
+      break;
+    case 6:
+      launch_fp8_few_rows<6>(x, weight, scales, n, k, y, stream);
+      break;
+    case 7:
+      launch_fp8_few_rows<7>(x, weight, scales, n, k, y, stream);
+      break;
+    case 8:
+      launch_fp8_few_rows<8>(x, weight, scales, n, k, y, stream);
+      break;
+    default:
+      fail("matmul_fp8_few_rows: {} rows (1 to 8)", rows);
+  }
+  check_launch("matmul_fp8_few_rows");
 }
 
 struct LtMatmul::Impl {
