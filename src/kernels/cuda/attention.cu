@@ -116,7 +116,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 constexpr int kGroupDim = 128;  // head size of the grouped kernel (Llama, Qwen, Mistral)
 constexpr int kMaxGroup = 8;    // query heads per KV head it handles
 
-constexpr int kPartialFloats = 2 + kGroupDim;  // max, sum, unnormalised values
+// A split's partial result per head: the unnormalised values, then max and sum, padded so
+// every record starts 16-byte aligned (the values are written as float4).
+constexpr int kPartialFloats = kGroupDim + 4;
 
 // Block (row, KV head, split) for the common GQA shape: every K/V row is read once, 16 bytes
 // a lane, for all the group's query heads; two keys per warp iteration keep loads in flight.
@@ -223,10 +225,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         partials +
         (((row * cache.num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
     if (lane == 0) {
-      partial_out[0] = total_max;
-      partial_out[1] = total;
+      partial_out[kGroupDim] = total_max;
+      partial_out[kGroupDim + 1] = total;
     }
-    reinterpret_cast<float4*>(partial_out + 2)[lane] = sum;
+    reinterpret_cast<float4*>(partial_out)[lane] = sum;
   }
 }
 
@@ -244,14 +246,14 @@ __global__ void merge_splits_kernel(const float* partials, int heads, int num_kv
     };
     float total_max = -FLT_MAX;
     for (int split = 0; split < splits; ++split)
-      if (part(split)[1] > 0.0f) total_max = fmaxf(total_max, part(split)[0]);
+      if (part(split)[kGroupDim + 1] > 0.0f) total_max = fmaxf(total_max, part(split)[kGroupDim]);
     float total = 0.0f, sum = 0.0f;
     for (int split = 0; split < splits; ++split) {
       const float* p = part(split);
-      if (p[1] == 0.0f) continue;
-      float factor = __expf(p[0] - total_max);
-      total += p[1] * factor;
-      sum += p[2 + d] * factor;
+      if (p[kGroupDim + 1] == 0.0f) continue;
+      float factor = __expf(p[kGroupDim] - total_max);
+      total += p[kGroupDim + 1] * factor;
+      sum += p[d] * factor;
     }
     out[(row * heads + int64_t{kv_head} * group + h) * kGroupDim + d] = sum / total;
   }
