@@ -1,4 +1,4 @@
-// DeepSeek V4 / V4.1 prompts rendered as ../shared/specs/deepseek-encoding.md describes them.
+// DeepSeek V4 / V4.1 prompts rendered as docs/specs/deepseek-encoding.md describes them.
 #include "chat/deepseek_encoding.h"
 
 #include <gmock/gmock.h>
