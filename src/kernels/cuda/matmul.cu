@@ -1,5 +1,5 @@
-// Products with bf16 weights: a bandwidth-bound kernel for decode's few rows, and cuBLASLt on
-// the tensor cores for prefill.
+// Products with bf16 and FP8 weights: a bandwidth-bound kernel for decode's few rows, and
+// cuBLASLt on the tensor cores for prefill.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -11,34 +11,69 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+constexpr int kScaleBlock = 128;
 
-// One warp per output column n: lanes stride over k in 16-byte chunks (8 bf16), each weight
-// chunk used for every row of x; then a warp reduction.
-template <int kRows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight, int64_t n,
-                    int64_t k, float* __restrict__ y) {
-  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (column >= n) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t chunks = k / 8;
-  const uint4* row = weight + column * chunks;
-  float acc[kRows] = {};
-  auto consume = [&](uint4 packed, int64_t chunk) {
+// How a 16-byte chunk of a weight row becomes floats, and the scale of its dot product.
+struct Bf16Chunks {
+  static constexpr int kPerChunk = 8;
+  __device__ float scale(int64_t, int64_t) const { return 1.0f; }
+  __device__ void widen(uint4 packed, float* w) const {
     const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
-    float w[8];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       float2 f = __bfloat1622float2(pairs[j]);
       w[2 * j] = f.x;
       w[2 * j + 1] = f.y;
     }
+  }
+};
+
+// DeepSeek FP8: a chunk's 16 weights lie inside one 128 x 128 scale block.
+struct Fp8Chunks {
+  static constexpr int kPerChunk = 16;
+  const float* scales;
+  int64_t scale_cols;
+  __device__ float scale(int64_t column, int64_t chunk) const {
+    return scales[(column / kScaleBlock) * scale_cols + chunk * kPerChunk / kScaleBlock];
+  }
+  __device__ void widen(uint4 packed, float* w) const {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&packed);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      __nv_fp8_e4m3 value;
+      value.__x = bytes[j];
+      w[j] = static_cast<float>(value);
+    }
+  }
+};
+
+// One warp per output column n: lanes stride over k in 16-byte chunks, each weight chunk
+// used for every row of x; then a warp reduction.
+template <int kRows, typename Chunks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight, Chunks format,
+                    int64_t n, int64_t k, float* __restrict__ y) {
+  constexpr int kPer = Chunks::kPerChunk;
+  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (column >= n) return;
+  const int lane = threadIdx.x % 32;
+  const int64_t chunks = k / kPer;
+  const uint4* row = weight + column * chunks;
+  float acc[kRows] = {};
+  auto consume = [&](uint4 packed, int64_t chunk) {
+    float w[kPer];
+    format.widen(packed, w);
+    const float scale = format.scale(column, chunk);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * 8);
-      float4 a = xr[0], b = xr[1];
-      acc[r] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
-                w[6] * b.z + w[7] * b.w;
+      const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * kPer);
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kPer / 4; ++q) {
+        float4 a = xr[q];
+        sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
+      }
+      acc[r] += sum * scale;
     }
   };
   // Four loads in flight per lane before the first is used: a short row is then read in one
@@ -60,76 +95,49 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <int kRows>
-void launch_few_rows(const float* x, const uint16_t* weight, int64_t n, int64_t k, float* y,
-                     cudaStream_t stream) {
+template <int kRows, typename Chunks>
+void launch_rows(const float* x, const void* weight, Chunks format, int64_t n, int64_t k, float* y,
+                 cudaStream_t stream) {
   auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
   few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      x, reinterpret_cast<const uint4*>(weight), n, k, y);
+      x, static_cast<const uint4*>(weight), format, n, k, y);
 }
 
-constexpr int kScaleBlock = 128;
-
-// As few_rows_kernel for FP8: 16 weights per 16-byte chunk, all inside one 128-wide scale
-// block, so the chunk's dot product is scaled once.
-template <int kRows>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    fp8_few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight,
-                        const float* __restrict__ scales, int64_t n, int64_t k,
-                        float* __restrict__ y) {
-  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (column >= n) return;
-  const int lane = threadIdx.x % 32;
-  const int64_t chunks = k / 16;
-  const int64_t scale_cols = (k + kScaleBlock - 1) / kScaleBlock;
-  const float* scale_row = scales + (column / kScaleBlock) * scale_cols;
-  const uint4* row = weight + column * chunks;
-  float acc[kRows] = {};
-  auto consume = [&](uint4 packed, int64_t chunk) {
-    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&packed);
-    float w[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      __nv_fp8_e4m3 value;
-      value.__x = bytes[j];
-      w[j] = static_cast<float>(value);
-    }
-    const float scale = scale_row[chunk * 16 / kScaleBlock];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * 16);
-      float sum = 0.0f;
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        float4 a = xr[q];
-        sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
-      }
-      acc[r] += sum * scale;
-    }
-  };
-  int64_t chunk = lane;
-  for (; chunk + 96 < chunks; chunk += 128) {
-    uint4 loaded[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) loaded[i] = row[chunk + 32 * i];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) consume(loaded[i], chunk + 32 * i);
+// The row count as a template argument (1 to 8), so the accumulators stay in registers.
+template <typename Chunks>
+void launch_few_rows(const float* x, const void* weight, Chunks format, int64_t rows, int64_t n,
+                     int64_t k, float* y, cudaStream_t stream, const char* what) {
+  if (k % Chunks::kPerChunk != 0)
+    fail("{}: k = {} is not a multiple of {}", what, k, Chunks::kPerChunk);
+  switch (rows) {
+    case 1:
+      launch_rows<1>(x, weight, format, n, k, y, stream);
+      break;
+    case 2:
+      launch_rows<2>(x, weight, format, n, k, y, stream);
+      break;
+    case 3:
+      launch_rows<3>(x, weight, format, n, k, y, stream);
+      break;
+    case 4:
+      launch_rows<4>(x, weight, format, n, k, y, stream);
+      break;
+    case 5:
+      launch_rows<5>(x, weight, format, n, k, y, stream);
+      break;
+    case 6:
+      launch_rows<6>(x, weight, format, n, k, y, stream);
+      break;
+    case 7:
+      launch_rows<7>(x, weight, format, n, k, y, stream);
+      break;
+    case 8:
+      launch_rows<8>(x, weight, format, n, k, y, stream);
+      break;
+    default:
+      fail("{}: {} rows (1 to 8)", what, rows);
   }
-  for (; chunk < chunks; chunk += 32) consume(row[chunk], chunk);
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    float sum = acc[r];
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) y[r * n + column] = sum;
-  }
-}
-
-template <int kRows>
-void launch_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t n,
-                         int64_t k, float* y, cudaStream_t stream) {
-  auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  fp8_few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      x, reinterpret_cast<const uint4*>(weight), scales, n, k, y);
+  check_launch(what);
 }
 
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t count) {
@@ -146,70 +154,13 @@ void check_lt(cublasStatus_t status, const char* what) {
 
 void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
                           int64_t k, float* y, cudaStream_t stream) {
-  if (k % 8 != 0) fail("matmul_bf16_few_rows: k = {} is not a multiple of 8", k);
-  switch (rows) {
-    case 1:
-      launch_few_rows<1>(x, weight, n, k, y, stream);
-      break;
-    case 2:
-      launch_few_rows<2>(x, weight, n, k, y, stream);
-      break;
-    case 3:
-      launch_few_rows<3>(x, weight, n, k, y, stream);
-      break;
-    case 4:
-      launch_few_rows<4>(x, weight, n, k, y, stream);
-      break;
-    case 5:
-      launch_few_rows<5>(x, weight, n, k, y, stream);
-      break;
-    case 6:
-      launch_few_rows<6>(x, weight, n, k, y, stream);
-      break;
-    case 7:
-      launch_few_rows<7>(x, weight, n, k, y, stream);
-      break;
-    case 8:
-      launch_few_rows<8>(x, weight, n, k, y, stream);
-      break;
-    default:
-      fail("matmul_bf16_few_rows: {} rows (1 to 8)", rows);
-  }
-  check_launch("matmul_bf16_few_rows");
+  launch_few_rows(x, weight, Bf16Chunks{}, rows, n, k, y, stream, "matmul_bf16_few_rows");
 }
 
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
                          int64_t n, int64_t k, float* y, cudaStream_t stream) {
-  if (k % 16 != 0) fail("matmul_fp8_few_rows: k = {} is not a multiple of 16", k);
-  switch (rows) {
-    case 1:
-      launch_fp8_few_rows<1>(x, weight, scales, n, k, y, stream);
-      break;
-    case 2:
-      launch_fp8_few_rows<2>(x, weight, scales, n, k, y, stream);
-      break;
-    case 3:
-      launch_fp8_few_rows<3>(x, weight, scales, n, k, y, stream);
-      break;
-    case 4:
-      launch_fp8_few_rows<4>(x, weight, scales, n, k, y, stream);
-      break;
-    case 5:
-      launch_fp8_few_rows<5>(x, weight, scales, n, k, y, stream);
-      break;
-    case 6:
-      launch_fp8_few_rows<6>(x, weight, scales, n, k, y, stream);
-      break;
-    case 7:
-      launch_fp8_few_rows<7>(x, weight, scales, n, k, y, stream);
-      break;
-    case 8:
-      launch_fp8_few_rows<8>(x, weight, scales, n, k, y, stream);
-      break;
-    default:
-      fail("matmul_fp8_few_rows: {} rows (1 to 8)", rows);
-  }
-  check_launch("matmul_fp8_few_rows");
+  Fp8Chunks format{scales, (k + kScaleBlock - 1) / kScaleBlock};
+  launch_few_rows(x, weight, format, rows, n, k, y, stream, "matmul_fp8_few_rows");
 }
 
 struct LtMatmul::Impl {
