@@ -82,11 +82,10 @@ ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request) const {
   try {
     if (deepseek_) {
       chat::SegmentedPrompt rendered = chat::render_deepseek_prompt(*deepseek_, request);
-      prompt.encoded.ids = tokenizer_.encode_with_plain_ranges(rendered.text, rendered.content);
       prompt.encoded.text = std::move(rendered.text);
       prompt.encoded.client_token_text = std::move(rendered.content);
     } else {
-      prompt.encoded = encode_chat_prompt(*chat_template_, tokenizer_, request);
+      prompt.encoded = render_chat_prompt(*chat_template_, tokenizer_, request);
     }
   } catch (const Error& error) {
     // Well-formed, but not a conversation this model's template or encoding accepts.
@@ -104,21 +103,21 @@ ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request) const {
   }
   prompt.syntax.starts_in_reasoning =
       ends_with_marker(prompt.encoded.text, syntax_.reasoning_start);
-  if (!tools_offered ||
-      (request.tool_choice.mode != Mode::kRequired && request.tool_choice.mode != Mode::kNamed))
-    return prompt;
-  // The prompt opens the call; the parser reads it as the start of the output.
-  chat::ForcedCallText forced = forced_call_text();
-  prompt.forced_output = forced.block;
   EncodedPrompt& encoded = prompt.encoded;
-  if (request.tool_choice.mode == Mode::kNamed) {
-    const std::string& name = request.tool_choice.name;
-    size_t name_at = encoded.text.size() + forced.block.size() + forced.before_name.size();
-    encoded.client_token_text.emplace_back(name_at, name_at + name.size());
-    prompt.forced_output += forced.before_name + name + forced.after_name;
+  if (tools_offered &&
+      (request.tool_choice.mode == Mode::kRequired || request.tool_choice.mode == Mode::kNamed)) {
+    // The prompt opens the call; the parser reads it as the start of the output.
+    chat::ForcedCallText forced = forced_call_text();
+    prompt.forced_output = forced.block;
+    if (request.tool_choice.mode == Mode::kNamed) {
+      const std::string& name = request.tool_choice.name;
+      size_t name_at = encoded.text.size() + forced.block.size() + forced.before_name.size();
+      encoded.client_token_text.emplace_back(name_at, name_at + name.size());
+      prompt.forced_output += forced.before_name + name + forced.after_name;
+    }
+    prompt.syntax.starts_in_reasoning = false;
+    encoded.text += prompt.forced_output;
   }
-  prompt.syntax.starts_in_reasoning = false;
-  encoded.text += prompt.forced_output;
   encoded.ids = tokenizer_.encode_with_plain_ranges(encoded.text, encoded.client_token_text);
   return prompt;
 }

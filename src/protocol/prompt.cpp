@@ -65,7 +65,7 @@ void mark_strings(nlohmann::ordered_json& value, const TokenTexts& texts, int& m
 
 }  // namespace
 
-EncodedPrompt encode_chat_prompt(const chat::ModelChatTemplate& chat_template,
+EncodedPrompt render_chat_prompt(const chat::ModelChatTemplate& chat_template,
                                  const Tokenizer& tokenizer, chat::ChatRequest request) {
   TokenTexts texts(tokenizer);
   int marked = 0;
@@ -76,7 +76,6 @@ EncodedPrompt encode_chat_prompt(const chat::ModelChatTemplate& chat_template,
   EncodedPrompt prompt;
   if (marked == 0) {
     prompt.text = std::move(rendered);
-    prompt.ids = tokenizer.encode(prompt.text, EncodeMode::kSpecials, false);
     return prompt;
   }
   // Strip the marks; a pair that survived rendering intact locates client-typed token text
@@ -96,7 +95,6 @@ EncodedPrompt encode_chat_prompt(const chat::ModelChatTemplate& chat_template,
       prompt.text += rendered[i++];
     }
   }
-  prompt.ids = tokenizer.encode_with_plain_ranges(prompt.text, prompt.client_token_text);
   return prompt;
 }
 

@@ -19,12 +19,13 @@ struct EncodedPrompt {
   std::vector<std::pair<size_t, size_t>> client_token_text;
 };
 
-// Renders `request` with `chat_template` and encodes it. Every string the client sent
-// (messages, tools, template variables) has its added-token occurrences marked with two
-// Unicode noncharacters before rendering; the marks locate them in the output, are removed,
-// and the tokenizer matches no added token there. (Noncharacters a client sends are dropped:
-// they have no meaning in interchanged text.)
-EncodedPrompt encode_chat_prompt(const chat::ModelChatTemplate& chat_template,
+// Renders `request` with `chat_template`, not yet encoded (ids stay empty: ChatEncoder
+// encodes once, after adding any forced tool call). Every string the client sent (messages,
+// tools, template variables) has its added-token occurrences marked with two Unicode
+// noncharacters before rendering; the marks locate them in the output (client_token_text)
+// and are removed, so the tokenizer matches no added token there. (Noncharacters a client
+// sends are dropped: they have no meaning in interchanged text.)
+EncodedPrompt render_chat_prompt(const chat::ModelChatTemplate& chat_template,
                                  const Tokenizer& tokenizer, chat::ChatRequest request);
 
 }  // namespace deepinfer::protocol

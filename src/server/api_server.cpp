@@ -283,8 +283,8 @@ void ApiServer::completions(const HttpRequest& http_request,
 void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
-  if (job->params.json_output)
-    request.constraint = job->constraint ? job->constraint : json_object_constraint();
+  if (job->params.json_output && !job->constraint) job->constraint = json_object_constraint();
+  request.constraint = job->constraint;
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
   protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),
                               job->prompt_tokens, job->params.include_usage};
