@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "protocol/openai.h"
+#include "support/test_support.h"
 
 namespace deepinfer::protocol {
 namespace {
@@ -18,9 +19,9 @@ namespace fs = std::filesystem;
 // No V4 tokenizer is published in the fixtures: this one is the V3 vocabulary with five of
 // its reserved placeholder tokens renamed to V4's new control tokens (<｜System｜> only for
 // V4.1), which is how the V4 vocabulary is described as extending V3's.
-fs::path v4_tokenizer_dir(bool v41) {
-  fs::path dir = fs::temp_directory_path() / (v41 ? "deepinfer_v41_tok" : "deepinfer_v4_tok");
-  fs::create_directories(dir);
+// Written into `dir` (each test process its own: ctest runs tests in parallel).
+fs::path v4_tokenizer_dir(const testing::TempDir& dir_holder, bool v41) {
+  const fs::path& dir = dir_holder.path();
   std::ifstream in(std::string(DEEPINFER_TOKENIZERS) + "/deepseek_v3/tokenizer.json");
   nlohmann::json spec = nlohmann::json::parse(in);  // unordered: the vocabulary is large
   std::vector<std::string> renamed = {"<｜latest_reminder｜>", "<think>", "</think>", "｜DSML｜"};
@@ -58,7 +59,8 @@ ParsedOutput parse_after_prompt(const ChatPrompt& prompt, const std::string& gen
 }
 
 TEST(ChatEncoder, DeepSeekV41FromTheVocabularyWithTypedTokensAsText) {
-  fs::path dir = v4_tokenizer_dir(true);
+  testing::TempDir temp;
+  fs::path dir = v4_tokenizer_dir(temp, true);
   auto tokenizer = Tokenizer::load(dir);
   ChatEncoder encoder(dir, *tokenizer, PromptFormat::kAuto);
   ChatPrompt spec = encoder.encode(user_says("Reply exactly: OK"));
@@ -91,7 +93,8 @@ TEST(ChatEncoder, DeepSeekV41FromTheVocabularyWithTypedTokensAsText) {
 }
 
 TEST(ChatEncoder, NamedAndRequiredToolChoiceOpenTheCall) {
-  fs::path dir = v4_tokenizer_dir(true);
+  testing::TempDir temp;
+  fs::path dir = v4_tokenizer_dir(temp, true);
   auto tokenizer = Tokenizer::load(dir);
   ChatEncoder encoder(dir, *tokenizer, PromptFormat::kAuto);
   chat::ChatRequest request = user_says("Weather in Paris?");
@@ -100,8 +103,8 @@ TEST(ChatEncoder, NamedAndRequiredToolChoiceOpenTheCall) {
   request.tool_choice = parse_tool_choice(
       Json::parse(R"({"type": "function", "function": {"name": "get_weather"}})"), request.tools);
   ChatPrompt named = encoder.encode(request);
-  EXPECT_THAT(named.encoded.text, testing::EndsWith("<｜Assistant｜></think><｜DSML｜ calls>\n"
-                                                    "<｜DSML｜ invoke name=\"get_weather\">\n"));
+  EXPECT_THAT(named.encoded.text, ::testing::EndsWith("<｜Assistant｜></think><｜DSML｜ calls>\n"
+                                                      "<｜DSML｜ invoke name=\"get_weather\">\n"));
   ParsedOutput out = parse_after_prompt(
       named,
       "<｜DSML｜ parameter name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n"
@@ -113,7 +116,7 @@ TEST(ChatEncoder, NamedAndRequiredToolChoiceOpenTheCall) {
 
   request.tool_choice = parse_tool_choice("required", request.tools);
   ChatPrompt required = encoder.encode(request);
-  EXPECT_THAT(required.encoded.text, testing::EndsWith("</think><｜DSML｜ calls>\n"));
+  EXPECT_THAT(required.encoded.text, ::testing::EndsWith("</think><｜DSML｜ calls>\n"));
   EXPECT_THROW(parse_tool_choice(Json::parse(R"({"type": "function", "function": {"name": "x"}})"),
                                  request.tools),
                ApiError);
@@ -130,7 +133,7 @@ TEST(ChatEncoder, HermesNamedCallWithTheQwen3Template) {
   request.tool_choice.name = "get_weather";
   ChatPrompt prompt = encoder.encode(request);
   EXPECT_THAT(prompt.encoded.text,
-              testing::EndsWith("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "));
+              ::testing::EndsWith("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "));
   EXPECT_EQ(prompt.encoded.ids, tokenizer->encode(prompt.encoded.text));
   ParsedOutput out = parse_after_prompt(prompt, "{\"city\": \"Paris\"}}\n</tool_call>");
   ASSERT_EQ(out.tool_calls.size(), 1u);
