@@ -78,24 +78,10 @@ void LatencyHistogram::observe(double seconds) {
 
 namespace {
 
-// MemAvailable from /proc/meminfo: what the kernel can give without swapping.
-size_t available_memory_bytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream fields(line.substr(13));
-    size_t kib = 0;
-    fields >> kib;
-    return kib * 1024;
-  }
-  fail("engine: /proc/meminfo has no MemAvailable line; give the KV budget in bytes instead");
-}
-
 int64_t default_blocks(const CausalLM& model, const EngineConfig& config) {
   if (config.num_blocks > 0) return config.num_blocks;
   size_t per_block = model.kv_shape(config.block_size).bytes_per_block();
-  return std::max<int64_t>(2, static_cast<int64_t>(kv_budget_bytes(config) / per_block));
+  return std::max<int64_t>(2, static_cast<int64_t>(kv_budget_bytes(config, model.ops()) / per_block));
 }
 
 double seconds_between(std::chrono::steady_clock::time_point from,
@@ -105,17 +91,17 @@ double seconds_between(std::chrono::steady_clock::time_point from,
 
 }  // namespace
 
-size_t kv_budget_bytes(const EngineConfig& config) {
+size_t kv_budget_bytes(const EngineConfig& config, const Ops& ops) {
   if (config.kv_memory_fraction <= 0.0) return config.kv_bytes;
   DI_CHECK(config.kv_memory_fraction < 1.0, "engine: the KV memory fraction must be in (0, 1)");
-  return static_cast<size_t>(static_cast<double>(available_memory_bytes()) *
+  return static_cast<size_t>(static_cast<double>(ops.available_memory()) *
                              config.kv_memory_fraction);
 }
 
 Engine::Engine(CausalLM& model, const EngineConfig& config)
     : model_(model),
       config_(config),
-      cache_(model.kv_shape(config.block_size), default_blocks(model, config)),
+      cache_(model.kv_shape(config.block_size), default_blocks(model, config), model.ops()),
       started_(std::chrono::steady_clock::now()) {
   DI_CHECK(config.max_batched_tokens > 0 && config.max_running > 0,
            "engine: max_batched_tokens and max_running must be positive");

@@ -34,7 +34,7 @@ struct EngineConfig {
 };
 
 // The KV bytes `config` asks for (kv_bytes, or the fraction of the memory available now).
-size_t kv_budget_bytes(const EngineConfig& config);
+size_t kv_budget_bytes(const EngineConfig& config, const Ops& ops);
 
 // Counts of observations at or below each bound (seconds), Prometheus-style; the last bucket
 // is +Inf. sum and count as Prometheus histograms report them.

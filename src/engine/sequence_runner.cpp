@@ -11,7 +11,8 @@ SequenceRunner::SequenceRunner(CausalLM& model, int64_t max_tokens, int block_si
       // Every cache group keeps every block here; one more is the pool's null block.
       cache_(model.kv_shape(block_size),
              1 + model.kv_shape(block_size).groups().num_groups() *
-                     std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size)),
+                     std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size),
+             model.ops()),
       capacity_(max_tokens) {}
 
 std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool all_logits,

@@ -1,6 +1,6 @@
-// The op seam: every computation a model needs, behind one interface per backend.
-// Activations are f32; weights are read in their stored dtype (f32, bf16, f16, and FP8 e4m3
-// with block scales).
+// The op seam: every computation a model needs, behind one interface per backend, and the
+// memory those computations work in. Activations are f32; weights are read in their stored
+// dtype (f32, bf16, f16, and FP8 e4m3 with block scales).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,9 @@ struct AttentionBatch {
   int max_blocks_per_seq = 0;
   const int64_t* slot_mapping =
       nullptr;  // [tokens]: block * block_size + offset for each new token
+  // The longest context_lens entry, known on the host (a GPU backend sizes its launch by it
+  // without reading context_lens back).
+  int64_t max_context_len = 0;
 };
 
 // One of several matmuls run as one parallel pass. They read the call's shared input unless
@@ -77,10 +80,30 @@ struct ExpertRouting {
   float scaling = 1.0f;    // routed_scaling_factor, applied last
 };
 
+// Memory a backend's kernels work in: host memory for the CPU, device memory for a GPU.
+// Shared ownership, so a view's owner can be handed around freely.
+using BackendMemory = std::shared_ptr<void>;
+
+// `bytes` of zeroed host memory aligned for vector loads.
+BackendMemory host_memory(size_t bytes);
+
 class Ops {
  public:
   virtual ~Ops() = default;
   virtual std::string name() const = 0;
+  // Where tensors given to this backend's ops must live (weights, activations, KV, tables).
+  virtual Device device() const { return Device::kCpu; }
+  // `bytes` of zeroed memory where the kernels work.
+  virtual BackendMemory allocate(size_t bytes) { return host_memory(bytes); }
+  // Copies between host memory and the backend's memory. to_host waits for the work queued
+  // before it; to_backend may return before the copy lands (later ops see it).
+  virtual void to_backend(void* destination, const void* source, size_t bytes);
+  virtual void to_host(void* destination, const void* source, size_t bytes);
+  // Waits for all queued work.
+  virtual void synchronize() {}
+  // Bytes the backend's memory can still give: MemAvailable for the CPU, free device memory
+  // for a GPU. KV caches sized as a fraction of memory take a fraction of this.
+  virtual size_t available_memory() const;
   // Whether results are bitwise independent of batch composition and prefill chunking.
   virtual bool batch_invariant() const { return false; }
 
@@ -130,6 +153,25 @@ class Ops {
   virtual void paged_attention(const Tensor& q, const AttentionBatch& batch,
                                const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
 };
+
+// An f32 tensor in a backend's memory (activations, tables the kernels read).
+class BackendTensor {
+ public:
+  BackendTensor() = default;
+  BackendTensor(Ops& ops, std::initializer_list<int64_t> shape);
+  float* data() const { return static_cast<float*>(memory_.get()); }
+  const Tensor& view() const { return view_; }
+  int64_t dim(int axis) const { return view_.dim(axis); }
+  int64_t numel() const { return view_.numel(); }
+
+ private:
+  BackendMemory memory_;
+  Tensor view_;
+};
+
+// A copy of `bytes` of host data in the backend's memory; on the CPU the copy is skipped and
+// the host pointer itself is returned (the caller keeps the data alive meanwhile).
+const void* backend_copy(Ops& ops, const void* host, size_t bytes, BackendMemory& keep);
 
 // How matmuls over bf16 weights treat activations with more than one row (prefill).
 // kF32 keeps them in f32 (results match an f32 reference to ~1e-6); kBf16 rounds them to bf16

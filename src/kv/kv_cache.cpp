@@ -59,6 +59,13 @@ KvGroupLayout KvGroupLayout::of(const std::vector<int>& layer_window, int num_la
 }
 
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
+    : KvCache(shape, num_blocks, host_memory) {}
+
+KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, Ops& ops)
+    : KvCache(shape, num_blocks, [&ops](size_t bytes) { return ops.allocate(bytes); }) {}
+
+KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks,
+                 const std::function<BackendMemory(size_t)>& allocate)
     : shape_(shape), groups_(shape.groups()), num_blocks_(num_blocks), pool_(num_blocks) {
   DI_CHECK(!shape.values_in_keys || shape.value_dim <= shape.key_dim,
            "KV cache: values inside keys need value_dim <= key_dim");
@@ -69,16 +76,16 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
                        static_cast<size_t>(shape.value_dim);
   // One buffer per page slot: layer l uses slot layer_slot[l] of its group's blocks.
   for (int slot = 0; slot < groups_.layers_per_page; ++slot) {
-    keys_.emplace_back(key_bytes);
-    values_.emplace_back(shape.values_in_keys ? 0 : value_bytes);
+    keys_.push_back(allocate(key_bytes));
+    values_.push_back(shape.values_in_keys ? nullptr : allocate(value_bytes));
   }
 }
 
 PagedKvView KvCache::layer(int index) const {
   auto slot = static_cast<size_t>(groups_.layer_slot[static_cast<size_t>(index)]);
   PagedKvView view;
-  view.keys = static_cast<float*>(keys_[slot].data());
-  view.values = shape_.values_in_keys ? view.keys : static_cast<float*>(values_[slot].data());
+  view.keys = static_cast<float*>(keys_[slot].get());
+  view.values = shape_.values_in_keys ? view.keys : static_cast<float*>(values_[slot].get());
   view.block_size = shape_.block_size;
   view.num_kv_heads = shape_.num_kv_heads;
   view.key_dim = shape_.key_dim;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -53,7 +54,9 @@ struct KvCacheShape {
 // block) and keeps published full blocks for prefix reuse.
 class KvCache {
  public:
+  // Storage in host memory, or in the memory `ops` works in (device memory for a GPU).
   KvCache(const KvCacheShape& shape, int64_t num_blocks);
+  KvCache(const KvCacheShape& shape, int64_t num_blocks, Ops& ops);
 
   const KvCacheShape& shape() const { return shape_; }
   const KvGroupLayout& groups() const { return groups_; }
@@ -68,11 +71,14 @@ class KvCache {
   void release(int32_t block) { pool_.release(block); }
 
  private:
+  KvCache(const KvCacheShape& shape, int64_t num_blocks,
+          const std::function<BackendMemory(size_t)>& allocate);
+
   KvCacheShape shape_;
   KvGroupLayout groups_;
   int64_t num_blocks_;
-  std::vector<Buffer> keys_;
-  std::vector<Buffer> values_;
+  std::vector<BackendMemory> keys_;
+  std::vector<BackendMemory> values_;
   BlockPool pool_;
 };
 

@@ -1,4 +1,7 @@
+#include <cstring>
+
 #include "core/error.h"
+#include "model/layers.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -66,7 +69,66 @@ AttentionBatch ForwardBatch::attention_view(int group) const {
   view.block_tables = block_tables[static_cast<size_t>(group)].data();
   view.max_blocks_per_seq = max_blocks_per_seq;
   view.slot_mapping = slot_mapping[static_cast<size_t>(group)].data();
+  for (int32_t length : context_lens) view.max_context_len = std::max<int64_t>(view.max_context_len, length);
   return view;
+}
+
+BatchTables::BatchTables(Ops& ops, const ForwardBatch& batch) : batch_(batch) {
+  if (ops.device() == Device::kCpu) return;
+  // Every array in one upload, each at an 8-byte boundary.
+  std::vector<std::byte> packed;
+  auto append = [&packed](const auto& values) {
+    size_t offset = packed.size();
+    size_t bytes = values.size() * sizeof(values[0]);
+    packed.resize(offset + (bytes + 7) / 8 * 8);
+    if (bytes > 0) std::memcpy(packed.data() + offset, values.data(), bytes);
+    return offset;
+  };
+  tokens_ = append(batch.tokens);
+  query_start_ = append(batch.query_start);
+  context_lens_ = append(batch.context_lens);
+  for (size_t g = 0; g < batch.block_tables.size(); ++g) {
+    block_tables_.push_back(append(batch.block_tables[g]));
+    slot_mapping_.push_back(append(batch.slot_mapping[g]));
+  }
+  memory_ = ops.allocate(packed.size());
+  ops.to_backend(memory_.get(), packed.data(), packed.size());
+  base_ = static_cast<const std::byte*>(memory_.get());
+}
+
+const int32_t* BatchTables::tokens() const {
+  if (!base_) return batch_.tokens.data();
+  return reinterpret_cast<const int32_t*>(base_ + tokens_);
+}
+
+AttentionBatch BatchTables::attention(int group) const {
+  AttentionBatch view = batch_.attention_view(group);
+  if (!base_) return view;
+  auto g = static_cast<size_t>(group);
+  view.query_start = reinterpret_cast<const int32_t*>(base_ + query_start_);
+  view.context_lens = reinterpret_cast<const int32_t*>(base_ + context_lens_);
+  view.block_tables = reinterpret_cast<const int32_t*>(base_ + block_tables_[g]);
+  view.slot_mapping = reinterpret_cast<const int64_t*>(base_ + slot_mapping_[g]);
+  return view;
+}
+
+const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMemory& keep) {
+  return static_cast<const float*>(backend_copy(ops, host.data(), host.size() * sizeof(float), keep));
+}
+
+void report_hidden(Ops& ops, const HiddenStateSink& sink, int index, const Tensor& hidden) {
+  if (!sink) return;
+  if (ops.device() == Device::kCpu) {
+    sink(index, hidden);
+    return;
+  }
+  DI_CHECK(hidden.is_contiguous(), "hidden states must be contiguous to copy them to the host");
+  FloatTensor host({hidden.numel()});
+  ops.to_host(host.data(), hidden.data, hidden.nbytes());
+  Tensor view = hidden;
+  view.data = host.data();
+  view.device = Device::kCpu;
+  sink(index, view);
 }
 
 double CausalLM::flops_per_token(double context) const {

@@ -88,6 +88,7 @@ class DeepseekModel final : public CausalLM {
   }
 
   const ModelConfig& config() const override { return config_; }
+  Ops& ops() const override { return ops_; }
 
   KvCacheShape kv_shape(int block_size) const override {
     if (cache_form_ == MlaCache::kLatent) {

@@ -35,20 +35,28 @@ struct DenseLayer {
 
 // Activations of one forward, sized for its token count.
 struct Scratch {
-  explicit Scratch(const ModelConfig& c, int64_t tokens)
-      : hidden({tokens, c.hidden_size}),
-        normed({tokens, c.hidden_size}),
-        q({tokens, int64_t{c.num_heads} * c.head_dim}),
-        k({tokens, int64_t{c.num_kv_heads} * c.head_dim}),
-        v({tokens, int64_t{c.num_kv_heads} * c.head_dim}),
-        attention({tokens, int64_t{c.num_heads} * c.head_dim}),
-        gate({tokens, c.intermediate_size}),
-        up({tokens, c.intermediate_size}) {}
-  FloatTensor hidden, normed, q, k, v, attention, gate, up;
+  Scratch(Ops& ops, const ModelConfig& c, int64_t tokens)
+      : hidden(ops, {tokens, c.hidden_size}),
+        normed(ops, {tokens, c.hidden_size}),
+        q(ops, {tokens, int64_t{c.num_heads} * c.head_dim}),
+        k(ops, {tokens, int64_t{c.num_kv_heads} * c.head_dim}),
+        v(ops, {tokens, int64_t{c.num_kv_heads} * c.head_dim}),
+        attention(ops, {tokens, int64_t{c.num_heads} * c.head_dim}),
+        gate(ops, {tokens, c.intermediate_size}),
+        up(ops, {tokens, c.intermediate_size}) {}
+  BackendTensor hidden, normed, q, k, v, attention, gate, up;
 };
 
-Tensor heads_view(const FloatTensor& tensor, int heads, int head_dim) {
-  return Tensor::contiguous(tensor.data(), DType::kF32, {tensor.dim(0), heads, head_dim});
+// The rotation tables of one forward, one pair per distinct rope configuration.
+struct RopeTables {
+  std::vector<const float*> cos, sin;    // where the kernels read them
+  std::vector<std::vector<float>> host;  // what the CPU reads in place (moves keep storage)
+  std::vector<BackendMemory> copies;     // what a GPU reads
+};
+
+Tensor heads_view(const BackendTensor& tensor, int heads, int head_dim) {
+  return Tensor::contiguous(tensor.data(), DType::kF32, {tensor.dim(0), heads, head_dim},
+                            tensor.view().device);
 }
 
 class DenseTransformer final : public CausalLM {
@@ -63,6 +71,7 @@ class DenseTransformer final : public CausalLM {
   }
 
   const ModelConfig& config() const override { return config_; }
+  Ops& ops() const override { return ops_; }
 
   KvCacheShape kv_shape(int block_size) const override {
     KvCacheShape shape =
@@ -103,9 +112,9 @@ class DenseTransformer final : public CausalLM {
   }
   void bind_weights();
   int rope_for(const RopeConfig& rope);
-  void attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache, Scratch& s,
-                       const std::vector<std::vector<float>>& cos,
-                       const std::vector<std::vector<float>>& sin);
+  void attention_block(int layer_index, const BatchTables& tables, KvCache& cache, Scratch& s,
+                       const RopeTables& rope);
+  RopeTables rope_tables(const ForwardBatch& batch);
   void mlp_block(const DenseLayer& layer, Scratch& s);
 
   ModelConfig config_;
@@ -166,9 +175,8 @@ int DenseTransformer::rope_for(const RopeConfig& rope) {
   return static_cast<int>(ropes_.size() - 1);
 }
 
-void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batch, KvCache& cache,
-                                       Scratch& s, const std::vector<std::vector<float>>& cos,
-                                       const std::vector<std::vector<float>>& sin) {
+void DenseTransformer::attention_block(int layer_index, const BatchTables& tables,
+                                       KvCache& cache, Scratch& s, const RopeTables& rope_tables) {
   const ModelConfig& c = config_;
   const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
   Tensor normed = s.normed.view();
@@ -186,11 +194,11 @@ void DenseTransformer::attention_block(int layer_index, const ForwardBatch& batc
     ops_.rmsnorm(q_heads, *layer.q_norm, static_cast<float>(c.rms_norm_eps), q_heads);
     ops_.rmsnorm(k_heads, *layer.k_norm, static_cast<float>(c.rms_norm_eps), k_heads);
   }
-  size_t rope = static_cast<size_t>(layer.rope_index);
-  ops_.rope(q_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
-  ops_.rope(k_heads, cos[rope].data(), sin[rope].data(), c.head_dim, false);
+  auto rope = static_cast<size_t>(layer.rope_index);
+  ops_.rope(q_heads, rope_tables.cos[rope], rope_tables.sin[rope], c.head_dim, false);
+  ops_.rope(k_heads, rope_tables.cos[rope], rope_tables.sin[rope], c.head_dim, false);
   AttentionBatch view =
-      batch.attention_view(cache.groups().layer_group[static_cast<size_t>(layer_index)]);
+      tables.attention(cache.groups().layer_group[static_cast<size_t>(layer_index)]);
   PagedKvView kv = cache.layer(layer_index);
   ops_.kv_write(k_heads, &v_heads, view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
@@ -220,26 +228,36 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   ops_.add(hidden, normed);
 }
 
+RopeTables DenseTransformer::rope_tables(const ForwardBatch& batch) {
+  RopeTables tables;
+  int64_t tokens = batch.num_tokens();
+  auto size = static_cast<size_t>(tokens) * static_cast<size_t>(config_.head_dim / 2);
+  tables.host.reserve(2 * ropes_.size());  // references into it stay valid below
+  for (const RotaryEmbedding& rope : ropes_) {
+    std::vector<float>& cos = tables.host.emplace_back(size);
+    std::vector<float>& sin = tables.host.emplace_back(size);
+    rope.compute(batch.positions.data(), tokens, cos.data(), sin.data());
+    tables.cos.push_back(backend_floats(ops_, cos, tables.copies.emplace_back()));
+    tables.sin.push_back(backend_floats(ops_, sin, tables.copies.emplace_back()));
+  }
+  return tables;
+}
+
 void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                                const HiddenStateSink& hidden_sink) {
   const ModelConfig& c = config_;
   int64_t tokens = batch.num_tokens();
   DI_CHECK(tokens > 0, "forward: empty batch");
-  Scratch s(c, tokens);
+  Scratch s(ops_, c, tokens);
+  BatchTables tables(ops_, batch);
   Tensor hidden = s.hidden.view();
-  ops_.embedding(*embed_, batch.tokens.data(), hidden);
-  if (hidden_sink) hidden_sink(0, hidden);
-  std::vector<std::vector<float>> cos(ropes_.size()), sin(ropes_.size());
-  for (size_t r = 0; r < ropes_.size(); ++r) {
-    size_t size = static_cast<size_t>(tokens) * static_cast<size_t>(c.head_dim / 2);
-    cos[r].resize(size);
-    sin[r].resize(size);
-    ropes_[r].compute(batch.positions.data(), tokens, cos[r].data(), sin[r].data());
-  }
+  ops_.embedding(*embed_, tables.tokens(), hidden);
+  report_hidden(ops_, hidden_sink, 0, hidden);
+  RopeTables rope = rope_tables(batch);
   for (int i = 0; i < c.num_layers; ++i) {
-    attention_block(i, batch, cache, s, cos, sin);
+    attention_block(i, tables, cache, s, rope);
     mlp_block(layers_[static_cast<size_t>(i)], s);
-    if (hidden_sink && i + 1 < c.num_layers) hidden_sink(i + 1, hidden);
+    if (i + 1 < c.num_layers) report_hidden(ops_, hidden_sink, i + 1, hidden);
   }
   final_logits(ops_, batch, hidden, *final_norm_, *lm_head_, static_cast<float>(c.rms_norm_eps),
                c.num_layers, logits, hidden_sink);

@@ -31,8 +31,8 @@ GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int
 
 void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out) {
   int64_t tokens = x.dim(0);
-  FloatTensor gate({tokens, mlp.gate->dim(0)});
-  FloatTensor up({tokens, mlp.up->dim(0)});
+  BackendTensor gate(ops, {tokens, mlp.gate->dim(0)});
+  BackendTensor up(ops, {tokens, mlp.up->dim(0)});
   Tensor gate_view = gate.view();
   Tensor up_view = up.view();
   ops.matmuls(x, {{mlp.gate, nullptr, &gate_view}, {mlp.up, nullptr, &up_view}});
@@ -45,28 +45,28 @@ void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tens
                   const HiddenStateSink& hidden_sink) {
   int64_t width = hidden.dim(-1);
   auto rows = static_cast<int64_t>(batch.logit_rows.size());
-  FloatTensor selected({std::max<int64_t>(rows, 1), width});
-  auto gather_logit_rows = [&] {
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(
-          hidden.as<const float>() + int64_t{batch.logit_rows[static_cast<size_t>(r)]} * width,
-          width, selected.data() + r * width);
-    }
-  };
+  BackendTensor selected(ops, {std::max<int64_t>(rows, 1), width});
   Tensor selected_view = selected.view();
+  selected_view.shape[0] = rows;
   if (hidden_sink) {
     // Every row's final-norm output is wanted, not only the rows that produce logits.
     ops.rmsnorm(hidden, final_norm, eps, hidden);
-    hidden_sink(num_layers, hidden);
-    gather_logit_rows();
-  } else {
-    gather_logit_rows();
+    report_hidden(ops, hidden_sink, num_layers, hidden);
+    if (rows > 0) ops.gather_rows(hidden, batch.logit_rows, selected_view);
+  } else if (rows > 0) {
+    ops.gather_rows(hidden, batch.logit_rows, selected_view);
     ops.rmsnorm(selected_view, final_norm, eps, selected_view);
   }
   if (rows == 0) return;
-  Tensor logits_view = Tensor::contiguous(logits, DType::kF32, {rows, lm_head.dim(0)});
-  selected_view.shape[0] = rows;
+  if (ops.device() == Device::kCpu) {
+    Tensor logits_view = Tensor::contiguous(logits, DType::kF32, {rows, lm_head.dim(0)});
+    ops.matmul(selected_view, lm_head, nullptr, logits_view);
+    return;
+  }
+  BackendTensor device_logits(ops, {rows, lm_head.dim(0)});
+  Tensor logits_view = device_logits.view();
   ops.matmul(selected_view, lm_head, nullptr, logits_view);
+  ops.to_host(logits, device_logits.data(), logits_view.nbytes());
 }
 
 }  // namespace deepinfer

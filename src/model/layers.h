@@ -1,6 +1,7 @@
 // Building blocks the model families share (internal to the model module).
 #pragma once
 
+#include <cstddef>
 #include <initializer_list>
 #include <string>
 
@@ -26,6 +27,29 @@ GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int
 
 // out [T, hidden] = down(silu(gate(x)) * up(x)); gate and up run as one parallel pass.
 void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out);
+
+// A forward's index arrays where the backend's kernels read them: the batch's own vectors on
+// the CPU, one upload per forward for a GPU.
+class BatchTables {
+ public:
+  BatchTables(Ops& ops, const ForwardBatch& batch);
+  const int32_t* tokens() const;
+  // What the kernels need for the layers of cache group `group`.
+  AttentionBatch attention(int group) const;
+
+ private:
+  const ForwardBatch& batch_;
+  const std::byte* base_ = nullptr;  // null: read the batch's vectors
+  BackendMemory memory_;
+  size_t tokens_ = 0, query_start_ = 0, context_lens_ = 0;
+  std::vector<size_t> block_tables_, slot_mapping_;
+};
+
+// Host floats (rope tables) where the backend's kernels read them; `keep` owns any copy.
+const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMemory& keep);
+
+// Hands `hidden` to the sink, first copying it to the host when the backend keeps it elsewhere.
+void report_hidden(Ops& ops, const HiddenStateSink& sink, int index, const Tensor& hidden);
 
 // The end of every forward: final norm and lm_head over the batch's logit rows. With a sink,
 // every row's final-norm output is reported first (index num_layers).

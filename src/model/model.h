@@ -63,6 +63,8 @@ class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
+  // The backend the model computes with; its weights live in that backend's memory.
+  virtual Ops& ops() const = 0;
   // The KV layout this model needs (per layer K/V heads and head size).
   virtual KvCacheShape kv_shape(int block_size) const = 0;
   // The weights one decode step reads in full (for bandwidth rooflines).

@@ -245,6 +245,33 @@ void TensorStore::attach_block_scales(int block_rows, int block_cols) {
   }
 }
 
+void TensorStore::place_in(Ops& ops) {
+  if (ops.device() == Device::kCpu) return;
+  for (auto& [name, tensor] : index_) {
+    Tensor copy = *tensor;
+    DI_CHECK(copy.is_contiguous(), "{}: tensor \"{}\" is not contiguous", folder_.string(), name);
+    BackendMemory memory = ops.allocate(copy.nbytes());
+    ops.to_backend(memory.get(), tensor->data, copy.nbytes());
+    copy.data = memory.get();
+    copy.device = ops.device();
+    if (tensor->block_scales) {
+      BlockScales scales = *tensor->block_scales;
+      size_t bytes = sizeof(float) * static_cast<size_t>(scales.rows * scales.cols);
+      BackendMemory scale_memory = ops.allocate(bytes);
+      ops.to_backend(scale_memory.get(), scales.data, bytes);
+      scales.data = static_cast<const float*>(scale_memory.get());
+      copy.block_scales = &block_scales_.emplace_back(scales);
+      placed_memory_.push_back(std::move(scale_memory));
+    }
+    placed_memory_.push_back(std::move(memory));
+    tensor = &(placed_[name] = copy);
+  }
+  ops.synchronize();  // the copies have landed before the files go
+  scaled_.clear();
+  widened_scales_.clear();
+  files_.clear();
+}
+
 std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> result;
   for (const auto& entry : index_) result.push_back(entry.first);

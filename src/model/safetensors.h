@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/ops.h"
 
 namespace deepinfer {
 
@@ -57,6 +58,9 @@ class TensorStore {
   // ([ceil(rows / block_rows), ceil(cols / block_cols)], F32 or BF16). An FP8 tensor without
   // them, or scales of the wrong shape, is an Error naming the tensor.
   void attach_block_scales(int block_rows, int block_cols);
+  // Copies every tensor (and block scales) into `ops`' memory and releases the files: from
+  // then on get() returns the copies. Nothing happens for a backend that works in host memory.
+  void place_in(Ops& ops);
 
  private:
   std::filesystem::path folder_;
@@ -66,6 +70,8 @@ class TensorStore {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const Tensor*> index_;
   std::map<std::string, std::string> tensor_file_;
+  std::map<std::string, Tensor> placed_;
+  std::vector<BackendMemory> placed_memory_;
 };
 
 // A tensor to write: its name and a view of its data (any dtype, contiguous).

@@ -76,15 +76,16 @@ TEST(Preemption, TheSequenceThatRunsLastGivesWay) {
 
 TEST(KvBudget, BytesOrAShareOfAvailableMemory) {
   EngineConfig config;
+  std::unique_ptr<Ops> ops = make_cpu_ops();
   config.kv_bytes = 12345;
-  EXPECT_EQ(kv_budget_bytes(config), 12345u);
+  EXPECT_EQ(kv_budget_bytes(config, *ops), 12345u);
   config.kv_memory_fraction = 0.01;
-  size_t share = kv_budget_bytes(config);
+  size_t share = kv_budget_bytes(config, *ops);
   EXPECT_GT(share, size_t{1} << 20);  // 1% of any machine that runs these tests
   config.kv_memory_fraction = 0.02;
-  EXPECT_NEAR(static_cast<double>(kv_budget_bytes(config)) / static_cast<double>(share), 2.0, 0.2);
+  EXPECT_NEAR(static_cast<double>(kv_budget_bytes(config, *ops)) / static_cast<double>(share), 2.0, 0.2);
   config.kv_memory_fraction = 1.5;
-  EXPECT_THROW(kv_budget_bytes(config), Error);
+  EXPECT_THROW(kv_budget_bytes(config, *ops), Error);
 }
 
 }  // namespace

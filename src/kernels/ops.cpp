@@ -1,0 +1,51 @@
+// What every backend shares: host memory, copies and the BackendTensor helper.
+#include "kernels/ops.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+BackendMemory host_memory(size_t bytes) {
+  auto buffer = std::make_shared<Buffer>(bytes);
+  return BackendMemory(buffer, buffer->data());
+}
+
+void Ops::to_backend(void* destination, const void* source, size_t bytes) {
+  if (bytes > 0) std::memcpy(destination, source, bytes);
+}
+
+void Ops::to_host(void* destination, const void* source, size_t bytes) {
+  if (bytes > 0) std::memcpy(destination, source, bytes);
+}
+
+size_t Ops::available_memory() const {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    size_t kib = 0;
+    fields >> kib;
+    return kib * 1024;
+  }
+  fail("/proc/meminfo has no MemAvailable line; give the KV budget in bytes instead");
+}
+
+BackendTensor::BackendTensor(Ops& ops, std::initializer_list<int64_t> shape) {
+  view_ = Tensor::contiguous(nullptr, DType::kF32, shape, ops.device());
+  memory_ = ops.allocate(static_cast<size_t>(view_.numel()) * sizeof(float));
+  view_.data = memory_.get();
+}
+
+const void* backend_copy(Ops& ops, const void* host, size_t bytes, BackendMemory& keep) {
+  if (ops.device() == Device::kCpu) return host;
+  keep = ops.allocate(bytes);
+  ops.to_backend(keep.get(), host, bytes);
+  return keep.get();
+}
+
+}  // namespace deepinfer
