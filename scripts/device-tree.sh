@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# The device tool carries at most 64 MiB of working tree; the fixture models alone are 75 MB.
-# `hide` untracks the four large model folders (kept on disk) and ignores them for the call;
-# `restore` puts them back. Run restore even when the call failed.
+# The device tool carries at most 64 MiB of working tree and bundle; the fixture models alone
+# are 75 MB. `hide` untracks the two largest model folders (kept on disk) and ignores them for
+# the call; `restore` puts them back. Run restore even when the call failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LARGE=(tests/fixtures/models/demo-code-target tests/fixtures/models/tiny-qwen3-chat
-       tests/fixtures/models/tiny-llama3-chat tests/fixtures/models/tiny-deepseek-v3-chat)
+LARGE=(tests/fixtures/models/demo-code-target tests/fixtures/models/tiny-deepseek-v3-chat)
 case "${1:-}" in
   hide)
     git rm -r -q --cached "${LARGE[@]}"

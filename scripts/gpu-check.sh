@@ -1,43 +1,88 @@
 #!/usr/bin/env bash
-# The CUDA backend on the GPU machine, in one call: op parity against the CPU, then the
-# benchmarks, with a short table last.
+# The CUDA backend on the GPU machine, in one call per stage: op parity and the fixtures
+# against the CPU and transformers, then the benchmarks, with a short table last.
 #
-#   scripts/gpu-check.sh bundle   # here: build the CUDA targets into gpu-bundle/ (ignored)
-#   scripts/gpu-check.sh run      # there (the device tool, carrying gpu-bundle): run them
+#   scripts/gpu-check.sh bundle        # here: build the CUDA targets into gpu-bundle/ (ignored)
+#   scripts/gpu-check.sh run [STAGES]  # there (the device tool, carrying gpu-bundle)
+#
+# STAGES (comma-separated, default check,kernels,model): check = op parity + fixture tests on
+# the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
+# checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
+# concurrent requests of 1000 + 1000 tokens (deepinfer bench-engine); peer = the same
+# workloads through PyTorch/transformers (bench/torch_peer.py).
 #
 # The GPU machine has nvcc but none of the Debian libraries the project builds against, so
-# the binaries are built here (same CUDA 13.0) and carried with the one shared library they
-# need beyond the system and CUDA's (libfmt). The tracked tree is over the tool's 64 MiB;
-# scripts/device-tree.sh hides the large fixture models for the call.
+# the binaries are built here (same CUDA 13.0) and carried, stripped, with the shared
+# libraries they need beyond the system's and CUDA's. The tracked tree plus the bundle must
+# stay under the tool's 64 MiB: scripts/device-tree.sh hides the two largest fixture models
+# (so their tests are filtered out there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=gpu-bundle
+MODEL_8B=/tmp/deepinfer-llama-8b
 
 bundle() {
   cmake -S . -B build -G Ninja -DDEEPINFER_CUDA=ON >/dev/null
-  cmake --build build -j"$(nproc)" --target cuda_kernels_test cuda_bench
+  cmake --build build -j"$(nproc)" --target cuda_kernels_test cuda_bench deepinfer
+  local staging
+  staging=$(mktemp -d)
+  cp build/tests/cuda_kernels_test build/cuda_bench build/deepinfer "$staging/"
+  strip "$staging"/*
+  for lib in libfmt libicuuc libicudata libpcre2-8 libxxhash; do
+    cp -L "$(ldd build/deepinfer | awk -v l="$lib" '$1 ~ "^"l {print $3}')" "$staging/"
+  done
   rm -rf "$BUNDLE" && mkdir -p "$BUNDLE"
-  cp build/tests/cuda_kernels_test build/cuda_bench "$BUNDLE/"
-  cp -L "$(ldd build/cuda_bench | awk '/libfmt/ {print $3}')" "$BUNDLE/"
+  tar -C "$staging" -cJf "$BUNDLE/bundle.tar.xz" .
+  rm -rf "$staging"
   du -sh "$BUNDLE"
 }
 
+unpack() {
+  mkdir -p "$BUNDLE/bin"
+  tar -C "$BUNDLE/bin" -xJf "$BUNDLE/bundle.tar.xz"
+}
+
+stage_check() {
+  local out=$1
+  DEEPINFER_FIXTURES="$PWD/tests/fixtures" "$BUNDLE/bin/cuda_kernels_test" \
+    --gtest_filter='-*demo_code_target*' 2>&1 | tee "$out/parity.txt" | grep -vE "^\[ +(RUN|OK) " | tail -40
+}
+
+make_8b() {
+  [[ -f $MODEL_8B/config.json ]] && return
+  /usr/bin/time -f "make-model: %e s" "$BUNDLE/bin/deepinfer" make-model "$MODEL_8B" --family llama \
+    --vocab 128256 --hidden 4096 --intermediate 14336 --layers 32 --heads 32 --kv-heads 8 \
+    --max-position 131072 --rope-theta 500000 --max-shard-mib 5120 >/dev/null
+}
+
 run() {
+  local stages=${1:-check,kernels,model}
   local cuda_libs
   cuda_libs=$(dirname "$(find / -name 'libcublasLt.so.13*' -print -quit 2>/dev/null)")
-  export LD_LIBRARY_PATH="$PWD/$BUNDLE:$cuda_libs:${LD_LIBRARY_PATH:-}"
+  unpack
+  export LD_LIBRARY_PATH="$PWD/$BUNDLE/bin:$cuda_libs:${LD_LIBRARY_PATH:-}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
   local out=${OUT:-/tmp}
-  "$BUNDLE/cuda_kernels_test" 2>&1 | tee "$out/parity.txt" | tail -15
-  "$BUNDLE/cuda_bench" 2>&1 | tee "$out/bench.txt"
+  [[ $stages == *check* ]] && stage_check "$out"
+  [[ $stages == *kernels* ]] && "$BUNDLE/bin/cuda_bench" 2>&1 | tee "$out/bench.txt"
+  if [[ $stages == *model* || $stages == *engine* ]]; then make_8b; fi
+  [[ $stages == *model* ]] && "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" --device cuda --load read \
+    --prompt-tokens 8192 --decode-tokens 128 2>&1 | tee "$out/model.txt"
+  [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
+    --load read --concurrency 64,256 --prompt-tokens 1000 --output-tokens 1000 \
+    --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"
+  [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" 2>&1 | tee "$out/peer.txt"
   echo
   echo "== summary =="
-  grep -E "PASSED|FAILED|SKIPPED" "$out/parity.txt" | tail -3
-  grep -E "^copy|decode weights|back to back|fp8|decode attention|TFLOP/s" "$out/bench.txt"
+  [[ -f $out/parity.txt ]] && grep -E "tests ran|PASSED|FAILED" "$out/parity.txt" | tail -4
+  [[ -f $out/bench.txt ]] && grep -E "^copy|back to back|TFLOP/s" "$out/bench.txt"
+  [[ -f $out/model.txt ]] && grep -E "copy|peak|prompt|decode" "$out/model.txt"
+  [[ -f $out/engine.txt ]] && tail -8 "$out/engine.txt"
+  return 0
 }
 
 case "${1:-}" in
   bundle) bundle ;;
-  run) run ;;
-  *) echo "usage: $0 bundle|run" >&2; exit 2 ;;
+  run) run "${2:-}" ;;
+  *) echo "usage: $0 bundle | run [STAGES]" >&2; exit 2 ;;
 esac

@@ -26,6 +26,7 @@ void add_serve_command(CLI::App& app);
 struct ModelOptions {
   std::string model_dir;
   std::string load = "mmap";
+  std::string device = "cpu";
   std::string matmul_precision = "f32";
   std::string mla_cache = "latent";
   bool batch_invariant = false;

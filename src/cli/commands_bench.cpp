@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/commands_bench.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/sequence_runner.h"
@@ -91,14 +92,6 @@ double measure_peak_flops() {
   return best;
 }
 
-struct BenchArgs {
-  ModelOptions model;
-  int prompt_tokens = 512;
-  int decode_tokens = 32;
-  int bandwidth_mib = 2048;
-  bool json = false;
-};
-
 // The bench result as the human-readable table.
 void print_table(const nlohmann::json& r, const BenchArgs& args) {
   auto number = [&](const char* key) { return r.at(key).get<double>(); };
@@ -137,6 +130,10 @@ void run_bench(const BenchArgs& args) {
   Ops* ops = loaded.ops.get();
   CausalLM* model = loaded.model.get();
   double load_seconds = seconds_since(load_start);
+  if (ops->device() != Device::kCpu) {
+    run_device_bench(args, loaded, load_seconds);
+    return;
+  }
   const ModelConfig& c = model->config();
   double bandwidth = measure_read_bandwidth(size_t(args.bandwidth_mib) << 20, 5);
   double peak_flops = measure_peak_flops();

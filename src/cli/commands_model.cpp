@@ -15,6 +15,10 @@
 #include "model/safetensors.h"
 #include "sampling/sampling.h"
 
+#ifdef DEEPINFER_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
 namespace deepinfer::cli {
 
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag) {
@@ -48,6 +52,17 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
                   "How weights reach memory: mmap (instant, shared) or read (copied in)")
       ->check(CLI::IsMember({"mmap", "read"}))
       ->envname("DEEPINFER_LOAD")
+      ->capture_default_str();
+  command
+      .add_option("--device", options.device,
+                  "Backend: cpu, or cuda / cuda:N (weights, KV cache and activations on GPU N)")
+      ->check([](const std::string& value) {
+        bool cuda = value == "cuda" ||
+                    (value.rfind("cuda:", 0) == 0 && value.size() > 5 &&
+                     value.find_first_not_of("0123456789", 5) == std::string::npos);
+        return value == "cpu" || cuda ? std::string() : "expected cpu, cuda or cuda:N";
+      })
+      ->envname("DEEPINFER_DEVICE")
       ->capture_default_str();
   command
       .add_option("--matmul-precision", options.matmul_precision,
@@ -103,13 +118,33 @@ void add_engine_options(CLI::App& command, EngineConfig& engine, const std::stri
                    prefix + "schedule the next step while the model runs this one");
 }
 
+namespace {
+
+std::unique_ptr<Ops> make_backend(const ModelOptions& options) {
+  if (options.device == "cpu") {
+    return make_cpu_ops(
+        options.matmul_precision == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32,
+        options.batch_invariant);
+  }
+  if (options.batch_invariant)
+    fail("--batch-invariant runs on the CPU backend only (the CUDA kernels' order depends on "
+         "the batch)");
+#ifdef DEEPINFER_WITH_CUDA
+  int gpu = options.device == "cuda" ? 0 : std::stoi(options.device.substr(5));
+  return cuda::make_cuda_ops(gpu);
+#else
+  fail("--device {}: this build has no CUDA backend (nvcc was not found when it was configured)",
+       options.device);
+#endif
+}
+
+}  // namespace
+
 LoadedModel open_model(const ModelOptions& options) {
   LoadedModel loaded;
   if (options.batch_invariant && options.matmul_precision != "f32")
     fail("--batch-invariant needs --matmul-precision f32");
-  loaded.ops = make_cpu_ops(
-      options.matmul_precision == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32,
-      options.batch_invariant);
+  loaded.ops = make_backend(options);
   ModelLoadOptions load;
   load.mode = options.load == "read" ? LoadMode::kRead : LoadMode::kMmap;
   load.mla_cache = options.mla_cache == "expanded" ? MlaCache::kExpanded : MlaCache::kLatent;

@@ -93,7 +93,7 @@ TEST_F(CudaKernels, RmsnormSiluMulAddEmbedding) {
   std::vector<int32_t> ids = {5, 999, 0, 5, 431, 17, 2};
   cpu_->embedding(Tensor::contiguous(table.data(), DType::kBF16, {vocab, n}), ids.data(), want_t);
   DeviceBuffer dtable = upload(table), dids = upload(ids), demb = poisoned(rows * n);
-  embedding(dtable.data(), DType::kBF16, n, dids.as<int32_t>(), rows, demb.as<float>());
+  embedding(dtable.data(), DType::kBF16, n, dids.as<int32_t>(), rows, demb.as<float>(), vocab);
   EXPECT_EQ(download(demb), want);  // a copy: exact
 }
 

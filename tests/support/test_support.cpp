@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 
@@ -14,7 +15,10 @@ namespace deepinfer::testing {
 namespace fs = std::filesystem;
 
 fs::path fixture_model(const std::string& name) {
-  return fs::path(DEEPINFER_FIXTURES) / "models" / name;
+  // Test binaries built here and run on the GPU machine find the fixtures through the
+  // environment: the repository lies elsewhere there.
+  const char* moved = std::getenv("DEEPINFER_FIXTURES");
+  return fs::path(moved ? moved : DEEPINFER_FIXTURES) / "models" / name;
 }
 
 std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& param_info) {

@@ -46,7 +46,7 @@ class DeviceBuffer {
 void check_launch(const char* what);
 void synchronize();
 
-// y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32 or bf16.
+// y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32, bf16 or f16.
 void rmsnorm(const float* x, const void* weight, DType weight_dtype, int64_t rows, int64_t n,
              float eps, float* y, cudaStream_t stream = nullptr);
 // out = silu(gate) * up, elementwise over `count`; out may alias gate.
@@ -54,9 +54,10 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count,
               cudaStream_t stream = nullptr);
 // y += x over `count`.
 void add(float* y, const float* x, int64_t count, cudaStream_t stream = nullptr);
-// out[i, :] = table[ids[i], :] widened to f32 (table f32 or bf16, `width` columns).
+// out[i, :] = table[ids[i], :] widened to f32 (table f32, bf16 or f16, `width` columns); an
+// id outside [0, vocab) gives a zero row (the engine rejects such ids before they get here).
 void embedding(const void* table, DType table_dtype, int64_t width, const int32_t* ids,
-               int64_t count, float* out, cudaStream_t stream = nullptr);
+               int64_t count, float* out, int64_t vocab, cudaStream_t stream = nullptr);
 // Rotates x [tokens, heads, head_dim] in place by cos/sin [tokens, rotary_dim / 2]: pairs
 // (i, i + rotary_dim/2), or (2i, 2i+1) when interleaved.
 void rope(float* x, const float* cos, const float* sin, int64_t tokens, int heads, int head_dim,
@@ -111,5 +112,42 @@ class LtMatmul {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// A weight matrix [rows, cols] as the general kernels read it: f32, bf16, f16, or FP8 e4m3
+// with f32 scales per block_rows x block_cols block ([.., scale_cols]).
+struct DeviceWeight {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t cols = 0;
+  const float* scales = nullptr;
+  int64_t scale_cols = 0;
+  int block_rows = 1;
+  int block_cols = 1;
+};
+
+// y[rows, n] = x[rows, cols] * weight^T for any weight dtype and row count (16 x 16 tiles in
+// shared memory; the fallback where no faster path applies).
+void matmul_tiled(const float* x, const DeviceWeight& weight, int64_t rows, int64_t n, float* y,
+                  cudaStream_t stream = nullptr);
+// y[r, :] += bias for every row r.
+void add_bias(float* y, const DeviceWeight& bias, int64_t rows, int64_t n,
+              cudaStream_t stream = nullptr);
+// As Ops::head_matmul over x [tokens, heads, *] and out with the given strides (elements).
+void head_matmul(const float* x, int64_t x_token_stride, int64_t x_head_stride,
+                 const DeviceWeight& weight, const HeadSlices& slices, bool transposed,
+                 int64_t tokens, int heads, float* out, int64_t out_token_stride,
+                 int64_t out_head_stride, cudaStream_t stream = nullptr);
+// out[i] = x[rows[i]] and y[rows[i]] += scales[i] * x[i] over rows of `width` (rows, scales on
+// the device; repeated rows add up in entry order).
+void gather_rows(const float* x, const int32_t* rows, int64_t count, int64_t width, float* out,
+                 cudaStream_t stream = nullptr);
+void add_scaled_rows(float* y, const int32_t* rows, const float* scales, int64_t count,
+                     int64_t width, const float* x, cudaStream_t stream = nullptr);
+// out = gelu_tanh(gate) * up, elementwise.
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t count,
+                   cudaStream_t stream = nullptr);
+// As Ops::kv_read_keys, block_table on the device.
+void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count, float* keys,
+                  cudaStream_t stream = nullptr);
 
 }  // namespace deepinfer::cuda

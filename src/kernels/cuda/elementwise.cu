@@ -1,5 +1,6 @@
 // Row-wise and elementwise kernels: one pass over memory each, f32 arithmetic.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -12,6 +13,7 @@ __device__ float load_weight(const void* weight, DType dtype, int64_t i) {
   if (dtype == DType::kBF16) {
     return __bfloat162float(static_cast<const __nv_bfloat16*>(weight)[i]);
   }
+  if (dtype == DType::kF16) return __half2float(static_cast<const __half*>(weight)[i]);
   return static_cast<const float*>(weight)[i];
 }
 
@@ -53,10 +55,11 @@ __global__ void add_kernel(float* y, const float* x, int64_t count) {
 }
 
 __global__ void embedding_kernel(const void* table, DType dtype, int64_t width, const int32_t* ids,
-                                 float* out) {
+                                 int64_t vocab, float* out) {
   const int64_t row = ids[blockIdx.x];
+  const bool valid = row >= 0 && row < vocab;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
-    out[blockIdx.x * width + i] = load_weight(table, dtype, row * width + i);
+    out[blockIdx.x * width + i] = valid ? load_weight(table, dtype, row * width + i) : 0.0f;
 }
 
 // One thread per rotated pair.
@@ -106,10 +109,10 @@ void add(float* y, const float* x, int64_t count, cudaStream_t stream) {
 }
 
 void embedding(const void* table, DType table_dtype, int64_t width, const int32_t* ids,
-               int64_t count, float* out, cudaStream_t stream) {
+               int64_t count, float* out, int64_t vocab, cudaStream_t stream) {
   if (count == 0) return;
   embedding_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(table, table_dtype, width,
-                                                                          ids, out);
+                                                                          ids, vocab, out);
   check_launch("embedding");
 }
 

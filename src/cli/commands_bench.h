@@ -1,0 +1,19 @@
+// The bench command's arguments, shared by its CPU and GPU halves.
+#pragma once
+
+#include "cli/commands.h"
+
+namespace deepinfer::cli {
+
+struct BenchArgs {
+  ModelOptions model;
+  int prompt_tokens = 512;
+  int decode_tokens = 32;
+  int bandwidth_mib = 2048;
+  bool json = false;
+};
+
+// bench for a model loaded on a GPU backend.
+void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_seconds);
+
+}  // namespace deepinfer::cli

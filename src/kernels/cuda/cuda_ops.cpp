@@ -1,0 +1,285 @@
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "core/error.h"
+#include "kernels/cpu/routing.h"
+#include "kernels/cuda/cuda_kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kFewRows = 8;  // up to this many rows a product streams the weight once
+
+void check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) fail("CUDA {}: {}", what, cudaGetErrorString(status));
+}
+
+void require_device(const Tensor& tensor, const char* op) {
+  DI_CHECK(tensor.device == Device::kCuda, "{}: a tensor {} is in host memory, not on the GPU",
+           op, tensor.shape_string());
+}
+
+int64_t rows_of(const Tensor& tensor) { return tensor.numel() / tensor.dim(-1); }
+
+DeviceWeight device_weight(const Tensor& weight) {
+  DeviceWeight w{weight.data, weight.dtype, weight.dim(-1)};
+  if (weight.block_scales) {
+    w.scales = weight.block_scales->data;
+    w.scale_cols = weight.block_scales->cols;
+    w.block_rows = weight.block_scales->block_rows;
+    w.block_cols = weight.block_scales->block_cols;
+  }
+  return w;
+}
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(int device) {
+    int count = device_count();
+    if (device < 0 || device >= count)
+      fail("CUDA backend: GPU {} asked for, {} present", device, count);
+    check(cudaSetDevice(device), "set device");
+    cudaStream_t stream = nullptr;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    // Allocations free back to the stream's pool, so the stream must outlive every one.
+    stream_ = std::shared_ptr<CUstream_st>(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "memory pool");
+    uint64_t keep_everything = std::numeric_limits<uint64_t>::max();
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+          "pool threshold");
+    cudaDeviceProp properties{};
+    check(cudaGetDeviceProperties(&properties, device), "properties");
+    name_ = std::string("cuda-") + properties.name;
+    lt_ = std::make_unique<LtMatmul>();
+  }
+
+  std::string name() const override { return name_; }
+  Device device() const override { return Device::kCuda; }
+
+  BackendMemory allocate(size_t bytes) override {
+    void* data = nullptr;
+    cudaStream_t stream = stream_.get();
+    if (bytes > 0) {
+      check(cudaMallocAsync(&data, bytes, stream), "allocate");
+      check(cudaMemsetAsync(data, 0, bytes, stream), "zero");
+    }
+    std::shared_ptr<CUstream_st> owner = stream_;
+    return BackendMemory(data, [owner](void* p) {
+      if (p) cudaFreeAsync(p, owner.get());
+    });
+  }
+
+  void to_backend(void* destination, const void* source, size_t bytes) override {
+    if (bytes == 0) return;
+    check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream_.get()),
+          "copy to device");
+  }
+
+  void to_host(void* destination, const void* source, size_t bytes) override {
+    if (bytes > 0) {
+      check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream_.get()),
+            "copy to host");
+    }
+    synchronize();
+  }
+
+  void synchronize() override { check(cudaStreamSynchronize(stream_.get()), "synchronize"); }
+
+  size_t available_memory() const override {
+    size_t free = 0, total = 0;
+    check(cudaMemGetInfo(&free, &total), "memory info");
+    return free;
+  }
+
+  void matmul(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& y) override {
+    require_device(x, "matmul");
+    require_device(weight, "matmul");
+    require_device(y, "matmul");
+    int64_t k = weight.dim(1);
+    int64_t n = weight.dim(0);
+    int64_t rows = rows_of(x);
+    DI_CHECK(x.dim(-1) == k && y.dim(-1) == n && rows_of(y) == rows && x.is_contiguous() &&
+                 y.is_contiguous(),
+             "matmul: x {} and y {} must be contiguous rows matching weight {}", x.shape_string(),
+             y.shape_string(), weight.shape_string());
+    product(x.as<const float>(), weight, rows, y.as<float>());
+    if (bias) {
+      require_device(*bias, "matmul bias");
+      add_bias(y.as<float>(), device_weight(*bias), rows, n, stream());
+    }
+  }
+
+  void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) override {
+    for (const MatmulJob& job : jobs) matmul(job.input ? *job.input : x, *job.weight, job.bias, *job.out);
+  }
+
+  void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices, bool transposed,
+                   Tensor& out) override {
+    require_device(x, "head_matmul");
+    require_device(weight, "head_matmul");
+    DI_CHECK(x.rank == 3 && out.rank == 3 && x.dim(0) == out.dim(0) && x.dim(1) == out.dim(1) &&
+                 x.strides[2] == 1 && out.strides[2] == 1,
+             "head_matmul: x {} and out {} must be [T, H, *] with contiguous last axes",
+             x.shape_string(), out.shape_string());
+    cuda::head_matmul(x.as<const float>(), x.strides[0], x.strides[1], device_weight(weight),
+                      slices, transposed, x.dim(0), static_cast<int>(x.dim(1)), out.as<float>(),
+                      out.strides[0], out.strides[1], stream());
+  }
+
+  void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
+    require_device(x, "gather_rows");
+    BackendMemory indices = upload(rows);
+    cuda::gather_rows(x.as<const float>(), static_cast<const int32_t*>(indices.get()),
+                      static_cast<int64_t>(rows.size()), x.dim(-1), out.as<float>(), stream());
+  }
+
+  void add_scaled_rows(Tensor& y, const std::vector<int32_t>& rows,
+                       const std::vector<float>& scales, const Tensor& x) override {
+    require_device(y, "add_scaled_rows");
+    BackendMemory indices = upload(rows);
+    BackendMemory factors = upload(scales);
+    cuda::add_scaled_rows(y.as<float>(), static_cast<const int32_t*>(indices.get()),
+                          static_cast<const float*>(factors.get()),
+                          static_cast<int64_t>(rows.size()), y.dim(-1), x.as<const float>(),
+                          stream());
+  }
+
+  // The choice itself is a few comparisons per token; it runs on the host over the copied
+  // logits, with the CPU backend's routing code, because the MoE layer groups tokens by
+  // expert on the host anyway.
+  void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
+                     const ExpertRouting& routing, int32_t* experts, float* weights) override {
+    require_device(router_logits, "route_experts");
+    std::vector<float> logits(static_cast<size_t>(router_logits.numel()));
+    to_host(logits.data(), router_logits.data, logits.size() * sizeof(float));
+    int64_t tokens = rows_of(router_logits);
+    int64_t k = routing.experts_per_token;
+    for (int64_t t = 0; t < tokens; ++t) {
+      cpu::route_token(logits.data() + t * routing.num_experts, correction_bias, routing,
+                       experts + t * k, weights + t * k);
+    }
+  }
+
+  void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
+    require_device(table, "embedding");
+    cuda::embedding(table.data, table.dtype, table.dim(1), ids, rows_of(out), out.as<float>(),
+                    table.dim(0), stream());
+  }
+
+  void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) override {
+    require_device(x, "rmsnorm");
+    require_device(weight, "rmsnorm");
+    DI_CHECK(x.is_contiguous() && y.is_contiguous() && weight.numel() == x.dim(-1),
+             "rmsnorm: x {} / y {} must be contiguous rows of weight {}", x.shape_string(),
+             y.shape_string(), weight.shape_string());
+    cuda::rmsnorm(x.as<const float>(), weight.data, weight.dtype, rows_of(x), x.dim(-1), eps,
+                  y.as<float>(), stream());
+  }
+
+  void add(Tensor& y, const Tensor& x) override {
+    cuda::add(y.as<float>(), x.as<const float>(), y.numel(), stream());
+  }
+
+  void rope(Tensor& x, const float* cos, const float* sin, int rotary_dim,
+            bool interleaved) override {
+    DI_CHECK(x.is_contiguous() && rotary_dim <= x.dim(2), "rope: x {} must be contiguous",
+             x.shape_string());
+    cuda::rope(x.as<float>(), cos, sin, x.dim(0), static_cast<int>(x.dim(1)),
+               static_cast<int>(x.dim(2)), rotary_dim, interleaved, stream());
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    cuda::silu_mul(gate.as<const float>(), up.as<const float>(), out.as<float>(), out.numel(),
+                   stream());
+  }
+
+  void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    cuda::gelu_tanh_mul(gate.as<const float>(), up.as<const float>(), out.as<float>(),
+                        out.numel(), stream());
+  }
+
+  void kv_write(const Tensor& k, const Tensor* v, const AttentionBatch& batch,
+                const PagedKvView& cache) override {
+    require_device(k, "kv_write");
+    cuda::kv_write(k.as<const float>(), v ? v->as<const float>() : nullptr, batch.slot_mapping,
+                   k.dim(0), cache, stream());
+  }
+
+  void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count,
+                    Tensor& keys) override {
+    DI_CHECK(keys.numel() >= count * cache.key_stride(),
+             "kv_read_keys: output {} holds fewer than {} tokens", keys.shape_string(), count);
+    cuda::kv_read_keys(cache, block_table, count, keys.as<float>(), stream());
+  }
+
+  void paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
+                       float scale, int window, Tensor& out) override {
+    require_device(q, "paged_attention");
+    DI_CHECK(q.is_contiguous() && out.is_contiguous(),
+             "paged_attention: q {} and out {} must be contiguous", q.shape_string(),
+             out.shape_string());
+    int64_t rows = q.dim(0);
+    int splits = paged_attention_splits(rows, cache.num_kv_heads, batch.max_context_len);
+    size_t floats = paged_attention_workspace_floats(rows, cache.num_kv_heads, splits);
+    BackendMemory workspace = splits > 1 ? allocate_uninitialized(floats * sizeof(float)) : nullptr;
+    cuda::paged_attention(q.as<const float>(), rows, static_cast<int>(q.dim(1)), batch, cache,
+                          scale, window, out.as<float>(), stream(), SplitKeys{splits},
+                          static_cast<float*>(workspace.get()), splits > 1 ? floats : 0);
+  }
+
+ private:
+  cudaStream_t stream() const { return stream_.get(); }
+
+  BackendMemory allocate_uninitialized(size_t bytes) {
+    void* data = nullptr;
+    check(cudaMallocAsync(&data, std::max<size_t>(bytes, 1), stream()), "allocate");
+    std::shared_ptr<CUstream_st> owner = stream_;
+    return BackendMemory(data, [owner](void* p) { cudaFreeAsync(p, owner.get()); });
+  }
+
+  template <typename T>
+  BackendMemory upload(const std::vector<T>& values) {
+    BackendMemory memory = allocate_uninitialized(values.size() * sizeof(T));
+    to_backend(memory.get(), values.data(), values.size() * sizeof(T));
+    return memory;
+  }
+
+  // The fastest kernel this weight and row count allow: decode rows stream bf16 and FP8
+  // weights once through registers; bf16 prompts go to cuBLASLt's tensor-core kernels;
+  // everything else (f32/f16 weights, FP8 prompts) takes the tiled kernel.
+  void product(const float* x, const Tensor& weight, int64_t rows, float* y) {
+    int64_t n = weight.dim(0);
+    int64_t k = weight.dim(1);
+    bool fp8 = weight.dtype == DType::kF8E4M3 && weight.block_scales &&
+               weight.block_scales->block_rows == 128 && weight.block_scales->block_cols == 128;
+    if (rows <= kFewRows && weight.dtype == DType::kBF16 && k % 8 == 0) {
+      matmul_bf16_few_rows(x, weight.as<const uint16_t>(), rows, n, k, y, stream());
+    } else if (rows <= kFewRows && fp8 && k % 16 == 0) {
+      matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
+                          stream());
+    } else if (weight.dtype == DType::kBF16 && k % 8 == 0) {
+      BackendMemory rounded = allocate_uninitialized(static_cast<size_t>(rows * k) * 2);
+      lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), rows, n, k,
+              y, stream());
+    } else {
+      matmul_tiled(x, device_weight(weight), rows, n, y, stream());
+    }
+  }
+
+  std::string name_;
+  std::shared_ptr<CUstream_st> stream_;
+  std::unique_ptr<LtMatmul> lt_;
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops(int device) {
+  return std::make_unique<CudaOps>(device);
+}
+
+}  // namespace deepinfer::cuda

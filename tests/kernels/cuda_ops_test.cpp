@@ -1,0 +1,278 @@
+// The CUDA backend against the CPU backend through the Ops interface, op by op, on fresh
+// random inputs: what the model code sees. Tolerances (relative L2 norm of the difference):
+// f32 elementwise work and row movement 1e-6; products that keep activations in f32 (decode
+// rows, the tiled fallback, per-head products) 1e-5, only the summation order differs;
+// prompt products through cuBLASLt, which rounds activations to bf16, 1e-2.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <random>
+
+#include "core/dtype.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/ops.h"
+#include "kv/kv_cache.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr double kExact = 1e-6;
+constexpr double kF32Products = 1e-5;
+constexpr double kBf16Activations = 1e-2;
+
+// Host data and its copy in the GPU backend's memory.
+struct Both {
+  std::vector<std::byte> bytes;
+  BackendMemory device;
+  Tensor host_view, device_view;
+};
+
+class CudaOpsParity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    cpu_ = make_cpu_ops();
+    gpu_ = make_cuda_ops();
+  }
+
+  // A tensor of `dtype` holding `values` (rounded to the dtype) on both backends.
+  Both make(const std::vector<float>& values, DType dtype, std::initializer_list<int64_t> shape) {
+    Both both;
+    both.bytes.resize(values.size() * dtype_size(dtype));
+    for (size_t i = 0; i < values.size(); ++i) {
+      std::byte* at = both.bytes.data() + i * dtype_size(dtype);
+      if (dtype == DType::kF32) {
+        std::memcpy(at, &values[i], 4);
+      } else if (dtype == DType::kBF16) {
+        uint16_t v = f32_to_bf16(values[i]);
+        std::memcpy(at, &v, 2);
+      } else if (dtype == DType::kF16) {
+        uint16_t v = f32_to_f16(values[i]);
+        std::memcpy(at, &v, 2);
+      } else {
+        uint8_t v = f32_to_f8e4m3(values[i]);
+        std::memcpy(at, &v, 1);
+      }
+    }
+    both.host_view = Tensor::contiguous(both.bytes.data(), dtype, shape);
+    both.device = gpu_->allocate(both.bytes.size());
+    gpu_->to_backend(both.device.get(), both.bytes.data(), both.bytes.size());
+    both.device_view = Tensor::contiguous(both.device.get(), dtype, shape, Device::kCuda);
+    return both;
+  }
+  Both random(std::initializer_list<int64_t> shape, DType dtype = DType::kF32, float scale = 1.0f) {
+    int64_t count = 1;
+    for (int64_t extent : shape) count *= extent;
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::vector<float> values(static_cast<size_t>(count));
+    for (float& v : values) v = normal(rng_);
+    return make(values, dtype, shape);
+  }
+  // Output tensors start as NaN on the GPU so an element nothing wrote fails the comparison.
+  Both output(std::initializer_list<int64_t> shape) {
+    int64_t count = 1;
+    for (int64_t extent : shape) count *= extent;
+    return make(std::vector<float>(static_cast<size_t>(count), std::nanf("")), DType::kF32, shape);
+  }
+  std::vector<float> host_floats(const Both& both) const {
+    std::vector<float> out(both.bytes.size() / 4);
+    std::memcpy(out.data(), both.bytes.data(), both.bytes.size());
+    return out;
+  }
+  std::vector<float> device_floats(const Both& both) const {
+    std::vector<float> out(both.bytes.size() / 4);
+    gpu_->to_host(out.data(), both.device.get(), both.bytes.size());
+    return out;
+  }
+  // Relative L2 error of the GPU result against the CPU result.
+  double error(const Both& both) const {
+    std::vector<float> want = host_floats(both), got = device_floats(both);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (!std::isfinite(got[i])) return INFINITY;
+      diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      norm += double(want[i]) * want[i];
+    }
+    return std::sqrt(diff / std::max(norm, 1e-30));
+  }
+  // Gives an FP8 weight [n, k] 128 x 128 block scales on both backends.
+  void attach_scales(Both& weight, int64_t n, int64_t k) {
+    int64_t rows = (n + 127) / 128, cols = (k + 127) / 128;
+    std::uniform_real_distribution<float> positive(0.005f, 0.02f);
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    for (float& v : values) v = positive(rng_);
+    Both& s = scales_.emplace_back(make(values, DType::kF32, {rows, cols}));
+    host_blocks_.push_back({s.host_view.as<const float>(), rows, cols, 128, 128});
+    device_blocks_.push_back({s.device_view.as<const float>(), rows, cols, 128, 128});
+    weight.host_view.block_scales = &host_blocks_.back();
+    weight.device_view.block_scales = &device_blocks_.back();
+  }
+
+  std::mt19937 rng_{std::random_device{}()};
+  std::unique_ptr<Ops> cpu_, gpu_;
+  std::deque<Both> scales_;
+  std::deque<BlockScales> host_blocks_, device_blocks_;
+};
+
+// Every weight dtype at decode and prompt row counts, with a bias.
+TEST_F(CudaOpsParity, MatmulEveryDtypeAndRowCount) {
+  const int64_t n = 384, k = 512;
+  struct Case {
+    DType dtype;
+    int64_t rows;
+    double tolerance;
+  };
+  for (Case c : {Case{DType::kBF16, 1, kF32Products}, Case{DType::kBF16, 8, kF32Products},
+                 Case{DType::kBF16, 37, kBf16Activations}, Case{DType::kF32, 3, kF32Products},
+                 Case{DType::kF32, 37, kF32Products}, Case{DType::kF16, 19, kF32Products},
+                 Case{DType::kF8E4M3, 5, kF32Products}, Case{DType::kF8E4M3, 40, kF32Products}}) {
+    Both x = random({c.rows, k});
+    Both w = random({n, k}, c.dtype, 0.05f);
+    if (c.dtype == DType::kF8E4M3) attach_scales(w, n, k);
+    Both bias = random({n}, DType::kBF16);
+    Both y = output({c.rows, n});
+    cpu_->matmul(x.host_view, w.host_view, &bias.host_view, y.host_view);
+    gpu_->matmul(x.device_view, w.device_view, &bias.device_view, y.device_view);
+    EXPECT_LT(error(y), c.tolerance) << dtype_name(c.dtype) << " with " << c.rows << " rows";
+  }
+}
+
+TEST_F(CudaOpsParity, HeadMatmulBothDirections) {
+  const int64_t tokens = 3, heads = 4, k = 64, rows = 32, stride = 48;
+  Both w = random({heads * stride, k}, DType::kBF16, 0.1f);
+  HeadSlices slices{stride, 16, rows};
+  Both x = random({tokens, heads, k}), out = output({tokens, heads, rows});
+  cpu_->head_matmul(x.host_view, w.host_view, slices, false, out.host_view);
+  gpu_->head_matmul(x.device_view, w.device_view, slices, false, out.device_view);
+  EXPECT_LT(error(out), kF32Products);
+  Both xt = random({tokens, heads, rows}), outt = output({tokens, heads, k});
+  cpu_->head_matmul(xt.host_view, w.host_view, slices, true, outt.host_view);
+  gpu_->head_matmul(xt.device_view, w.device_view, slices, true, outt.device_view);
+  EXPECT_LT(error(outt), kF32Products);
+}
+
+TEST_F(CudaOpsParity, RowMovementAndGatedActivations) {
+  const int64_t rows = 6, width = 300;
+  Both x = random({rows, width});
+  std::vector<int32_t> picks = {4, 0, 4, 2};
+  Both gathered = output({4, width});
+  cpu_->gather_rows(x.host_view, picks, gathered.host_view);
+  gpu_->gather_rows(x.device_view, picks, gathered.device_view);
+  EXPECT_LT(error(gathered), kExact);
+  Both y = random({rows, width});
+  std::vector<float> scales = {0.5f, -1.0f, 2.0f, 0.25f};
+  cpu_->add_scaled_rows(y.host_view, picks, scales, gathered.host_view);
+  gpu_->add_scaled_rows(y.device_view, picks, scales, gathered.device_view);
+  EXPECT_LT(error(y), kExact);
+  Both gate = random({rows, width}), up = random({rows, width}), out = output({rows, width});
+  cpu_->gelu_tanh_mul(gate.host_view, up.host_view, out.host_view);
+  gpu_->gelu_tanh_mul(gate.device_view, up.device_view, out.device_view);
+  EXPECT_LT(error(out), kExact);
+  Both silu = output({rows, width});
+  cpu_->silu_mul(gate.host_view, up.host_view, silu.host_view);
+  gpu_->silu_mul(gate.device_view, up.device_view, silu.device_view);
+  EXPECT_LT(error(silu), kExact);
+}
+
+TEST_F(CudaOpsParity, NormsEmbeddingAndRope) {
+  const int64_t tokens = 5, heads = 3, dim = 64, vocab = 50;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    Both table = random({vocab, heads * dim}, dtype);
+    std::vector<int32_t> ids = {3, 49, 0, 3, 17};
+    BackendMemory device_ids = gpu_->allocate(ids.size() * 4);
+    gpu_->to_backend(device_ids.get(), ids.data(), ids.size() * 4);
+    Both embedded = output({tokens, heads * dim});
+    cpu_->embedding(table.host_view, ids.data(), embedded.host_view);
+    gpu_->embedding(table.device_view, static_cast<const int32_t*>(device_ids.get()),
+                    embedded.device_view);
+    EXPECT_LT(error(embedded), kExact) << dtype_name(dtype);
+    Both weight = random({dim}, dtype);
+    Both x = random({tokens, heads, dim});
+    cpu_->rmsnorm(x.host_view, weight.host_view, 1e-6f, x.host_view);
+    gpu_->rmsnorm(x.device_view, weight.device_view, 1e-6f, x.device_view);
+    EXPECT_LT(error(x), kExact) << dtype_name(dtype);
+  }
+  Both x = random({tokens, heads, dim});
+  Both cos = random({tokens, dim / 2}), sin = random({tokens, dim / 2});
+  for (bool interleaved : {false, true}) {
+    cpu_->rope(x.host_view, cos.host_view.as<const float>(), sin.host_view.as<const float>(), dim,
+               interleaved);
+    gpu_->rope(x.device_view, cos.device_view.as<const float>(),
+               sin.device_view.as<const float>(), dim, interleaved);
+    EXPECT_LT(error(x), kExact) << "interleaved " << interleaved;
+  }
+}
+
+TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
+  const int64_t tokens = 9;
+  ExpertRouting routing;
+  routing.num_experts = 16;
+  routing.experts_per_token = 4;
+  routing.scoring = ExpertRouting::Scoring::kSigmoid;
+  routing.group_ranking = ExpertRouting::GroupRanking::kTopTwoSum;
+  routing.num_groups = 4;
+  routing.topk_groups = 2;
+  routing.normalize = true;
+  routing.scaling = 2.5f;
+  Both logits = random({tokens, routing.num_experts});
+  std::vector<float> bias(16, 0.1f);
+  std::vector<int32_t> cpu_experts(36), gpu_experts(36);
+  std::vector<float> cpu_weights(36), gpu_weights(36);
+  cpu_->route_experts(logits.host_view, bias, routing, cpu_experts.data(), cpu_weights.data());
+  gpu_->route_experts(logits.device_view, bias, routing, gpu_experts.data(), gpu_weights.data());
+  EXPECT_EQ(gpu_experts, cpu_experts);
+  EXPECT_EQ(gpu_weights, cpu_weights);
+}
+
+// Two sequences (a 3-token prompt chunk over 40 cached tokens, and a 300-token decode) written
+// into paged caches on both backends, attended with the split-keys path, and read back.
+TEST_F(CudaOpsParity, KvWriteAttentionAndReadBack) {
+  const int heads = 8, kv_heads = 2, dim = 128, block = 16;
+  KvCacheShape shape = KvCacheShape::heads(1, kv_heads, dim, block);
+  KvCache cpu_cache(shape, 64), gpu_cache(shape, 64, *gpu_);
+  std::vector<int32_t> query_start = {0, 3, 4}, context_lens = {43, 300};
+  const int max_blocks = 19;
+  std::vector<int32_t> tables(2 * max_blocks);
+  for (int i = 0; i < 2 * max_blocks; ++i) tables[static_cast<size_t>(i)] = 1 + (i * 7) % 60;
+  // Every cached token of both sequences gets a key and value, written in one kv_write.
+  std::vector<int64_t> slots;
+  for (int s = 0; s < 2; ++s) {
+    for (int t = 0; t < context_lens[static_cast<size_t>(s)]; ++t)
+      slots.push_back(int64_t{tables[static_cast<size_t>(s * max_blocks + t / block)]} * block +
+                      t % block);
+  }
+  auto count = static_cast<int64_t>(slots.size());
+  Both k = random({count, kv_heads, dim}), v = random({count, kv_heads, dim});
+  BackendMemory device_tables[4];
+  auto on_gpu = [&](const auto& values, BackendMemory& keep) {
+    return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), keep);
+  };
+  AttentionBatch host_batch{2, query_start.data(), context_lens.data(), tables.data(), max_blocks,
+                            slots.data(), 300};
+  AttentionBatch device_batch = host_batch;
+  device_batch.query_start = static_cast<const int32_t*>(on_gpu(query_start, device_tables[0]));
+  device_batch.context_lens = static_cast<const int32_t*>(on_gpu(context_lens, device_tables[1]));
+  device_batch.block_tables = static_cast<const int32_t*>(on_gpu(tables, device_tables[2]));
+  device_batch.slot_mapping = static_cast<const int64_t*>(on_gpu(slots, device_tables[3]));
+  cpu_->kv_write(k.host_view, &v.host_view, host_batch, cpu_cache.layer(0));
+  gpu_->kv_write(k.device_view, &v.device_view, device_batch, gpu_cache.layer(0));
+
+  Both q = random({4, heads, dim}), out = output({4, heads, dim});
+  cpu_->paged_attention(q.host_view, host_batch, cpu_cache.layer(0), 0.088f, 0, out.host_view);
+  gpu_->paged_attention(q.device_view, device_batch, gpu_cache.layer(0), 0.088f, 0,
+                        out.device_view);
+  EXPECT_LT(error(out), kF32Products);
+
+  Both keys = output({300, kv_heads * dim});
+  cpu_->kv_read_keys(cpu_cache.layer(0), tables.data() + max_blocks, 300, keys.host_view);
+  gpu_->kv_read_keys(gpu_cache.layer(0), device_batch.block_tables + max_blocks, 300,
+                     keys.device_view);
+  EXPECT_LT(error(keys), kExact);
+}
+
+}  // namespace
+}  // namespace deepinfer::cuda
