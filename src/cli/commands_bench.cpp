@@ -211,6 +211,11 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   command->add_option("--decode-tokens", args->decode_tokens, "Tokens to decode at batch 1")
       ->check(CLI::Range(1, 1 << 20));
+  command
+      ->add_option("--decode-prompt-tokens", args->decode_prompt_tokens,
+                   "GPU backends: the prompt batch-1 decode follows (the CPU decodes after "
+                   "--prompt-tokens)")
+      ->check(CLI::Range(1, 1 << 20));
   command->add_option("--bandwidth-mib", args->bandwidth_mib, "Buffer size for the bandwidth probe")
       ->check(CLI::Range(64, 1 << 16));
   command->add_flag("--json", args->json, "Print one JSON object instead of a table");

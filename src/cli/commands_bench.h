@@ -10,6 +10,7 @@ struct BenchArgs {
   int prompt_tokens = 512;
   int decode_tokens = 32;
   int bandwidth_mib = 2048;
+  int decode_prompt_tokens = 128;  // GPU: decode runs after a prompt of this length
   bool json = false;
 };
 

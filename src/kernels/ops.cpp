@@ -37,7 +37,7 @@ size_t Ops::available_memory() const {
 
 BackendTensor::BackendTensor(Ops& ops, std::initializer_list<int64_t> shape) {
   view_ = Tensor::contiguous(nullptr, DType::kF32, shape, ops.device());
-  memory_ = ops.allocate(static_cast<size_t>(view_.numel()) * sizeof(float));
+  memory_ = ops.allocate_scratch(static_cast<size_t>(view_.numel()) * sizeof(float));
   view_.data = memory_.get();
 }
 

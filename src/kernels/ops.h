@@ -95,6 +95,8 @@ class Ops {
   virtual Device device() const { return Device::kCpu; }
   // `bytes` of zeroed memory where the kernels work.
   virtual BackendMemory allocate(size_t bytes) { return host_memory(bytes); }
+  // The same, contents unspecified: for activations every reader finds written first.
+  virtual BackendMemory allocate_scratch(size_t bytes) { return allocate(bytes); }
   // Copies between host memory and the backend's memory. to_host waits for the work queued
   // before it; to_backend may return before the copy lands (later ops see it).
   virtual void to_backend(void* destination, const void* source, size_t bytes);
@@ -154,7 +156,7 @@ class Ops {
                                const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
 };
 
-// An f32 tensor in a backend's memory (activations, tables the kernels read).
+// An f32 tensor in a backend's memory for activations: its contents start unspecified.
 class BackendTensor {
  public:
   BackendTensor() = default;

@@ -40,6 +40,17 @@ void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out) 
   ops.matmul(gate_view, *mlp.down, nullptr, out);
 }
 
+namespace {
+
+bool logit_rows_are_all_rows(const ForwardBatch& batch) {
+  for (size_t i = 0; i < batch.logit_rows.size(); ++i) {
+    if (batch.logit_rows[i] != static_cast<int32_t>(i)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
                   const Tensor& lm_head, float eps, int num_layers, float* logits,
                   const HiddenStateSink& hidden_sink) {
@@ -53,6 +64,8 @@ void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tens
     ops.rmsnorm(hidden, final_norm, eps, hidden);
     report_hidden(ops, hidden_sink, num_layers, hidden);
     if (rows > 0) ops.gather_rows(hidden, batch.logit_rows, selected_view);
+  } else if (rows == hidden.dim(0) && logit_rows_are_all_rows(batch)) {
+    ops.rmsnorm(hidden, final_norm, eps, selected_view);  // decode: every row, in order
   } else if (rows > 0) {
     ops.gather_rows(hidden, batch.logit_rows, selected_view);
     ops.rmsnorm(selected_view, final_norm, eps, selected_view);

@@ -141,6 +141,30 @@ TEST_F(CudaOpsParity, MatmulEveryDtypeAndRowCount) {
   }
 }
 
+// q/k/v-like jobs of one x in one launch, with a bias on one of them, beside a job that
+// reads its own input (which runs alone).
+TEST_F(CudaOpsParity, GroupedDecodeProducts) {
+  const int64_t k = 256;
+  for (int64_t rows : {1, 3, 8}) {
+    Both x = random({rows, k}), own = random({rows, k});
+    Both wq = random({320, k}, DType::kBF16, 0.05f), wk = random({64, k}, DType::kBF16, 0.05f);
+    Both wv = random({64, k}, DType::kBF16, 0.05f), wo = random({96, k}, DType::kBF16, 0.05f);
+    Both bias = random({64}, DType::kF32);
+    Both q = output({rows, 320}), kk = output({rows, 64}), v = output({rows, 64});
+    Both o = output({rows, 96});
+    auto jobs = [&](bool device) {
+      auto pick = [device](Both& both) { return device ? &both.device_view : &both.host_view; };
+      return std::vector<MatmulJob>{{pick(wq), nullptr, pick(q)},
+                                    {pick(wk), pick(bias), pick(kk)},
+                                    {pick(wo), nullptr, pick(o), pick(own)},
+                                    {pick(wv), nullptr, pick(v)}};
+    };
+    cpu_->matmuls(x.host_view, jobs(false));
+    gpu_->matmuls(x.device_view, jobs(true));
+    for (Both* out : {&q, &kk, &v, &o}) EXPECT_LT(error(*out), kF32Products) << rows << " rows";
+  }
+}
+
 TEST_F(CudaOpsParity, HeadMatmulBothDirections) {
   const int64_t tokens = 3, heads = 4, k = 64, rows = 32, stride = 48;
   Both w = random({heads * stride, k}, DType::kBF16, 0.1f);
@@ -226,6 +250,50 @@ TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
   gpu_->route_experts(logits.device_view, bias, routing, gpu_experts.data(), gpu_weights.data());
   EXPECT_EQ(gpu_experts, cpu_experts);
   EXPECT_EQ(gpu_weights, cpu_weights);
+}
+
+// Prompt batches take the tensor-core kernel: a 100-token chunk over 40 cached tokens and a
+// whole 70-token prompt, for MHA, GQA groups of 4 and 8, with and without a window.
+TEST_F(CudaOpsParity, PromptAttentionOnTheTensorCores) {
+  const int dim = 128, block = 16, max_blocks = 9;
+  std::vector<int32_t> query_start = {0, 100, 170}, context_lens = {140, 70};
+  std::vector<int32_t> tables(2 * max_blocks);
+  for (int i = 0; i < 2 * max_blocks; ++i) tables[static_cast<size_t>(i)] = 1 + (i * 7) % 60;
+  std::vector<int64_t> slots;
+  for (int s = 0; s < 2; ++s) {
+    for (int t = 0; t < context_lens[static_cast<size_t>(s)]; ++t)
+      slots.push_back(int64_t{tables[static_cast<size_t>(s * max_blocks + t / block)]} * block +
+                      t % block);
+  }
+  auto count = static_cast<int64_t>(slots.size());
+  BackendMemory keep[4];
+  auto on_gpu = [&](const auto& values, BackendMemory& memory) {
+    return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), memory);
+  };
+  AttentionBatch host_batch{2, query_start.data(), context_lens.data(), tables.data(), max_blocks,
+                            slots.data(), 140};
+  AttentionBatch device_batch = host_batch;
+  device_batch.query_start = static_cast<const int32_t*>(on_gpu(query_start, keep[0]));
+  device_batch.context_lens = static_cast<const int32_t*>(on_gpu(context_lens, keep[1]));
+  device_batch.block_tables = static_cast<const int32_t*>(on_gpu(tables, keep[2]));
+  device_batch.slot_mapping = static_cast<const int64_t*>(on_gpu(slots, keep[3]));
+  for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{16, 2}}) {
+    KvCacheShape shape = KvCacheShape::heads(1, kv_heads, dim, block);
+    KvCache cpu_cache(shape, 64), gpu_cache(shape, 64, *gpu_);
+    Both k = random({count, kv_heads, dim}), v = random({count, kv_heads, dim});
+    cpu_->kv_write(k.host_view, &v.host_view, host_batch, cpu_cache.layer(0));
+    gpu_->kv_write(k.device_view, &v.device_view, device_batch, gpu_cache.layer(0));
+    Both q = random({170, heads, dim});
+    for (int window : {0, 33}) {
+      Both out = output({170, heads, dim});
+      cpu_->paged_attention(q.host_view, host_batch, cpu_cache.layer(0), 0.088f, window,
+                            out.host_view);
+      gpu_->paged_attention(q.device_view, device_batch, gpu_cache.layer(0), 0.088f, window,
+                            out.device_view);
+      EXPECT_LT(error(out), kBf16Activations)
+          << heads << " heads over " << kv_heads << ", window " << window;
+    }
+  }
 }
 
 // Two sequences (a 3-token prompt chunk over 40 cached tokens, and a 300-token decode) written

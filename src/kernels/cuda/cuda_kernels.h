@@ -67,6 +67,16 @@ void rope(float* x, const float* cos, const float* sin, int64_t tokens, int head
 // each weight byte is read once for all rows, 16 bytes per load. rows <= 8, k % 8 == 0.
 void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
                           int64_t k, float* y, cudaStream_t stream = nullptr);
+// Several such products of the same x (q/k/v, gate/up) in one launch: one pass of the
+// weights and no launch gaps between them. Each product: weight [n, k] bf16, y [rows, n].
+constexpr int kMaxFewRowsProducts = 4;
+struct FewRowsProduct {
+  const uint16_t* weight = nullptr;
+  int64_t n = 0;
+  float* y = nullptr;
+};
+void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count,
+                          int64_t rows, int64_t k, cudaStream_t stream = nullptr);
 
 // As Ops::kv_write: k [tokens, kv_heads * key_dim] (and v, unless the cache keeps values in
 // keys) into the slots slot_mapping names. Every pointer on the device.
@@ -90,6 +100,14 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
                      const PagedKvView& cache, float scale, int window, float* out,
                      cudaStream_t stream = nullptr, SplitKeys split = {},
                      float* workspace = nullptr, size_t workspace_floats = 0);
+
+// Prompt attention on the tensor cores (flash-attention style, bf16 Q/K/V with f32
+// accumulation and softmax): the same contract as paged_attention for 128-wide K and V heads
+// whose GQA group divides 64. CudaOps sends batches of mostly prompt rows here.
+bool flash_attention_supports(int heads, const PagedKvView& cache);
+void flash_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
+                     const PagedKvView& cache, float scale, int window, float* out,
+                     cudaStream_t stream = nullptr);
 
 // The same for a DeepSeek-style FP8 e4m3 weight [n, k] with f32 scales per 128 x 128 block
 // ([ceil(n / 128), ceil(k / 128)]): dequantised in registers, never widened in memory.

@@ -74,6 +74,13 @@ class CudaOps final : public Ops {
     });
   }
 
+  BackendMemory allocate_scratch(size_t bytes) override {
+    void* data = nullptr;
+    check(cudaMallocAsync(&data, std::max<size_t>(bytes, 1), stream()), "allocate");
+    std::shared_ptr<CUstream_st> owner = stream_;
+    return BackendMemory(data, [owner](void* p) { cudaFreeAsync(p, owner.get()); });
+  }
+
   void to_backend(void* destination, const void* source, size_t bytes) override {
     if (bytes == 0) return;
     check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream_.get()),
@@ -114,8 +121,32 @@ class CudaOps final : public Ops {
     }
   }
 
+  // Decode products of the shared x over bf16 weights go out together, a few per launch;
+  // the rest one by one.
   void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) override {
-    for (const MatmulJob& job : jobs) matmul(job.input ? *job.input : x, *job.weight, job.bias, *job.out);
+    std::vector<const MatmulJob*> together;
+    for (const MatmulJob& job : jobs) {
+      if (fits_few_rows_group(x, job)) {
+        together.push_back(&job);
+      } else {
+        matmul(job.input ? *job.input : x, *job.weight, job.bias, *job.out);
+      }
+    }
+    for (size_t first = 0; first < together.size(); first += kMaxFewRowsProducts) {
+      size_t count = std::min<size_t>(kMaxFewRowsProducts, together.size() - first);
+      FewRowsProduct products[kMaxFewRowsProducts];
+      for (size_t i = 0; i < count; ++i) {
+        const MatmulJob& job = *together[first + i];
+        products[i] = {job.weight->as<const uint16_t>(), job.weight->dim(0), job.out->as<float>()};
+      }
+      matmul_bf16_few_rows(x.as<const float>(), products, static_cast<int>(count), rows_of(x),
+                           x.dim(-1), stream());
+      for (size_t i = 0; i < count; ++i) {
+        const MatmulJob& job = *together[first + i];
+        if (job.bias) add_bias(job.out->as<float>(), device_weight(*job.bias), rows_of(x),
+                               job.weight->dim(0), stream());
+      }
+    }
   }
 
   void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices, bool transposed,
@@ -224,10 +255,17 @@ class CudaOps final : public Ops {
              "paged_attention: q {} and out {} must be contiguous", q.shape_string(),
              out.shape_string());
     int64_t rows = q.dim(0);
+    int heads = static_cast<int>(q.dim(1));
+    // Mostly prompt rows (4 or more per sequence on average): tensor-core tiles.
+    if (rows >= 4 * int64_t{batch.num_seqs} && flash_attention_supports(heads, cache)) {
+      flash_attention(q.as<const float>(), rows, heads, batch, cache, scale, window,
+                      out.as<float>(), stream());
+      return;
+    }
     int splits = paged_attention_splits(rows, cache.num_kv_heads, batch.max_context_len);
     size_t floats = paged_attention_workspace_floats(rows, cache.num_kv_heads, splits);
-    BackendMemory workspace = splits > 1 ? allocate_uninitialized(floats * sizeof(float)) : nullptr;
-    cuda::paged_attention(q.as<const float>(), rows, static_cast<int>(q.dim(1)), batch, cache,
+    BackendMemory workspace = splits > 1 ? allocate_scratch(floats * sizeof(float)) : nullptr;
+    cuda::paged_attention(q.as<const float>(), rows, heads, batch, cache,
                           scale, window, out.as<float>(), stream(), SplitKeys{splits},
                           static_cast<float*>(workspace.get()), splits > 1 ? floats : 0);
   }
@@ -235,18 +273,20 @@ class CudaOps final : public Ops {
  private:
   cudaStream_t stream() const { return stream_.get(); }
 
-  BackendMemory allocate_uninitialized(size_t bytes) {
-    void* data = nullptr;
-    check(cudaMallocAsync(&data, std::max<size_t>(bytes, 1), stream()), "allocate");
-    std::shared_ptr<CUstream_st> owner = stream_;
-    return BackendMemory(data, [owner](void* p) { cudaFreeAsync(p, owner.get()); });
-  }
-
   template <typename T>
   BackendMemory upload(const std::vector<T>& values) {
-    BackendMemory memory = allocate_uninitialized(values.size() * sizeof(T));
+    BackendMemory memory = allocate_scratch(values.size() * sizeof(T));
     to_backend(memory.get(), values.data(), values.size() * sizeof(T));
     return memory;
+  }
+
+  bool fits_few_rows_group(const Tensor& x, const MatmulJob& job) const {
+    const Tensor& w = *job.weight;
+    return !job.input && w.dtype == DType::kBF16 && w.device == Device::kCuda &&
+           x.device == Device::kCuda && x.is_contiguous() && job.out->is_contiguous() &&
+           rows_of(x) <= kFewRows && x.dim(-1) == w.dim(1) && w.dim(1) % 8 == 0 &&
+           job.out->dim(-1) == w.dim(0) && rows_of(*job.out) == rows_of(x) &&
+           (!job.bias || job.bias->device == Device::kCuda);
   }
 
   // The fastest kernel this weight and row count allow: decode rows stream bf16 and FP8
@@ -263,7 +303,7 @@ class CudaOps final : public Ops {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
                           stream());
     } else if (weight.dtype == DType::kBF16 && k % 8 == 0) {
-      BackendMemory rounded = allocate_uninitialized(static_cast<size_t>(rows * k) * 2);
+      BackendMemory rounded = allocate_scratch(static_cast<size_t>(rows * k) * 2);
       lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), rows, n, k,
               y, stream());
     } else {

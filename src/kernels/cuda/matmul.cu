@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kWarpsPerBlock = 8;
 constexpr int kScaleBlock = 128;
+constexpr int kMaxProducts = kMaxFewRowsProducts;
 
 // How a 16-byte chunk of a weight row becomes floats, and the scale of its dot product.
 struct Bf16Chunks {
@@ -47,15 +48,43 @@ struct Fp8Chunks {
   }
 };
 
-// One warp per output column n: lanes stride over k in 16-byte chunks, each weight chunk
-// used for every row of x; then a warp reduction.
+// Up to kMaxProducts products of the same x in one launch (q/k/v, gate/up): their output
+// columns laid end to end, each warp finds its product by the cumulative column ends.
+template <typename Chunks>
+struct Products {
+  const uint4* weight[kMaxProducts];
+  Chunks format[kMaxProducts];
+  float* y[kMaxProducts];
+  int64_t n[kMaxProducts];
+  int64_t end[kMaxProducts];
+  int count;
+};
+
+// One warp per output column: lanes stride over k in 16-byte chunks, each weight chunk used
+// for every row of x; then a warp reduction.
 template <int kRows, typename Chunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    few_rows_kernel(const float* __restrict__ x, const uint4* __restrict__ weight, Chunks format,
-                    int64_t n, int64_t k, float* __restrict__ y) {
+    few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
   constexpr int kPer = Chunks::kPerChunk;
-  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (column >= n) return;
+  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (global_column >= products.end[products.count - 1]) return;
+  // Compile-time indices only: the parameter arrays stay in the constant bank.
+  const uint4* weight = nullptr;
+  Chunks format{};
+  float* y = nullptr;
+  int64_t n = 0, column = global_column;
+  bool found = false;
+#pragma unroll
+  for (int i = 0; i < kMaxProducts; ++i) {
+    if (!found && i < products.count && global_column < products.end[i]) {
+      weight = products.weight[i];
+      format = products.format[i];
+      y = products.y[i];
+      n = products.n[i];
+      column = global_column - (products.end[i] - products.n[i]);
+      found = true;
+    }
+  }
   const int lane = threadIdx.x % 32;
   const int64_t chunks = k / kPer;
   const uint4* row = weight + column * chunks;
@@ -96,48 +125,60 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <int kRows, typename Chunks>
-void launch_rows(const float* x, const void* weight, Chunks format, int64_t n, int64_t k, float* y,
+void launch_rows(const float* x, const Products<Chunks>& products, int64_t k,
                  cudaStream_t stream) {
-  auto blocks = static_cast<unsigned>((n + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      x, static_cast<const uint4*>(weight), format, n, k, y);
+  const int64_t columns = products.end[products.count - 1];
+  auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
 }
 
 // The row count as a template argument (1 to 8), so the accumulators stay in registers.
 template <typename Chunks>
-void launch_few_rows(const float* x, const void* weight, Chunks format, int64_t rows, int64_t n,
-                     int64_t k, float* y, cudaStream_t stream, const char* what) {
+void launch_few_rows(const float* x, const Products<Chunks>& products, int64_t rows, int64_t k,
+                     cudaStream_t stream, const char* what) {
   if (k % Chunks::kPerChunk != 0)
     fail("{}: k = {} is not a multiple of {}", what, k, Chunks::kPerChunk);
   switch (rows) {
     case 1:
-      launch_rows<1>(x, weight, format, n, k, y, stream);
+      launch_rows<1>(x, products, k, stream);
       break;
     case 2:
-      launch_rows<2>(x, weight, format, n, k, y, stream);
+      launch_rows<2>(x, products, k, stream);
       break;
     case 3:
-      launch_rows<3>(x, weight, format, n, k, y, stream);
+      launch_rows<3>(x, products, k, stream);
       break;
     case 4:
-      launch_rows<4>(x, weight, format, n, k, y, stream);
+      launch_rows<4>(x, products, k, stream);
       break;
     case 5:
-      launch_rows<5>(x, weight, format, n, k, y, stream);
+      launch_rows<5>(x, products, k, stream);
       break;
     case 6:
-      launch_rows<6>(x, weight, format, n, k, y, stream);
+      launch_rows<6>(x, products, k, stream);
       break;
     case 7:
-      launch_rows<7>(x, weight, format, n, k, y, stream);
+      launch_rows<7>(x, products, k, stream);
       break;
     case 8:
-      launch_rows<8>(x, weight, format, n, k, y, stream);
+      launch_rows<8>(x, products, k, stream);
       break;
     default:
       fail("{}: {} rows (1 to 8)", what, rows);
   }
   check_launch(what);
+}
+
+template <typename Chunks>
+Products<Chunks> single_product(const void* weight, Chunks format, int64_t n, float* y) {
+  Products<Chunks> products{};
+  products.weight[0] = static_cast<const uint4*>(weight);
+  products.format[0] = format;
+  products.y[0] = y;
+  products.n[0] = n;
+  products.end[0] = n;
+  products.count = 1;
+  return products;
 }
 
 __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t count) {
@@ -154,13 +195,31 @@ void check_lt(cublasStatus_t status, const char* what) {
 
 void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
                           int64_t k, float* y, cudaStream_t stream) {
-  launch_few_rows(x, weight, Bf16Chunks{}, rows, n, k, y, stream, "matmul_bf16_few_rows");
+  launch_few_rows(x, single_product(weight, Bf16Chunks{}, n, y), rows, k, stream,
+                  "matmul_bf16_few_rows");
+}
+
+void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count,
+                          int64_t rows, int64_t k, cudaStream_t stream) {
+  if (count < 1 || count > kMaxProducts)
+    fail("matmul_bf16_few_rows: {} products (1 to {})", count, kMaxProducts);
+  Products<Bf16Chunks> batch{};
+  int64_t end = 0;
+  for (int i = 0; i < count; ++i) {
+    batch.weight[i] = reinterpret_cast<const uint4*>(products[i].weight);
+    batch.y[i] = products[i].y;
+    batch.n[i] = products[i].n;
+    batch.end[i] = end += products[i].n;
+  }
+  batch.count = count;
+  launch_few_rows(x, batch, rows, k, stream, "matmul_bf16_few_rows");
 }
 
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
                          int64_t n, int64_t k, float* y, cudaStream_t stream) {
   Fp8Chunks format{scales, (k + kScaleBlock - 1) / kScaleBlock};
-  launch_few_rows(x, weight, format, rows, n, k, y, stream, "matmul_fp8_few_rows");
+  launch_few_rows(x, single_product(weight, format, n, y), rows, k, stream,
+                  "matmul_fp8_few_rows");
 }
 
 struct LtMatmul::Impl {
