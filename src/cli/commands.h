@@ -30,6 +30,7 @@ struct ModelOptions {
   std::string matmul_precision = "f32";
   std::string mla_cache = "latent";
   bool batch_invariant = false;
+  bool enforce_eager = false;
 };
 void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load);
 

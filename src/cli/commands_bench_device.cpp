@@ -71,7 +71,7 @@ void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_se
     prefill_seconds = seconds_since(prefill_start);
   }
   std::vector<int32_t> decode_prompt = bench_prompt(args.decode_prompt_tokens, c.vocab_size);
-  SequenceRunner runner(model, args.decode_prompt_tokens + args.decode_tokens + 1);
+  SequenceRunner runner(model, args.decode_prompt_tokens + args.decode_tokens + 5);
   std::vector<float> logits = runner.feed(decode_prompt, false);
   for (int i = 0; i < 4; ++i)  // the decode shapes' first launches stay out of the timing
     logits = runner.feed({argmax(logits.data(), c.vocab_size)}, false);

@@ -79,6 +79,11 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
       ->envname("DEEPINFER_MLA_CACHE")
       ->capture_default_str();
   command
+      .add_flag("--enforce-eager", options.enforce_eager,
+                "GPU backends: run decode steps op by op instead of replaying recorded CUDA "
+                "graphs")
+      ->envname("DEEPINFER_ENFORCE_EAGER");
+  command
       .add_flag("--batch-invariant", options.batch_invariant,
                 "Bitwise the same logits for a request whatever is batched with it and however "
                 "its prompt is chunked (fixed summation order; see BENCHMARKS.md for its cost)")
@@ -148,6 +153,7 @@ LoadedModel open_model(const ModelOptions& options) {
   ModelLoadOptions load;
   load.mode = options.load == "read" ? LoadMode::kRead : LoadMode::kMmap;
   load.mla_cache = options.mla_cache == "expanded" ? MlaCache::kExpanded : MlaCache::kLatent;
+  load.record_decode_steps = !options.enforce_eager;
   loaded.model = load_model(options.model_dir, load, *loaded.ops);
   return loaded;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,13 @@ using BackendMemory = std::shared_ptr<void>;
 // `bytes` of zeroed host memory aligned for vector loads.
 BackendMemory host_memory(size_t bytes);
 
+// Work recorded from a backend's queue, replayed as one launch (a CUDA graph).
+class RecordedOps {
+ public:
+  virtual ~RecordedOps() = default;
+  virtual void replay() = 0;
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -103,6 +111,13 @@ class Ops {
   virtual void to_host(void* destination, const void* source, size_t bytes);
   // Waits for all queued work.
   virtual void synchronize() {}
+  // Records the ops `work` submits without running them, for replays that read and write the
+  // same memory (whose contents may change between replays). `work` must not copy to or from
+  // the host. Null where the backend cannot record (the CPU runs ops as they come).
+  virtual std::unique_ptr<RecordedOps> record(const std::function<void()>& work) {
+    (void)work;
+    return nullptr;
+  }
   // Bytes the backend's memory can still give: MemAvailable for the CPU, free device memory
   // for a GPU. KV caches sized as a fraction of memory take a fraction of this.
   virtual size_t available_memory() const;

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/decode_graphs.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/rope.h"
@@ -47,13 +48,6 @@ struct Scratch {
   BackendTensor hidden, normed, q, k, v, attention, gate, up;
 };
 
-// The rotation tables of one forward, one pair per distinct rope configuration.
-struct RopeTables {
-  std::vector<const float*> cos, sin;    // where the kernels read them
-  std::vector<std::vector<float>> host;  // what the CPU reads in place (moves keep storage)
-  std::vector<BackendMemory> copies;     // what a GPU reads
-};
-
 Tensor heads_view(const BackendTensor& tensor, int heads, int head_dim) {
   return Tensor::contiguous(tensor.data(), DType::kF32, {tensor.dim(0), heads, head_dim},
                             tensor.view().device);
@@ -61,8 +55,11 @@ Tensor heads_view(const BackendTensor& tensor, int heads, int head_dim) {
 
 class DenseTransformer final : public CausalLM {
  public:
-  DenseTransformer(ModelConfig config, std::unique_ptr<TensorStore> store, Ops& ops)
+  DenseTransformer(ModelConfig config, std::unique_ptr<TensorStore> store,
+                   const ModelLoadOptions& options, Ops& ops)
       : config_(std::move(config)), store_(std::move(store)), ops_(ops) {
+    if (options.record_decode_steps && ops.device() != Device::kCpu)
+      graphs_ = std::make_unique<DecodeGraphs>(ops, config_.vocab_size);
     bind_weights();
     for (int layer = 0; layer < config_.num_layers; ++layer) {
       layers_[static_cast<size_t>(layer)].rope_index =
@@ -112,9 +109,12 @@ class DenseTransformer final : public CausalLM {
   }
   void bind_weights();
   int rope_for(const RopeConfig& rope);
-  void attention_block(int layer_index, const BatchTables& tables, KvCache& cache, Scratch& s,
-                       const RopeTables& rope);
-  RopeTables rope_tables(const ForwardBatch& batch);
+  void attention_block(int layer_index, const ForwardInputs& inputs, KvCache& cache, Scratch& s);
+  // cos then sin per rope configuration, [tokens, head_dim / 2] each, on the host.
+  std::vector<std::vector<float>> rope_tables(const ForwardBatch& batch) const;
+  // Embedding and every layer; hidden states to the sink when there is one.
+  void run_layers(const ForwardInputs& inputs, KvCache& cache, Scratch& s,
+                  const HiddenStateSink& hidden_sink);
   void mlp_block(const DenseLayer& layer, Scratch& s);
 
   ModelConfig config_;
@@ -126,6 +126,7 @@ class DenseTransformer final : public CausalLM {
   std::vector<DenseLayer> layers_;
   std::vector<RopeConfig> rope_configs_;
   std::vector<RotaryEmbedding> ropes_;
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 void DenseTransformer::bind_weights() {
@@ -175,8 +176,8 @@ int DenseTransformer::rope_for(const RopeConfig& rope) {
   return static_cast<int>(ropes_.size() - 1);
 }
 
-void DenseTransformer::attention_block(int layer_index, const BatchTables& tables,
-                                       KvCache& cache, Scratch& s, const RopeTables& rope_tables) {
+void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inputs,
+                                       KvCache& cache, Scratch& s) {
   const ModelConfig& c = config_;
   const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
   Tensor normed = s.normed.view();
@@ -195,10 +196,10 @@ void DenseTransformer::attention_block(int layer_index, const BatchTables& table
     ops_.rmsnorm(k_heads, *layer.k_norm, static_cast<float>(c.rms_norm_eps), k_heads);
   }
   auto rope = static_cast<size_t>(layer.rope_index);
-  ops_.rope(q_heads, rope_tables.cos[rope], rope_tables.sin[rope], c.head_dim, false);
-  ops_.rope(k_heads, rope_tables.cos[rope], rope_tables.sin[rope], c.head_dim, false);
-  AttentionBatch view =
-      tables.attention(cache.groups().layer_group[static_cast<size_t>(layer_index)]);
+  ops_.rope(q_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, false);
+  ops_.rope(k_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, false);
+  const AttentionBatch& view =
+      inputs.attention[static_cast<size_t>(cache.groups().layer_group[static_cast<size_t>(layer_index)])];
   PagedKvView kv = cache.layer(layer_index);
   ops_.kv_write(k_heads, &v_heads, view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
@@ -228,19 +229,29 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   ops_.add(hidden, normed);
 }
 
-RopeTables DenseTransformer::rope_tables(const ForwardBatch& batch) {
-  RopeTables tables;
+std::vector<std::vector<float>> DenseTransformer::rope_tables(const ForwardBatch& batch) const {
+  std::vector<std::vector<float>> tables;
   int64_t tokens = batch.num_tokens();
   auto size = static_cast<size_t>(tokens) * static_cast<size_t>(config_.head_dim / 2);
-  tables.host.reserve(2 * ropes_.size());  // references into it stay valid below
   for (const RotaryEmbedding& rope : ropes_) {
-    std::vector<float>& cos = tables.host.emplace_back(size);
-    std::vector<float>& sin = tables.host.emplace_back(size);
+    std::vector<float> cos(size), sin(size);
     rope.compute(batch.positions.data(), tokens, cos.data(), sin.data());
-    tables.cos.push_back(backend_floats(ops_, cos, tables.copies.emplace_back()));
-    tables.sin.push_back(backend_floats(ops_, sin, tables.copies.emplace_back()));
+    tables.push_back(std::move(cos));
+    tables.push_back(std::move(sin));
   }
   return tables;
+}
+
+void DenseTransformer::run_layers(const ForwardInputs& inputs, KvCache& cache, Scratch& s,
+                                  const HiddenStateSink& hidden_sink) {
+  Tensor hidden = s.hidden.view();
+  ops_.embedding(*embed_, inputs.token_ids, hidden);
+  report_hidden(ops_, hidden_sink, 0, hidden);
+  for (int i = 0; i < config_.num_layers; ++i) {
+    attention_block(i, inputs, cache, s);
+    mlp_block(layers_[static_cast<size_t>(i)], s);
+    if (i + 1 < config_.num_layers) report_hidden(ops_, hidden_sink, i + 1, hidden);
+  }
 }
 
 void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
@@ -248,26 +259,36 @@ void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float*
   const ModelConfig& c = config_;
   int64_t tokens = batch.num_tokens();
   DI_CHECK(tokens > 0, "forward: empty batch");
-  Scratch s(ops_, c, tokens);
-  BatchTables tables(ops_, batch);
-  Tensor hidden = s.hidden.view();
-  ops_.embedding(*embed_, tables.tokens(), hidden);
-  report_hidden(ops_, hidden_sink, 0, hidden);
-  RopeTables rope = rope_tables(batch);
-  for (int i = 0; i < c.num_layers; ++i) {
-    attention_block(i, tables, cache, s, rope);
-    mlp_block(layers_[static_cast<size_t>(i)], s);
-    if (i + 1 < c.num_layers) report_hidden(ops_, hidden_sink, i + 1, hidden);
+  auto eps = static_cast<float>(c.rms_norm_eps);
+  std::vector<std::vector<float>> rope = rope_tables(batch);
+  if (!hidden_sink && graphs_ && graphs_->eligible(batch)) {
+    graphs_->run(batch, cache, rope, logits, [&](const ForwardInputs& inputs, Tensor& out) {
+      Scratch s(ops_, c, tokens);
+      run_layers(inputs, cache, s, nullptr);
+      decode_logits(ops_, s.hidden.view(), *final_norm_, *lm_head_, eps, out);
+    });
+    return;
   }
-  final_logits(ops_, batch, hidden, *final_norm_, *lm_head_, static_cast<float>(c.rms_norm_eps),
-               c.num_layers, logits, hidden_sink);
+  BatchTables tables(ops_, batch);
+  ForwardInputs inputs;
+  inputs.token_ids = tables.tokens();
+  for (int g = 0; g < cache.groups().num_groups(); ++g) inputs.attention.push_back(tables.attention(g));
+  std::vector<BackendMemory> copies(rope.size());
+  for (size_t r = 0; r < rope.size(); r += 2) {
+    inputs.cos.push_back(backend_floats(ops_, rope[r], copies[r]));
+    inputs.sin.push_back(backend_floats(ops_, rope[r + 1], copies[r + 1]));
+  }
+  Scratch s(ops_, c, tokens);
+  run_layers(inputs, cache, s, hidden_sink);
+  final_logits(ops_, batch, s.hidden.view(), *final_norm_, *lm_head_, eps, c.num_layers, logits,
+               hidden_sink);
 }
 
 }  // namespace
 
 std::unique_ptr<CausalLM> make_dense_model(ModelConfig config, std::unique_ptr<TensorStore> store,
-                                           Ops& ops) {
-  return std::make_unique<DenseTransformer>(std::move(config), std::move(store), ops);
+                                           const ModelLoadOptions& options, Ops& ops) {
+  return std::make_unique<DenseTransformer>(std::move(config), std::move(store), options, ops);
 }
 
 }  // namespace deepinfer

@@ -51,6 +51,14 @@ bool logit_rows_are_all_rows(const ForwardBatch& batch) {
 
 }  // namespace
 
+void decode_logits(Ops& ops, const Tensor& hidden, const Tensor& final_norm, const Tensor& lm_head,
+                   float eps, Tensor& logits) {
+  BackendTensor normed(ops, {hidden.dim(0), hidden.dim(-1)});
+  Tensor normed_view = normed.view();
+  ops.rmsnorm(hidden, final_norm, eps, normed_view);
+  ops.matmul(normed_view, lm_head, nullptr, logits);
+}
+
 void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
                   const Tensor& lm_head, float eps, int num_layers, float* logits,
                   const HiddenStateSink& hidden_sink) {

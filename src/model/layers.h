@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <vector>
 #include <string>
 
 #include "kernels/ops.h"
@@ -28,6 +29,14 @@ GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int
 // out [T, hidden] = down(silu(gate(x)) * up(x)); gate and up run as one parallel pass.
 void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out);
 
+// Where one forward's inputs lie for the kernels: token ids, the attention view of every KV
+// cache group, and cos/sin per rope configuration.
+struct ForwardInputs {
+  const int32_t* token_ids = nullptr;
+  std::vector<AttentionBatch> attention;
+  std::vector<const float*> cos, sin;
+};
+
 // A forward's index arrays where the backend's kernels read them: the batch's own vectors on
 // the CPU, one upload per forward for a GPU.
 class BatchTables {
@@ -51,6 +60,11 @@ const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMem
 // Hands `hidden` to the sink, first copying it to the host when the backend keeps it elsewhere.
 void report_hidden(Ops& ops, const HiddenStateSink& sink, int index, const Tensor& hidden);
 
+// The end of a recorded decode step: final norm of every row of `hidden` and lm_head into
+// `logits` (backend memory).
+void decode_logits(Ops& ops, const Tensor& hidden, const Tensor& final_norm, const Tensor& lm_head,
+                   float eps, Tensor& logits);
+
 // The end of every forward: final norm and lm_head over the batch's logit rows. With a sink,
 // every row's final-norm output is reported first (index num_layers).
 void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
@@ -59,7 +73,7 @@ void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tens
 
 // The family constructors load_model dispatches to.
 std::unique_ptr<CausalLM> make_dense_model(ModelConfig config, std::unique_ptr<TensorStore> store,
-                                           Ops& ops);
+                                           const ModelLoadOptions& options, Ops& ops);
 std::unique_ptr<CausalLM> make_deepseek_model(ModelConfig config,
                                               std::unique_ptr<TensorStore> store,
                                               const ModelLoadOptions& options, Ops& ops);

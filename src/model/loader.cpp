@@ -20,7 +20,7 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder,
     return make_deepseek_model(std::move(config), std::move(store), options, ops);
   }
   store->place_in(ops);
-  return make_dense_model(std::move(config), std::move(store), ops);
+  return make_dense_model(std::move(config), std::move(store), options, ops);
 }
 
 std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder, LoadMode mode, Ops& ops) {

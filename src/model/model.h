@@ -57,6 +57,9 @@ struct ModelLoadOptions {
   // its cached latents into per-head keys and values (cheaper for long prompts); fewer tokens
   // use the absorbed form. 0 picks the point where both cost the same arithmetic.
   int mla_expand_min_tokens = 0;
+  // GPU backends: decode steps of up to 8 sequences replay recorded ops (CUDA graphs), one per
+  // shape; false runs every step op by op (vLLM's --enforce-eager).
+  bool record_decode_steps = true;
 };
 
 class CausalLM {

@@ -36,6 +36,20 @@ DeviceWeight device_weight(const Tensor& weight) {
   return w;
 }
 
+class CudaGraph final : public RecordedOps {
+ public:
+  CudaGraph(cudaGraphExec_t exec, std::shared_ptr<CUstream_st> stream)
+      : exec_(exec), stream_(std::move(stream)) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  void replay() override { check(cudaGraphLaunch(exec_, stream_.get()), "graph launch"); }
+
+ private:
+  cudaGraphExec_t exec_;
+  std::shared_ptr<CUstream_st> stream_;
+};
+
 class CudaOps final : public Ops {
  public:
   explicit CudaOps(int device) {
@@ -96,6 +110,26 @@ class CudaOps final : public Ops {
   }
 
   void synchronize() override { check(cudaStreamSynchronize(stream_.get()), "synchronize"); }
+
+  std::unique_ptr<RecordedOps> record(const std::function<void()>& work) override {
+    check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      work();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream(), &broken);
+      if (broken) cudaGraphDestroy(broken);
+      cudaGetLastError();  // the capture's error is reported by the exception
+      throw;
+    }
+    cudaGraph_t graph = nullptr;
+    check(cudaStreamEndCapture(stream(), &graph), "end capture");
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "graph instantiate");
+    return std::make_unique<CudaGraph>(exec, stream_);
+  }
 
   size_t available_memory() const override {
     size_t free = 0, total = 0;
