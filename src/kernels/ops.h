@@ -14,16 +14,22 @@
 namespace deepinfer {
 
 // Paged KV storage of one layer: keys [num_blocks, block_size, num_kv_heads, key_dim] and
-// values [..., value_dim]. With values_in_keys the value of a token is the first value_dim
-// floats of its key (MLA's latent cache: one 576-wide "head" whose first 512 are the value).
+// values [..., value_dim] of `dtype` (f32; GPU backends keep bf16). With values_in_keys the
+// value of a token is the first value_dim elements of its key (MLA's latent cache: one
+// 576-wide "head" whose first 512 are the value).
 struct PagedKvView {
-  float* keys = nullptr;
-  float* values = nullptr;  // == keys when values_in_keys
+  void* keys = nullptr;
+  void* values = nullptr;  // == keys when values_in_keys
   int block_size = 0;
   int num_kv_heads = 0;
   int key_dim = 0;
   int value_dim = 0;
   bool values_in_keys = false;
+  DType dtype = DType::kF32;
+
+  // The storage of an f32 cache (what the CPU backend keeps).
+  float* key_floats() const { return static_cast<float*>(keys); }
+  float* value_floats() const { return static_cast<float*>(values); }
 
   int64_t key_stride() const { return int64_t{num_kv_heads} * key_dim; }
   int64_t value_stride() const {
@@ -121,6 +127,8 @@ class Ops {
   // Bytes the backend's memory can still give: MemAvailable for the CPU, free device memory
   // for a GPU. KV caches sized as a fraction of memory take a fraction of this.
   virtual size_t available_memory() const;
+  // The element type KV caches for this backend store (bf16 halves a GPU's attention reads).
+  virtual DType kv_dtype() const { return DType::kF32; }
   // Whether results are bitwise independent of batch composition and prefill chunking.
   virtual bool batch_invariant() const { return false; }
 

@@ -9,7 +9,8 @@
 namespace deepinfer {
 
 KvCacheShape KvCacheShape::heads(int num_layers, int num_kv_heads, int head_dim, int block_size) {
-  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false, {}};
+  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false, {},
+                      DType::kF32};
 }
 
 int64_t KvCacheShape::floats_per_token_layer() const {
@@ -18,12 +19,12 @@ int64_t KvCacheShape::floats_per_token_layer() const {
 }
 
 size_t KvCacheShape::bytes_per_token() const {
-  return sizeof(float) * static_cast<size_t>(num_layers) *
+  return dtype_size(dtype) * static_cast<size_t>(num_layers) *
          static_cast<size_t>(floats_per_token_layer());
 }
 
 size_t KvCacheShape::bytes_per_block() const {
-  return sizeof(float) * static_cast<size_t>(groups().layers_per_page) *
+  return dtype_size(dtype) * static_cast<size_t>(groups().layers_per_page) *
          static_cast<size_t>(floats_per_token_layer()) * static_cast<size_t>(block_size);
 }
 
@@ -70,9 +71,9 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks,
   DI_CHECK(!shape.values_in_keys || shape.value_dim <= shape.key_dim,
            "KV cache: values inside keys need value_dim <= key_dim");
   auto slots = static_cast<size_t>(num_blocks) * static_cast<size_t>(shape.block_size);
-  size_t key_bytes = sizeof(float) * slots * static_cast<size_t>(shape.num_kv_heads) *
+  size_t key_bytes = dtype_size(shape.dtype) * slots * static_cast<size_t>(shape.num_kv_heads) *
                      static_cast<size_t>(shape.key_dim);
-  size_t value_bytes = sizeof(float) * slots * static_cast<size_t>(shape.num_kv_heads) *
+  size_t value_bytes = dtype_size(shape.dtype) * slots * static_cast<size_t>(shape.num_kv_heads) *
                        static_cast<size_t>(shape.value_dim);
   // One buffer per page slot: layer l uses slot layer_slot[l] of its group's blocks.
   for (int slot = 0; slot < groups_.layers_per_page; ++slot) {
@@ -84,8 +85,9 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks,
 PagedKvView KvCache::layer(int index) const {
   auto slot = static_cast<size_t>(groups_.layer_slot[static_cast<size_t>(index)]);
   PagedKvView view;
-  view.keys = static_cast<float*>(keys_[slot].get());
-  view.values = shape_.values_in_keys ? view.keys : static_cast<float*>(values_[slot].get());
+  view.keys = keys_[slot].get();
+  view.values = shape_.values_in_keys ? view.keys : values_[slot].get();
+  view.dtype = shape_.dtype;
   view.block_size = shape_.block_size;
   view.num_kv_heads = shape_.num_kv_heads;
   view.key_dim = shape_.key_dim;

@@ -38,11 +38,12 @@ struct KvCacheShape {
   int block_size = 16;
   bool values_in_keys = false;
   std::vector<int> layer_window;  // per layer, 0: full attention (empty: all full)
+  DType dtype = DType::kF32;      // what each element is stored as
 
   // A cache of separate K and V heads of one size (Llama, Qwen, Mistral).
   static KvCacheShape heads(int num_layers, int num_kv_heads, int head_dim, int block_size);
   KvGroupLayout groups() const { return KvGroupLayout::of(layer_window, num_layers); }
-  // Floats one token takes in one layer.
+  // Elements one token takes in one layer.
   int64_t floats_per_token_layer() const;
   // Bytes one token takes across all layers when every layer keeps it.
   size_t bytes_per_token() const;

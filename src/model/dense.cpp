@@ -74,6 +74,7 @@ class DenseTransformer final : public CausalLM {
     KvCacheShape shape =
         KvCacheShape::heads(config_.num_layers, config_.num_kv_heads, config_.head_dim, block_size);
     shape.layer_window = config_.layer_window;  // sliding layers get their own cache group
+    shape.dtype = ops_.kv_dtype();
     return shape;
   }
 

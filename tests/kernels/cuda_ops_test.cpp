@@ -279,7 +279,9 @@ TEST_F(CudaOpsParity, PromptAttentionOnTheTensorCores) {
   device_batch.slot_mapping = static_cast<const int64_t*>(on_gpu(slots, keep[3]));
   for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{16, 2}}) {
     KvCacheShape shape = KvCacheShape::heads(1, kv_heads, dim, block);
-    KvCache cpu_cache(shape, 64), gpu_cache(shape, 64, *gpu_);
+    KvCache cpu_cache(shape, 64);
+    shape.dtype = DType::kBF16;  // what the GPU backend keeps
+    KvCache gpu_cache(shape, 64, *gpu_);
     Both k = random({count, kv_heads, dim}), v = random({count, kv_heads, dim});
     cpu_->kv_write(k.host_view, &v.host_view, host_batch, cpu_cache.layer(0));
     gpu_->kv_write(k.device_view, &v.device_view, device_batch, gpu_cache.layer(0));
@@ -297,11 +299,17 @@ TEST_F(CudaOpsParity, PromptAttentionOnTheTensorCores) {
 }
 
 // Two sequences (a 3-token prompt chunk over 40 cached tokens, and a 300-token decode) written
-// into paged caches on both backends, attended with the split-keys path, and read back.
-TEST_F(CudaOpsParity, KvWriteAttentionAndReadBack) {
+// into paged caches on both backends, attended with the split-keys path, and read back; the
+// GPU's cache in f32 (same arithmetic as the CPU's) and in bf16 (rounded keys and values).
+class CudaKvParity : public CudaOpsParity, public ::testing::WithParamInterface<DType> {};
+
+TEST_P(CudaKvParity, KvWriteAttentionAndReadBack) {
   const int heads = 8, kv_heads = 2, dim = 128, block = 16;
   KvCacheShape shape = KvCacheShape::heads(1, kv_heads, dim, block);
-  KvCache cpu_cache(shape, 64), gpu_cache(shape, 64, *gpu_);
+  KvCache cpu_cache(shape, 64);
+  shape.dtype = GetParam();
+  KvCache gpu_cache(shape, 64, *gpu_);
+  double tolerance = GetParam() == DType::kF32 ? kF32Products : kBf16Activations;
   std::vector<int32_t> query_start = {0, 3, 4}, context_lens = {43, 300};
   const int max_blocks = 19;
   std::vector<int32_t> tables(2 * max_blocks);
@@ -333,14 +341,19 @@ TEST_F(CudaOpsParity, KvWriteAttentionAndReadBack) {
   cpu_->paged_attention(q.host_view, host_batch, cpu_cache.layer(0), 0.088f, 0, out.host_view);
   gpu_->paged_attention(q.device_view, device_batch, gpu_cache.layer(0), 0.088f, 0,
                         out.device_view);
-  EXPECT_LT(error(out), kF32Products);
+  EXPECT_LT(error(out), tolerance);
 
   Both keys = output({300, kv_heads * dim});
   cpu_->kv_read_keys(cpu_cache.layer(0), tables.data() + max_blocks, 300, keys.host_view);
   gpu_->kv_read_keys(gpu_cache.layer(0), device_batch.block_tables + max_blocks, 300,
                      keys.device_view);
-  EXPECT_LT(error(keys), kExact);
+  EXPECT_LT(error(keys), GetParam() == DType::kF32 ? kExact : kBf16Activations);
 }
+
+INSTANTIATE_TEST_SUITE_P(KvDtypes, CudaKvParity, ::testing::Values(DType::kF32, DType::kBF16),
+                         [](const ::testing::TestParamInfo<DType>& dtype_info) {
+                           return std::string(dtype_name(dtype_info.param));
+                         });
 
 }  // namespace
 }  // namespace deepinfer::cuda

@@ -336,13 +336,14 @@ class CpuOps final : public Ops {
              k.shape_string());
     DI_CHECK(cache.values_in_keys == (v == nullptr),
              "kv_write: values must be given exactly when the cache stores them apart");
+    DI_CHECK(cache.dtype == DType::kF32, "the CPU backend keeps its KV cache in f32");
     int64_t tokens = k.dim(0);
     for (int64_t t = 0; t < tokens; ++t) {
       int64_t slot = batch.slot_mapping[t];
-      std::copy_n(k.as<const float>() + t * key_width, key_width, cache.keys + slot * key_width);
+      std::copy_n(k.as<const float>() + t * key_width, key_width, cache.key_floats() + slot * key_width);
       if (v) {
         std::copy_n(v->as<const float>() + t * value_width, value_width,
-                    cache.values + slot * value_width);
+                    cache.value_floats() + slot * value_width);
       }
     }
   }
@@ -352,10 +353,11 @@ class CpuOps final : public Ops {
     int64_t width = cache.key_stride();
     DI_CHECK(keys.numel() >= count * width, "kv_read_keys: output {} holds fewer than {} tokens",
              keys.shape_string(), count);
+    DI_CHECK(cache.dtype == DType::kF32, "the CPU backend keeps its KV cache in f32");
     for (int64_t t = 0; t < count; ++t) {
       int64_t slot =
           int64_t{block_table[t / cache.block_size]} * cache.block_size + t % cache.block_size;
-      std::copy_n(cache.keys + slot * width, width, keys.as<float>() + t * width);
+      std::copy_n(cache.key_floats() + slot * width, width, keys.as<float>() + t * width);
     }
   }
 
@@ -433,7 +435,7 @@ void CpuOps::attend_group(const GroupAttention& a) const {
     }
   };
   for_each_block([&](int64_t index, int64_t slot, int64_t n) {
-    cpu::WeightMatrix keys{cache.keys + slot * cache.key_stride() + a.key_offset,
+    cpu::WeightMatrix keys{cache.key_floats() + slot * cache.key_stride() + a.key_offset,
                            cache.key_stride(), WeightType::kF32};
     matmul_kernel_(a.query, cache.key_dim, keys, nullptr, a.group, 0, n, cache.key_dim,
                    scores.data() + index, count);
@@ -450,7 +452,7 @@ void CpuOps::attend_group(const GroupAttention& a) const {
   int64_t width = cache.value_dim;
   std::fill_n(a.out, a.group * width, 0.0f);
   for_each_block([&](int64_t index, int64_t slot, int64_t n) {
-    cpu::WeightMatrix values{cache.values + slot * cache.value_stride() + a.value_offset,
+    cpu::WeightMatrix values{cache.value_floats() + slot * cache.value_stride() + a.value_offset,
                              cache.value_stride(), WeightType::kF32};
     isa_.matmul_columns(scores.data() + index, count, values, a.group, 0, width, n, partial.data(),
                         width);
@@ -462,6 +464,7 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
                              float scale, int window, Tensor& out) {
   int64_t tokens = q.dim(0);
   int heads = static_cast<int>(q.dim(1));
+  DI_CHECK(cache.dtype == DType::kF32, "the CPU backend keeps its KV cache in f32");
   DI_CHECK(q.dim(2) == cache.key_dim && out.dim(2) == cache.value_dim,
            "paged_attention: q {} / out {} do not match key size {} and value size {}",
            q.shape_string(), out.shape_string(), cache.key_dim, cache.value_dim);

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kv_elements.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -19,17 +20,20 @@ __device__ int64_t value_stride(const PagedKvView& cache) {
   return cache.values_in_keys ? key_stride(cache) : int64_t{cache.num_kv_heads} * cache.value_dim;
 }
 
+template <typename T>
 __global__ void kv_write_kernel(const float* k, const float* v, const int64_t* slot_mapping,
                                 PagedKvView cache) {
   const int64_t token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
   const int64_t key_width = key_stride(cache);
+  T* keys = static_cast<T*>(cache.keys);
   for (int64_t i = threadIdx.x; i < key_width; i += blockDim.x)
-    cache.keys[slot * key_width + i] = k[token * key_width + i];
+    store_kv(keys, slot * key_width + i, k[token * key_width + i]);
   if (v == nullptr) return;
   const int64_t value_width = int64_t{cache.num_kv_heads} * cache.value_dim;
+  T* values = static_cast<T*>(cache.values);
   for (int64_t i = threadIdx.x; i < value_width; i += blockDim.x)
-    cache.values[slot * value_width + i] = v[token * value_width + i];
+    store_kv(values, slot * value_width + i, v[token * value_width + i]);
 }
 
 __device__ int sequence_of(const int32_t* query_start, int num_seqs, int64_t row) {
@@ -53,6 +57,7 @@ __device__ float warp_sum(float value) {
 
 // Block (row, head): warp w takes keys first + w, first + w + kWarps, ... keeping a running
 // max, sum and weighted value sum; the warps' results are then rescaled to one max and added.
+template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
                            float scale, int window, float* out) {
@@ -75,19 +80,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int64_t j = first + warp; j <= position; j += kWarps) {
     const int64_t slot =
         int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
-    const float* key = cache.keys + slot * key_stride(cache) + key_offset;
+    const T* key = static_cast<const T*>(cache.keys) + slot * key_stride(cache) + key_offset;
     float partial = 0.0f;
-    for (int d = lane; d < cache.key_dim; d += 32) partial += query[d] * key[d];
+    for (int d = lane; d < cache.key_dim; d += 32) partial += query[d] * load_kv(key, d);
     const float score = warp_sum(partial) * scale;
     const float new_max = fmaxf(running_max, score);
     const float rescale = __expf(running_max - new_max), weight = __expf(score - new_max);
     running_sum = running_sum * rescale + weight;
     running_max = new_max;
-    const float* value = cache.values + slot * value_stride(cache) + value_offset;
+    const T* value = static_cast<const T*>(cache.values) + slot * value_stride(cache) + value_offset;
 #pragma unroll
     for (int i = 0; i < kMaxValuePerLane; ++i) {
       const int d = lane + 32 * i;
-      if (d < cache.value_dim) acc[i] = acc[i] * rescale + weight * value[d];
+      if (d < cache.value_dim) acc[i] = acc[i] * rescale + weight * load_kv(value, d);
     }
   }
   __shared__ float maxes[kWarps], sums[kWarps];
@@ -124,6 +129,7 @@ constexpr int kPartialFloats = kGroupDim + 4;
 // a lane, for all the group's query heads; two keys per warp iteration keep loads in flight.
 // With several splits each block takes one contiguous share of the keys and leaves its
 // partial result in `partials` for merge_splits_kernel.
+template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
                              float scale, int window, float* out, float* partials) {
@@ -173,20 +179,21 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
   };
   const int64_t offset = int64_t{kv_head} * kGroupDim / 4 + lane;
+  const T* keys = static_cast<const T*>(cache.keys);
+  const T* values = static_cast<const T*>(cache.values);
   int64_t j = first + warp;
   for (; j + kWarps <= last; j += 2 * kWarps) {
     const int64_t a = slot_of(j), b = slot_of(j + kWarps);
-    float4 ka = reinterpret_cast<const float4*>(cache.keys + a * stride)[offset];
-    float4 kb = reinterpret_cast<const float4*>(cache.keys + b * stride)[offset];
-    float4 va = reinterpret_cast<const float4*>(cache.values + a * stride)[offset];
-    float4 vb = reinterpret_cast<const float4*>(cache.values + b * stride)[offset];
+    float4 ka = load_kv4(keys + a * stride, offset);
+    float4 kb = load_kv4(keys + b * stride, offset);
+    float4 va = load_kv4(values + a * stride, offset);
+    float4 vb = load_kv4(values + b * stride, offset);
     attend(ka, va);
     attend(kb, vb);
   }
   if (j <= last) {
     const int64_t a = slot_of(j);
-    attend(reinterpret_cast<const float4*>(cache.keys + a * stride)[offset],
-           reinterpret_cast<const float4*>(cache.values + a * stride)[offset]);
+    attend(load_kv4(keys + a * stride, offset), load_kv4(values + a * stride, offset));
   }
   __shared__ float maxes[kWarps][kMaxGroup], sums[kWarps][kMaxGroup];
   __shared__ float4 partial[kWarps][kMaxGroup][kGroupDim / 4];
@@ -266,7 +273,13 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
   if (cache.values_in_keys != (v == nullptr))
     fail("kv_write: values must be given exactly when the cache stores them apart");
   if (tokens == 0) return;
-  kv_write_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping, cache);
+  if (cache.dtype == DType::kBF16) {
+    kv_write_kernel<__nv_bfloat16><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
+        k, v, slot_mapping, cache);
+  } else {
+    kv_write_kernel<float><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping,
+                                                                               cache);
+  }
   check_launch("kv_write");
 }
 
@@ -299,8 +312,13 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
       fail("paged_attention: the workspace holds too few floats for {} splits", splits);
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
               static_cast<unsigned>(splits));
-    grouped_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale,
-                                                               window, out, workspace);
+    if (cache.dtype == DType::kBF16) {
+      grouped_attention_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(
+          q, heads, batch, cache, scale, window, out, workspace);
+    } else {
+      grouped_attention_kernel<float><<<grid, kWarps * 32, 0, stream>>>(
+          q, heads, batch, cache, scale, window, out, workspace);
+    }
     check_launch("paged_attention (grouped)");
     if (splits > 1) {
       dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
@@ -311,8 +329,13 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
     return;
   }
   dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
-  paged_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window,
-                                                           out);
+  if (cache.dtype == DType::kBF16) {
+    paged_attention_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache,
+                                                                            scale, window, out);
+  } else {
+    paged_attention_kernel<float><<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale,
+                                                                    window, out);
+  }
   check_launch("paged_attention");
 }
 

@@ -74,6 +74,7 @@ class CudaOps final : public Ops {
 
   std::string name() const override { return name_; }
   Device device() const override { return Device::kCuda; }
+  DType kv_dtype() const override { return DType::kBF16; }
 
   BackendMemory allocate(size_t bytes) override {
     void* data = nullptr;

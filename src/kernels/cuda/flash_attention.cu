@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kv_elements.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -53,8 +54,9 @@ __device__ bool locate_tile(const AttentionBatch& batch, int positions_per_tile,
   return false;
 }
 
-// Keys [first_key, first_key + kKeys) of the sequence, f32 cache -> bf16 tile; keys past the
-// context become zeros (their scores are masked).
+// Keys [first_key, first_key + kKeys) of the sequence (f32 or bf16 cache) into the bf16 tile;
+// keys past the context become zeros (their scores are masked).
+template <typename T>
 __device__ void load_kv_tile(Shared& sh, const PagedKvView& cache, const int32_t* table,
                              int64_t first_key, int64_t context, int kv_head) {
   const int64_t key_stride = int64_t{cache.num_kv_heads} * kDim;
@@ -66,8 +68,8 @@ __device__ void load_kv_tile(Shared& sh, const PagedKvView& cache, const int32_t
       const int64_t slot =
           int64_t{table[key / cache.block_size]} * cache.block_size + key % cache.block_size;
       const int64_t at = slot * key_stride + int64_t{kv_head} * kDim + c;
-      kf = *reinterpret_cast<const float4*>(cache.keys + at);
-      vf = *reinterpret_cast<const float4*>(cache.values + at);
+      kf = load_kv4(static_cast<const T*>(cache.keys), at / 4);
+      vf = load_kv4(static_cast<const T*>(cache.values), at / 4);
     }
     __nv_bfloat162* kd = reinterpret_cast<__nv_bfloat162*>(sh.k + r * kLdTile + c);
     __nv_bfloat162* vd = reinterpret_cast<__nv_bfloat162*>(sh.v + r * kLdTile + c);
@@ -119,6 +121,7 @@ __device__ void accumulate_values(Shared& sh, int warp) {
   }
 }
 
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
     flash_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
                            float scale, int window, float* out) {
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(kThreads)
   const bool row_valid = first + row / group <= last;
   for (int64_t key0 = key_begin / kKeys * kKeys; key0 <= last_position; key0 += kKeys) {
     __syncthreads();  // the previous step's K/V reads are done
-    load_kv_tile(sh, cache, table, key0, context, kv_head);
+    load_kv_tile<T>(sh, cache, table, key0, context, kv_head);
     __syncthreads();
     scores(sh, warp);
     __syncwarp();
@@ -232,7 +235,11 @@ void flash_attention(const float* q, int64_t rows, int heads, const AttentionBat
          cache.key_dim, cache.value_dim);
   if (rows == 0) return;
   static const bool configured = [] {
-    cudaFuncSetAttribute(flash_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(flash_attention_kernel<float>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(sizeof(Shared)));
+    cudaFuncSetAttribute(flash_attention_kernel<__nv_bfloat16>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(sizeof(Shared)));
     return true;
   }();
@@ -241,8 +248,13 @@ void flash_attention(const float* q, int64_t rows, int heads, const AttentionBat
   // Every sequence's last tile may be partial: at most one more tile per sequence.
   const int64_t tiles = (rows + positions_per_tile - 1) / positions_per_tile + batch.num_seqs;
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(cache.num_kv_heads));
-  flash_attention_kernel<<<grid, kThreads, sizeof(Shared), stream>>>(q, heads, batch, cache,
-                                                                     scale, window, out);
+  if (cache.dtype == DType::kBF16) {
+    flash_attention_kernel<__nv_bfloat16><<<grid, kThreads, sizeof(Shared), stream>>>(
+        q, heads, batch, cache, scale, window, out);
+  } else {
+    flash_attention_kernel<float><<<grid, kThreads, sizeof(Shared), stream>>>(
+        q, heads, batch, cache, scale, window, out);
+  }
   check_launch("flash_attention");
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kv_elements.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -106,13 +107,14 @@ __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, float* 
   }
 }
 
+template <typename T>
 __global__ void kv_read_keys_kernel(PagedKvView cache, const int32_t* block_table, float* keys) {
   const int64_t token = blockIdx.x;
   const int64_t width = int64_t{cache.num_kv_heads} * cache.key_dim;
   const int64_t slot = int64_t{block_table[token / cache.block_size]} * cache.block_size +
                        token % cache.block_size;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
-    keys[token * width + i] = cache.keys[slot * width + i];
+    keys[token * width + i] = load_kv(static_cast<const T*>(cache.keys), slot * width + i);
 }
 
 }  // namespace
@@ -166,8 +168,13 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t count
 void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count, float* keys,
                   cudaStream_t stream) {
   if (count == 0) return;
-  kv_read_keys_kernel<<<static_cast<unsigned>(count), kThreads, 0, stream>>>(cache, block_table,
-                                                                            keys);
+  if (cache.dtype == DType::kBF16) {
+    kv_read_keys_kernel<__nv_bfloat16>
+        <<<static_cast<unsigned>(count), kThreads, 0, stream>>>(cache, block_table, keys);
+  } else {
+    kv_read_keys_kernel<float>
+        <<<static_cast<unsigned>(count), kThreads, 0, stream>>>(cache, block_table, keys);
+  }
   check_launch("kv_read_keys");
 }
 
