@@ -177,15 +177,49 @@ int main() {
                            nullptr};
       PagedKvView cache{
           keys.as<float>(), values.as<float>(), block_size, kv_heads, dim, dim, false};
-      double ms = median_ms([&](int) {
-        paged_attention(q.as<float>(), seqs, heads, batch, cache, 0.088f, 0, out.as<float>());
-      });
-      double bytes = 2.0 * seqs * context * kv_heads * dim * 4;
-      fmt::print(
-          "\ndecode attention, 64 x 2000 tokens, one layer: {:.1f} MB of K/V in {:.3f} ms, "
-          "{:.2f} TB/s ({:.0f}% of copy)\n",
-          bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12,
-          100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+      for (DType dtype : {DType::kF32, DType::kBF16}) {
+        cache.dtype = dtype;  // a bf16 cache reads the first half of the same buffers
+        double ms = median_ms([&](int) {
+          paged_attention(q.as<float>(), seqs, heads, batch, cache, 0.088f, 0, out.as<float>());
+        });
+        double bytes = 2.0 * seqs * context * kv_heads * dim * double(dtype_size(dtype));
+        fmt::print(
+            "decode attention, 64 x 2000 tokens, {} K/V, one layer: {:.1f} MB in {:.3f} ms, "
+            "{:.2f} TB/s ({:.0f}% of copy)\n",
+            dtype_name(dtype), bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12,
+            100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+      }
+    }
+
+    // Prompt attention of one Llama-3.1-8B layer over an 8192-token prompt (bf16 KV), the
+    // tensor-core kernel: causal, so half the L x L scores.
+    {
+      const int context = 8192, block_size = 16, heads = 32, kv_heads = 8, dim = 128;
+      const int blocks = context / block_size;
+      DeviceBuffer keys(int64_t{context} * kv_heads * dim * 2), values(keys.bytes());
+      cudaMemset(keys.data(), 0x3c, keys.bytes());
+      cudaMemset(values.data(), 0x3c, values.bytes());
+      std::vector<int32_t> start = {0, context}, lens = {context}, table(blocks);
+      for (int i = 0; i < blocks; ++i) table[i] = i;
+      DeviceBuffer d_start(8), d_lens(4), d_table(table.size() * 4);
+      d_start.upload(start.data(), 8);
+      d_lens.upload(lens.data(), 4);
+      d_table.upload(table.data(), d_table.bytes());
+      DeviceBuffer q(int64_t{context} * heads * dim * 4), out(q.bytes());
+      cudaMemset(q.data(), 0x3c, q.bytes());
+      AttentionBatch batch{1,      d_start.as<int32_t>(), d_lens.as<int32_t>(), d_table.as<int32_t>(),
+                           blocks, nullptr,               context};
+      PagedKvView cache{keys.data(), values.data(), block_size, kv_heads, dim, dim, false,
+                        DType::kBF16};
+      double ms = median_ms(
+          [&](int) {
+            flash_attention(q.as<float>(), context, heads, batch, cache, 0.088f, 0,
+                            out.as<float>());
+          },
+          5);
+      double flops = 4.0 * heads * dim * double(context) * context / 2;
+      fmt::print("prompt attention, 8192 tokens, one layer: {:.2f} ms, {:.0f} TFLOP/s\n", ms,
+                 flops / (ms * 1e-3) / 1e12);
     }
 
     // Batch-1 decode over a long context: 8 blocks unless the keys are split.

@@ -63,7 +63,11 @@ run() {
   export LD_LIBRARY_PATH="$PWD/$BUNDLE/bin:$cuda_libs:${LD_LIBRARY_PATH:-}"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv
   local out=${OUT:-/tmp}
-  [[ $stages == *check* ]] && stage_check "$out"
+  # No timings of wrong code: a failing check ends the run.
+  if [[ $stages == *check* ]] && ! stage_check "$out"; then
+    echo "gpu-check: the GPU tests failed; benchmarks skipped" >&2
+    return 1
+  fi
   [[ $stages == *kernels* ]] && "$BUNDLE/bin/cuda_bench" 2>&1 | tee "$out/bench.txt"
   if [[ $stages == *model* || $stages == *engine* ]]; then make_8b; fi
   [[ $stages == *model* ]] && "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" --device cuda --load read \
@@ -75,7 +79,7 @@ run() {
   echo
   echo "== summary =="
   [[ -f $out/parity.txt ]] && grep -E "tests ran|PASSED|FAILED" "$out/parity.txt" | tail -4
-  [[ -f $out/bench.txt ]] && grep -E "^copy|back to back|TFLOP/s" "$out/bench.txt"
+  [[ -f $out/bench.txt ]] && grep -E "^copy|back to back|attention|TFLOP/s" "$out/bench.txt"
   [[ -f $out/model.txt ]] && grep -E "copy|peak|prompt|decode" "$out/model.txt"
   [[ -f $out/engine.txt ]] && tail -8 "$out/engine.txt"
   return 0
