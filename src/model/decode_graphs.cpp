@@ -8,9 +8,11 @@
 namespace deepinfer {
 namespace {
 
-// Contexts are bucketed by 128 tokens (the attention kernels' key-split unit), so a shape's
-// split count holds for every context in its bucket; 64 buckets and up share the widest.
-constexpr int64_t kContextBucket = 128;
+// Contexts are bucketed by 32 tokens (the CUDA attention's key-split unit), so a shape's split
+// count is the one every context in its bucket would get; 64 buckets and up share the widest
+// (splits saturate before). A different unit would only cost speed: the kernels are correct
+// for any split count.
+constexpr int64_t kContextBucket = 32;
 constexpr int64_t kMaxBuckets = 64;
 
 // Packs arrays end to end, each at an 8-byte boundary.

@@ -124,6 +124,7 @@ constexpr int kMaxGroup = 8;    // query heads per KV head it handles
 // A split's partial result per head: the unnormalised values, then max and sum, padded so
 // every record starts 16-byte aligned (the values are written as float4).
 constexpr int kPartialFloats = kGroupDim + 4;
+constexpr int64_t kKeysPerSplit = 32;
 
 // Block (row, KV head, split) for the common GQA shape: every K/V row is read once, 16 bytes
 // a lane, for all the group's query heads; two keys per warp iteration keep loads in flight.
@@ -181,19 +182,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t offset = int64_t{kv_head} * kGroupDim / 4 + lane;
   const T* keys = static_cast<const T*>(cache.keys);
   const T* values = static_cast<const T*>(cache.values);
+  // kPerWarp keys per warp iteration, their slots looked up one iteration ahead: the block
+  // table's and the cache's load latencies overlap the arithmetic instead of adding up.
+  constexpr int kPerWarp = 4;
+  int64_t slots[kPerWarp];
   int64_t j = first + warp;
-  for (; j + kWarps <= last; j += 2 * kWarps) {
-    const int64_t a = slot_of(j), b = slot_of(j + kWarps);
-    float4 ka = load_kv4(keys + a * stride, offset);
-    float4 kb = load_kv4(keys + b * stride, offset);
-    float4 va = load_kv4(values + a * stride, offset);
-    float4 vb = load_kv4(values + b * stride, offset);
-    attend(ka, va);
-    attend(kb, vb);
+#pragma unroll
+  for (int i = 0; i < kPerWarp; ++i)
+    slots[i] = j + i * kWarps <= last ? slot_of(j + i * kWarps) : 0;
+  for (; j + (kPerWarp - 1) * kWarps <= last; j += kPerWarp * kWarps) {
+    float4 k[kPerWarp], v[kPerWarp];
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      k[i] = load_kv4(keys + slots[i] * stride, offset);
+      v[i] = load_kv4(values + slots[i] * stride, offset);
+    }
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const int64_t ahead = j + (kPerWarp + i) * kWarps;
+      slots[i] = ahead <= last ? slot_of(ahead) : 0;
+    }
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) attend(k[i], v[i]);
   }
-  if (j <= last) {
-    const int64_t a = slot_of(j);
-    attend(load_kv4(keys + a * stride, offset), load_kv4(values + a * stride, offset));
+  for (; j <= last; j += kWarps) {
+    const int64_t slot = slot_of(j);
+    attend(load_kv4(keys + slot * stride, offset), load_kv4(values + slot * stride, offset));
   }
   __shared__ float maxes[kWarps][kMaxGroup], sums[kWarps][kMaxGroup];
   __shared__ float4 partial[kWarps][kMaxGroup][kGroupDim / 4];
@@ -284,9 +298,11 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
 }
 
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context) {
-  // Enough blocks for two per multiprocessor of an H200, at least 128 keys each.
+  // Enough blocks for two per multiprocessor of an H200, at least 32 keys each (8 per warp:
+  // short decode contexts are latency-bound, so they want more blocks, not longer ones).
   int64_t blocks = std::max<int64_t>(1, rows * num_kv_heads);
-  int64_t wanted = std::min<int64_t>((264 + blocks - 1) / blocks, (max_context + 127) / 128);
+  int64_t wanted = std::min<int64_t>((264 + blocks - 1) / blocks,
+                                     (max_context + kKeysPerSplit - 1) / kKeysPerSplit);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, 64));
 }
 

@@ -54,31 +54,67 @@ __device__ bool locate_tile(const AttentionBatch& batch, int positions_per_tile,
   return false;
 }
 
-// Keys [first_key, first_key + kKeys) of the sequence (f32 or bf16 cache) into the bf16 tile;
-// keys past the context become zeros (their scores are masked).
-template <typename T>
-__device__ void load_kv_tile(Shared& sh, const PagedKvView& cache, const int32_t* table,
-                             int64_t first_key, int64_t context, int kv_head) {
-  const int64_t key_stride = int64_t{cache.num_kv_heads} * kDim;
-  for (int i = threadIdx.x; i < kKeys * (kDim / 4); i += kThreads) {
-    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
-    const int64_t key = first_key + r;
-    float4 kf = make_float4(0, 0, 0, 0), vf = kf;
-    if (key < context) {
-      const int64_t slot =
-          int64_t{table[key / cache.block_size]} * cache.block_size + key % cache.block_size;
-      const int64_t at = slot * key_stride + int64_t{kv_head} * kDim + c;
-      kf = load_kv4(static_cast<const T*>(cache.keys), at / 4);
-      vf = load_kv4(static_cast<const T*>(cache.values), at / 4);
-    }
-    __nv_bfloat162* kd = reinterpret_cast<__nv_bfloat162*>(sh.k + r * kLdTile + c);
-    __nv_bfloat162* vd = reinterpret_cast<__nv_bfloat162*>(sh.v + r * kLdTile + c);
-    kd[0] = __floats2bfloat162_rn(kf.x, kf.y);
-    kd[1] = __floats2bfloat162_rn(kf.z, kf.w);
-    vd[0] = __floats2bfloat162_rn(vf.x, vf.y);
-    vd[1] = __floats2bfloat162_rn(vf.z, vf.w);
-  }
+// One K/V tile in flight: thread t fetches 8 consecutive elements (16 bytes of bf16) of keys
+// t / 16, t / 16 + 8, ... at column (t % 16) * 8, every load issued before the first is
+// used, and keeps them in registers until the tile before has been consumed.
+constexpr int kChunk = 8;
+constexpr int kChunksPerKey = kDim / kChunk;                       // 16
+constexpr int kKeysPerPass = kThreads / kChunksPerKey;             // 8
+constexpr int kFetches = kKeys / kKeysPerPass;                     // 8
+
+__device__ inline uint4 bf16_chunk(const __nv_bfloat16* at) {
+  return *reinterpret_cast<const uint4*>(at);
 }
+__device__ inline uint4 bf16_chunk(const float* at) {
+  const float4 low = reinterpret_cast<const float4*>(at)[0];
+  const float4 high = reinterpret_cast<const float4*>(at)[1];
+  uint4 packed;
+  __nv_bfloat162 pairs[4] = {__floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
+                             __floats2bfloat162_rn(high.x, high.y),
+                             __floats2bfloat162_rn(high.z, high.w)};
+  memcpy(&packed, pairs, sizeof(packed));
+  return packed;
+}
+
+template <typename T>
+struct TileFetch {
+  uint4 k[kFetches], v[kFetches];
+
+  // Keys [first_key, first_key + kKeys); keys past the context become zeros (masked later).
+  __device__ void fetch(const PagedKvView& cache, const int32_t* table, int64_t first_key,
+                        int64_t context, int kv_head) {
+    const int64_t key_stride = int64_t{cache.num_kv_heads} * kDim;
+    const int column = (threadIdx.x % kChunksPerKey) * kChunk;
+    int64_t at[kFetches];
+#pragma unroll
+    for (int f = 0; f < kFetches; ++f) {
+      const int64_t key = first_key + threadIdx.x / kChunksPerKey + f * kKeysPerPass;
+      at[f] = -1;
+      if (key < context) {
+        const int64_t slot =
+            int64_t{table[key / cache.block_size]} * cache.block_size + key % cache.block_size;
+        at[f] = slot * key_stride + int64_t{kv_head} * kDim + column;
+      }
+    }
+    const T* keys = static_cast<const T*>(cache.keys);
+    const T* values = static_cast<const T*>(cache.values);
+#pragma unroll
+    for (int f = 0; f < kFetches; ++f) {
+      k[f] = at[f] >= 0 ? bf16_chunk(keys + at[f]) : make_uint4(0, 0, 0, 0);
+      v[f] = at[f] >= 0 ? bf16_chunk(values + at[f]) : make_uint4(0, 0, 0, 0);
+    }
+  }
+
+  __device__ void store(Shared& sh) const {
+    const int column = (threadIdx.x % kChunksPerKey) * kChunk;
+#pragma unroll
+    for (int f = 0; f < kFetches; ++f) {
+      const int row = threadIdx.x / kChunksPerKey + f * kKeysPerPass;
+      *reinterpret_cast<uint4*>(sh.k + row * kLdTile + column) = k[f];
+      *reinterpret_cast<uint4*>(sh.v + row * kLdTile + column) = v[f];
+    }
+  }
+};
 
 // Warp `warp`'s 16 rows: S = Q K^T.
 __device__ void scores(Shared& sh, int warp) {
@@ -170,10 +206,14 @@ __global__ void __launch_bounds__(kThreads)
   const int row = warp * 16 + lane / 2, half = lane % 2;
   const int64_t row_position = base_position + first + row / group;
   const bool row_valid = first + row / group <= last;
+  TileFetch<T> next;
+  next.fetch(cache, table, key_begin / kKeys * kKeys, context, kv_head);
   for (int64_t key0 = key_begin / kKeys * kKeys; key0 <= last_position; key0 += kKeys) {
     __syncthreads();  // the previous step's K/V reads are done
-    load_kv_tile<T>(sh, cache, table, key0, context, kv_head);
+    next.store(sh);
     __syncthreads();
+    // The next tile's loads run while this one is computed.
+    if (key0 + kKeys <= last_position) next.fetch(cache, table, key0 + kKeys, context, kv_head);
     scores(sh, warp);
     __syncwarp();
     float* s = sh.s + row * kLdScore + half * 32;
@@ -198,8 +238,11 @@ __global__ void __launch_bounds__(kThreads)
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     const float rescale = any ? __expf(old_max - new_max) : 1.0f;
-    float* o = sh.o + row * kLdOut + half * (kDim / 2);
-    for (int c = 0; c < kDim / 2; ++c) o[c] *= rescale;
+    // Once the running maxima settle, most steps leave every row's scale at 1.
+    if (__any_sync(0xffffffffu, rescale != 1.0f)) {
+      float* o = sh.o + row * kLdOut + half * (kDim / 2);
+      for (int c = 0; c < kDim / 2; ++c) o[c] *= rescale;
+    }
     __syncwarp();
     if (half == 0) {
       sh.row_sum[row] = sh.row_sum[row] * rescale + sum;
