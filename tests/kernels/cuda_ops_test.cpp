@@ -139,6 +139,15 @@ TEST_F(CudaOpsParity, MatmulEveryDtypeAndRowCount) {
     gpu_->matmul(x.device_view, w.device_view, &bias.device_view, y.device_view);
     EXPECT_LT(error(y), c.tolerance) << dtype_name(c.dtype) << " with " << c.rows << " rows";
   }
+  // Wide decode products take one warp per column, narrow ones two (above: 384 columns).
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    const int64_t wide = 9000;
+    Both x = random({3, k}), w = random({wide, k}, dtype, 0.05f), y = output({3, wide});
+    if (dtype == DType::kF8E4M3) attach_scales(w, wide, k);
+    cpu_->matmul(x.host_view, w.host_view, nullptr, y.host_view);
+    gpu_->matmul(x.device_view, w.device_view, nullptr, y.device_view);
+    EXPECT_LT(error(y), kF32Products) << dtype_name(dtype) << ", " << wide << " columns";
+  }
 }
 
 // q/k/v-like jobs of one x in one launch, with a bias on one of them, beside a job that

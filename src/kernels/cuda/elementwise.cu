@@ -17,14 +17,29 @@ __device__ float load_weight(const void* weight, DType dtype, int64_t i) {
   return static_cast<const float*>(weight)[i];
 }
 
+constexpr int kCachedPerThread = 32;  // rows up to 8192 wide stay in registers
+
 // One block per row: the sum of squares is reduced across the block, then every thread
-// scales its columns.
+// scales its columns. Rows that fit are read once, every load issued before the first use
+// (a decode step's norm is a latency, not a bandwidth, problem).
 __global__ void rmsnorm_kernel(const float* x, const void* weight, DType dtype, int64_t n,
                                float eps, float* y) {
   const float* row = x + blockIdx.x * n;
   float* out = y + blockIdx.x * n;
+  const bool cached = n <= int64_t{kCachedPerThread} * blockDim.x;
+  float values[kCachedPerThread];
   float sum = 0.0f;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i] * row[i];
+  if (cached) {
+#pragma unroll
+    for (int c = 0; c < kCachedPerThread; ++c) {
+      const int64_t i = threadIdx.x + int64_t{c} * blockDim.x;
+      values[c] = i < n ? row[i] : 0.0f;
+    }
+#pragma unroll
+    for (int c = 0; c < kCachedPerThread; ++c) sum += values[c] * values[c];
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum += row[i] * row[i];
+  }
   __shared__ float partial[kThreads / 32];
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
@@ -36,6 +51,14 @@ __global__ void rmsnorm_kernel(const float* x, const void* weight, DType dtype, 
   }
   __syncthreads();
   float scale = rsqrtf(partial[0] / static_cast<float>(n) + eps);
+  if (cached) {
+#pragma unroll
+    for (int c = 0; c < kCachedPerThread; ++c) {
+      const int64_t i = threadIdx.x + int64_t{c} * blockDim.x;
+      if (i < n) out[i] = values[c] * scale * load_weight(weight, dtype, i);
+    }
+    return;
+  }
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     out[i] = row[i] * scale * load_weight(weight, dtype, i);
 }
