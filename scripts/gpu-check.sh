@@ -73,7 +73,7 @@ run() {
   [[ $stages == *model* ]] && "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" --device cuda --load read \
     --prompt-tokens 8192 --decode-tokens 128 2>&1 | tee "$out/model.txt"
   [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
-    --load read --concurrency 64,256 --prompt-tokens 1000 --output-tokens 1000 \
+    --load read --concurrency "${ENGINE_CONCURRENCY:-64,256}" --prompt-tokens 1000 --output-tokens 1000 \
     --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"
   [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" 2>&1 | tee "$out/peer.txt"
   echo

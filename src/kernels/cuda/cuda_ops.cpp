@@ -52,7 +52,7 @@ class CudaGraph final : public RecordedOps {
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(int device) {
+  explicit CudaOps(int device) : device_(device) {
     int count = device_count();
     if (device < 0 || device >= count)
       fail("CUDA backend: GPU {} asked for, {} present", device, count);
@@ -132,7 +132,14 @@ class CudaOps final : public Ops {
     return std::make_unique<CudaGraph>(exec, stream_);
   }
 
+  // The stream-ordered pool keeps freed memory (a finished engine's KV cache, say) reserved:
+  // it is handed back to the device first, or a second cache would be sized from what the
+  // first one left.
   size_t available_memory() const override {
+    check(cudaStreamSynchronize(stream_.get()), "synchronize");
+    cudaMemPool_t pool = nullptr;
+    check(cudaDeviceGetDefaultMemPool(&pool, device_), "memory pool");
+    check(cudaMemPoolTrimTo(pool, 0), "pool trim");
     size_t free = 0, total = 0;
     check(cudaMemGetInfo(&free, &total), "memory info");
     return free;
@@ -346,6 +353,7 @@ class CudaOps final : public Ops {
     }
   }
 
+  int device_;
   std::string name_;
   std::shared_ptr<CUstream_st> stream_;
   std::unique_ptr<LtMatmul> lt_;

@@ -60,21 +60,15 @@ struct Products {
   int count;
 };
 
-// kSplit warps per output column, each over one contiguous share of k: lanes stride over it
-// in 16-byte chunks, each weight chunk used for every row of x; then a warp reduction and,
-// with kSplit > 1, the shares added in a fixed order. Splitting gives narrow products (a few
-// thousand columns) enough warps in flight to reach the memory bandwidth.
-template <int kRows, int kSplit, typename Chunks>
+// One warp per output column: lanes stride over k in 16-byte chunks, each weight chunk used
+// for every row of x; then a warp reduction. (Two warps per column, each over half of k,
+// measured slower for every 8B decode shape on the H200: q/k/v 63% -> 51% of copy.)
+template <int kRows, typename Chunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
   constexpr int kPer = Chunks::kPerChunk;
-  constexpr int kColumnsPerBlock = kWarpsPerBlock / kSplit;
-  const int warp = threadIdx.x / 32;
-  const int share = warp % kSplit;
-  const int64_t global_column = blockIdx.x * int64_t{kColumnsPerBlock} + warp / kSplit;
-  __shared__ float shares[kWarpsPerBlock][kRows];
-  const bool active = global_column < products.end[products.count - 1];
-  if (kSplit == 1 && !active) return;
+  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (global_column >= products.end[products.count - 1]) return;
   // Compile-time indices only: the parameter arrays stay in the constant bank.
   const uint4* weight = nullptr;
   Chunks format{};
@@ -94,9 +88,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
   const int lane = threadIdx.x % 32;
   const int64_t chunks = k / kPer;
-  const int64_t share_chunks = (chunks + kSplit - 1) / kSplit;
-  const int64_t chunk_begin = share * share_chunks;
-  const int64_t chunk_end = active ? min(chunks, chunk_begin + share_chunks) : chunk_begin;
   const uint4* row = weight + column * chunks;
   float acc[kRows] = {};
   auto consume = [&](uint4 packed, int64_t chunk) {
@@ -117,58 +108,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   };
   // Four loads in flight per lane before the first is used: a short row is then read in one
   // or two round trips to memory instead of one per chunk.
-  int64_t chunk = chunk_begin + lane;
-  for (; chunk + 96 < chunk_end; chunk += 128) {
+  int64_t chunk = lane;
+  for (; chunk + 96 < chunks; chunk += 128) {
     uint4 loaded[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) loaded[i] = row[chunk + 32 * i];
 #pragma unroll
     for (int i = 0; i < 4; ++i) consume(loaded[i], chunk + 32 * i);
   }
-  for (; chunk < chunk_end; chunk += 32) consume(row[chunk], chunk);
+  for (; chunk < chunks; chunk += 32) consume(row[chunk], chunk);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     float sum = acc[r];
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    acc[r] = sum;
-  }
-  if (kSplit == 1) {
-    if (lane == 0) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) y[r * n + column] = acc[r];
-    }
-    return;
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) shares[warp][r] = acc[r];
-  }
-  __syncthreads();
-  if (active && share == 0 && lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float total = 0.0f;
-      for (int part = 0; part < kSplit; ++part) total += shares[warp + part][r];
-      y[r * n + column] = total;
-    }
+    if (lane == 0) y[r * n + column] = sum;
   }
 }
-
-// Products narrower than this many columns split k over two warps per column.
-constexpr int64_t kSplitBelowColumns = 8192;
 
 template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k,
                  cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
-  if (columns <= kSplitBelowColumns) {
-    constexpr int kColumnsPerBlock = kWarpsPerBlock / 2;
-    auto blocks = static_cast<unsigned>((columns + kColumnsPerBlock - 1) / kColumnsPerBlock);
-    few_rows_kernel<kRows, 2><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
-    return;
-  }
   auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  few_rows_kernel<kRows, 1><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
+  few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
 }
 
 // The row count as a template argument (1 to 8), so the accumulators stay in registers.
