@@ -207,10 +207,15 @@ int main() {
       d_table.upload(table.data(), d_table.bytes());
       DeviceBuffer q(int64_t{context} * heads * dim * 4), out(q.bytes());
       cudaMemset(q.data(), 0x3c, q.bytes());
-      AttentionBatch batch{1,      d_start.as<int32_t>(), d_lens.as<int32_t>(), d_table.as<int32_t>(),
-                           blocks, nullptr,               context};
-      PagedKvView cache{keys.data(), values.data(), block_size, kv_heads, dim, dim, false,
-                        DType::kBF16};
+      AttentionBatch batch{1,
+                           d_start.as<int32_t>(),
+                           d_lens.as<int32_t>(),
+                           d_table.as<int32_t>(),
+                           blocks,
+                           nullptr,
+                           context};
+      PagedKvView cache{keys.data(), values.data(), block_size, kv_heads,
+                        dim,         dim,           false,      DType::kBF16};
       double ms = median_ms(
           [&](int) {
             flash_attention(q.as<float>(), context, heads, batch, cache, 0.088f, 0,

@@ -1,11 +1,12 @@
 // bench: memory bandwidth, prompt processing and decode speed on one checkpoint.
+#include "cli/commands_bench.h"
+
 #include <fmt/core.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/commands_bench.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/sequence_runner.h"

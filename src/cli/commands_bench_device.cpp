@@ -87,25 +87,24 @@ void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_se
   double roofline = ceilings.copy_bytes_per_s / bytes_per_token;
   double decode_rate = args.decode_tokens / decode_seconds;
   double prefill_rate = prefill_flops / prefill_seconds;
-  nlohmann::json result = {
-      {"model", args.model.model_dir},
-      {"backend", loaded.ops->name()},
-      {"load_seconds", load_seconds},
-      {"bandwidth_gbs", ceilings.copy_bytes_per_s / 1e9},
-      {"peak_bf16_tflops", ceilings.bf16_flops_per_s / 1e12},
-      {"prompt_tokens", args.prompt_tokens},
-      {"prompt_tokens_per_s", args.prompt_tokens / prefill_seconds},
-      {"prefill_tflops", prefill_rate / 1e12},
-      {"prefill_fraction_of_peak", prefill_rate / ceilings.bf16_flops_per_s},
-      {"decode_tokens", args.decode_tokens},
-      {"decode_tokens_per_s", decode_rate},
-      {"weight_bytes_per_token", bytes_per_token},
-      {"decode_prompt_tokens", args.decode_prompt_tokens},
-      {"decode_kv_bytes_per_token", kv_bytes},
-      {"decode_roofline_tokens_per_s", roofline},
-      {"decode_fraction_of_roofline", decode_rate / roofline},
-      {"decode_fraction_with_kv",
-       decode_rate * (bytes_per_token + kv_bytes) / ceilings.copy_bytes_per_s}};
+  nlohmann::json result = {{"model", args.model.model_dir},
+                           {"backend", loaded.ops->name()},
+                           {"load_seconds", load_seconds},
+                           {"bandwidth_gbs", ceilings.copy_bytes_per_s / 1e9},
+                           {"peak_bf16_tflops", ceilings.bf16_flops_per_s / 1e12},
+                           {"prompt_tokens", args.prompt_tokens},
+                           {"prompt_tokens_per_s", args.prompt_tokens / prefill_seconds},
+                           {"prefill_tflops", prefill_rate / 1e12},
+                           {"prefill_fraction_of_peak", prefill_rate / ceilings.bf16_flops_per_s},
+                           {"decode_tokens", args.decode_tokens},
+                           {"decode_tokens_per_s", decode_rate},
+                           {"weight_bytes_per_token", bytes_per_token},
+                           {"decode_prompt_tokens", args.decode_prompt_tokens},
+                           {"decode_kv_bytes_per_token", kv_bytes},
+                           {"decode_roofline_tokens_per_s", roofline},
+                           {"decode_fraction_of_roofline", decode_rate / roofline},
+                           {"decode_fraction_with_kv", decode_rate * (bytes_per_token + kv_bytes) /
+                                                           ceilings.copy_bytes_per_s}};
   if (args.json) {
     fmt::print("{}\n", result.dump());
   } else {

@@ -57,9 +57,9 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
       .add_option("--device", options.device,
                   "Backend: cpu, or cuda / cuda:N (weights, KV cache and activations on GPU N)")
       ->check([](const std::string& value) {
-        bool cuda = value == "cuda" ||
-                    (value.rfind("cuda:", 0) == 0 && value.size() > 5 &&
-                     value.find_first_not_of("0123456789", 5) == std::string::npos);
+        bool cuda =
+            value == "cuda" || (value.rfind("cuda:", 0) == 0 && value.size() > 5 &&
+                                value.find_first_not_of("0123456789", 5) == std::string::npos);
         return value == "cpu" || cuda ? std::string() : "expected cpu, cuda or cuda:N";
       })
       ->envname("DEEPINFER_DEVICE")
@@ -132,8 +132,9 @@ std::unique_ptr<Ops> make_backend(const ModelOptions& options) {
         options.batch_invariant);
   }
   if (options.batch_invariant)
-    fail("--batch-invariant runs on the CPU backend only (the CUDA kernels' order depends on "
-         "the batch)");
+    fail(
+        "--batch-invariant runs on the CPU backend only (the CUDA kernels' order depends on "
+        "the batch)");
 #ifdef DEEPINFER_WITH_CUDA
   int gpu = options.device == "cuda" ? 0 : std::stoi(options.device.substr(5));
   return cuda::make_cuda_ops(gpu);

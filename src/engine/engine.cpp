@@ -81,7 +81,8 @@ namespace {
 int64_t default_blocks(const CausalLM& model, const EngineConfig& config) {
   if (config.num_blocks > 0) return config.num_blocks;
   size_t per_block = model.kv_shape(config.block_size).bytes_per_block();
-  return std::max<int64_t>(2, static_cast<int64_t>(kv_budget_bytes(config, model.ops()) / per_block));
+  return std::max<int64_t>(2,
+                           static_cast<int64_t>(kv_budget_bytes(config, model.ops()) / per_block));
 }
 
 double seconds_between(std::chrono::steady_clock::time_point from,

@@ -9,8 +9,8 @@
 namespace deepinfer {
 
 KvCacheShape KvCacheShape::heads(int num_layers, int num_kv_heads, int head_dim, int block_size) {
-  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim, block_size, false, {},
-                      DType::kF32};
+  return KvCacheShape{num_layers, num_kv_heads, head_dim, head_dim,
+                      block_size, false,        {},       DType::kF32};
 }
 
 int64_t KvCacheShape::floats_per_token_layer() const {

@@ -69,7 +69,8 @@ AttentionBatch ForwardBatch::attention_view(int group) const {
   view.block_tables = block_tables[static_cast<size_t>(group)].data();
   view.max_blocks_per_seq = max_blocks_per_seq;
   view.slot_mapping = slot_mapping[static_cast<size_t>(group)].data();
-  for (int32_t length : context_lens) view.max_context_len = std::max<int64_t>(view.max_context_len, length);
+  for (int32_t length : context_lens)
+    view.max_context_len = std::max<int64_t>(view.max_context_len, length);
   return view;
 }
 
@@ -113,7 +114,8 @@ AttentionBatch BatchTables::attention(int group) const {
 }
 
 const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMemory& keep) {
-  return static_cast<const float*>(backend_copy(ops, host.data(), host.size() * sizeof(float), keep));
+  return static_cast<const float*>(
+      backend_copy(ops, host.data(), host.size() * sizeof(float), keep));
 }
 
 void report_hidden(Ops& ops, const HiddenStateSink& sink, int index, const Tensor& hidden) {

@@ -177,8 +177,8 @@ int DenseTransformer::rope_for(const RopeConfig& rope) {
   return static_cast<int>(ropes_.size() - 1);
 }
 
-void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inputs,
-                                       KvCache& cache, Scratch& s) {
+void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inputs, KvCache& cache,
+                                       Scratch& s) {
   const ModelConfig& c = config_;
   const DenseLayer& layer = layers_[static_cast<size_t>(layer_index)];
   Tensor normed = s.normed.view();
@@ -199,8 +199,8 @@ void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inp
   auto rope = static_cast<size_t>(layer.rope_index);
   ops_.rope(q_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, false);
   ops_.rope(k_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, false);
-  const AttentionBatch& view =
-      inputs.attention[static_cast<size_t>(cache.groups().layer_group[static_cast<size_t>(layer_index)])];
+  const AttentionBatch& view = inputs.attention[static_cast<size_t>(
+      cache.groups().layer_group[static_cast<size_t>(layer_index)])];
   PagedKvView kv = cache.layer(layer_index);
   ops_.kv_write(k_heads, &v_heads, view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
@@ -273,7 +273,8 @@ void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float*
   BatchTables tables(ops_, batch);
   ForwardInputs inputs;
   inputs.token_ids = tables.tokens();
-  for (int g = 0; g < cache.groups().num_groups(); ++g) inputs.attention.push_back(tables.attention(g));
+  for (int g = 0; g < cache.groups().num_groups(); ++g)
+    inputs.attention.push_back(tables.attention(g));
   std::vector<BackendMemory> copies(rope.size());
   for (size_t r = 0; r < rope.size(); r += 2) {
     inputs.cos.push_back(backend_floats(ops_, rope[r], copies[r]));

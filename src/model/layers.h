@@ -3,8 +3,8 @@
 
 #include <cstddef>
 #include <initializer_list>
-#include <vector>
 #include <string>
+#include <vector>
 
 #include "kernels/ops.h"
 #include "model/model.h"

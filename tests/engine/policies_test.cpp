@@ -83,7 +83,8 @@ TEST(KvBudget, BytesOrAShareOfAvailableMemory) {
   size_t share = kv_budget_bytes(config, *ops);
   EXPECT_GT(share, size_t{1} << 20);  // 1% of any machine that runs these tests
   config.kv_memory_fraction = 0.02;
-  EXPECT_NEAR(static_cast<double>(kv_budget_bytes(config, *ops)) / static_cast<double>(share), 2.0, 0.2);
+  EXPECT_NEAR(static_cast<double>(kv_budget_bytes(config, *ops)) / static_cast<double>(share), 2.0,
+              0.2);
   config.kv_memory_fraction = 1.5;
   EXPECT_THROW(kv_budget_bytes(config, *ops), Error);
 }

@@ -234,8 +234,8 @@ TEST_F(CudaOpsParity, NormsEmbeddingAndRope) {
   for (bool interleaved : {false, true}) {
     cpu_->rope(x.host_view, cos.host_view.as<const float>(), sin.host_view.as<const float>(), dim,
                interleaved);
-    gpu_->rope(x.device_view, cos.device_view.as<const float>(),
-               sin.device_view.as<const float>(), dim, interleaved);
+    gpu_->rope(x.device_view, cos.device_view.as<const float>(), sin.device_view.as<const float>(),
+               dim, interleaved);
     EXPECT_LT(error(x), kExact) << "interleaved " << interleaved;
   }
 }
@@ -279,8 +279,8 @@ TEST_F(CudaOpsParity, PromptAttentionOnTheTensorCores) {
   auto on_gpu = [&](const auto& values, BackendMemory& memory) {
     return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), memory);
   };
-  AttentionBatch host_batch{2, query_start.data(), context_lens.data(), tables.data(), max_blocks,
-                            slots.data(), 140};
+  AttentionBatch host_batch{
+      2, query_start.data(), context_lens.data(), tables.data(), max_blocks, slots.data(), 140};
   AttentionBatch device_batch = host_batch;
   device_batch.query_start = static_cast<const int32_t*>(on_gpu(query_start, keep[0]));
   device_batch.context_lens = static_cast<const int32_t*>(on_gpu(context_lens, keep[1]));
@@ -336,8 +336,8 @@ TEST_P(CudaKvParity, KvWriteAttentionAndReadBack) {
   auto on_gpu = [&](const auto& values, BackendMemory& keep) {
     return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), keep);
   };
-  AttentionBatch host_batch{2, query_start.data(), context_lens.data(), tables.data(), max_blocks,
-                            slots.data(), 300};
+  AttentionBatch host_batch{
+      2, query_start.data(), context_lens.data(), tables.data(), max_blocks, slots.data(), 300};
   AttentionBatch device_batch = host_batch;
   device_batch.query_start = static_cast<const int32_t*>(on_gpu(query_start, device_tables[0]));
   device_batch.context_lens = static_cast<const int32_t*>(on_gpu(context_lens, device_tables[1]));

@@ -340,7 +340,8 @@ class CpuOps final : public Ops {
     int64_t tokens = k.dim(0);
     for (int64_t t = 0; t < tokens; ++t) {
       int64_t slot = batch.slot_mapping[t];
-      std::copy_n(k.as<const float>() + t * key_width, key_width, cache.key_floats() + slot * key_width);
+      std::copy_n(k.as<const float>() + t * key_width, key_width,
+                  cache.key_floats() + slot * key_width);
       if (v) {
         std::copy_n(v->as<const float>() + t * value_width, value_width,
                     cache.value_floats() + slot * value_width);

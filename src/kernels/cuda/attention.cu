@@ -88,7 +88,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float rescale = __expf(running_max - new_max), weight = __expf(score - new_max);
     running_sum = running_sum * rescale + weight;
     running_max = new_max;
-    const T* value = static_cast<const T*>(cache.values) + slot * value_stride(cache) + value_offset;
+    const T* value =
+        static_cast<const T*>(cache.values) + slot * value_stride(cache) + value_offset;
 #pragma unroll
     for (int i = 0; i < kMaxValuePerLane; ++i) {
       const int d = lane + 32 * i;
@@ -277,11 +278,11 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
     fail("kv_write: values must be given exactly when the cache stores them apart");
   if (tokens == 0) return;
   if (cache.dtype == DType::kBF16) {
-    kv_write_kernel<__nv_bfloat16><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
-        k, v, slot_mapping, cache);
+    kv_write_kernel<__nv_bfloat16>
+        <<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping, cache);
   } else {
-    kv_write_kernel<float><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping,
-                                                                               cache);
+    kv_write_kernel<float>
+        <<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping, cache);
   }
   check_launch("kv_write");
 }
@@ -318,11 +319,11 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
               static_cast<unsigned>(splits));
     if (cache.dtype == DType::kBF16) {
-      grouped_attention_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(
-          q, heads, batch, cache, scale, window, out, workspace);
+      grouped_attention_kernel<__nv_bfloat16>
+          <<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out, workspace);
     } else {
-      grouped_attention_kernel<float><<<grid, kWarps * 32, 0, stream>>>(
-          q, heads, batch, cache, scale, window, out, workspace);
+      grouped_attention_kernel<float>
+          <<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out, workspace);
     }
     check_launch("paged_attention (grouped)");
     if (splits > 1) {
@@ -335,11 +336,11 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
   }
   dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
   if (cache.dtype == DType::kBF16) {
-    paged_attention_kernel<__nv_bfloat16><<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache,
-                                                                            scale, window, out);
+    paged_attention_kernel<__nv_bfloat16>
+        <<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out);
   } else {
-    paged_attention_kernel<float><<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale,
-                                                                    window, out);
+    paged_attention_kernel<float>
+        <<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out);
   }
   check_launch("paged_attention");
 }

@@ -75,8 +75,8 @@ struct FewRowsProduct {
   int64_t n = 0;
   float* y = nullptr;
 };
-void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count,
-                          int64_t rows, int64_t k, cudaStream_t stream = nullptr);
+void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count, int64_t rows,
+                          int64_t k, cudaStream_t stream = nullptr);
 
 // As Ops::kv_write: k [tokens, kv_heads * key_dim] (and v, unless the cache keeps values in
 // keys) into the slots slot_mapping names. Every pointer on the device.

@@ -19,11 +19,13 @@ void check(cudaError_t status, const char* what) {
 }
 
 void require_device(const Tensor& tensor, const char* op) {
-  DI_CHECK(tensor.device == Device::kCuda, "{}: a tensor {} is in host memory, not on the GPU",
-           op, tensor.shape_string());
+  DI_CHECK(tensor.device == Device::kCuda, "{}: a tensor {} is in host memory, not on the GPU", op,
+           tensor.shape_string());
 }
 
-int64_t rows_of(const Tensor& tensor) { return tensor.numel() / tensor.dim(-1); }
+int64_t rows_of(const Tensor& tensor) {
+  return tensor.numel() / tensor.dim(-1);
+}
 
 DeviceWeight device_weight(const Tensor& weight) {
   DeviceWeight w{weight.data, weight.dtype, weight.dim(-1)};
@@ -185,8 +187,9 @@ class CudaOps final : public Ops {
                            x.dim(-1), stream());
       for (size_t i = 0; i < count; ++i) {
         const MatmulJob& job = *together[first + i];
-        if (job.bias) add_bias(job.out->as<float>(), device_weight(*job.bias), rows_of(x),
-                               job.weight->dim(0), stream());
+        if (job.bias)
+          add_bias(job.out->as<float>(), device_weight(*job.bias), rows_of(x), job.weight->dim(0),
+                   stream());
       }
     }
   }
@@ -272,8 +275,8 @@ class CudaOps final : public Ops {
   }
 
   void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
-    cuda::gelu_tanh_mul(gate.as<const float>(), up.as<const float>(), out.as<float>(),
-                        out.numel(), stream());
+    cuda::gelu_tanh_mul(gate.as<const float>(), up.as<const float>(), out.as<float>(), out.numel(),
+                        stream());
   }
 
   void kv_write(const Tensor& k, const Tensor* v, const AttentionBatch& batch,
@@ -307,8 +310,8 @@ class CudaOps final : public Ops {
     int splits = paged_attention_splits(rows, cache.num_kv_heads, batch.max_context_len);
     size_t floats = paged_attention_workspace_floats(rows, cache.num_kv_heads, splits);
     BackendMemory workspace = splits > 1 ? allocate_scratch(floats * sizeof(float)) : nullptr;
-    cuda::paged_attention(q.as<const float>(), rows, heads, batch, cache,
-                          scale, window, out.as<float>(), stream(), SplitKeys{splits},
+    cuda::paged_attention(q.as<const float>(), rows, heads, batch, cache, scale, window,
+                          out.as<float>(), stream(), SplitKeys{splits},
                           static_cast<float*>(workspace.get()), splits > 1 ? floats : 0);
   }
 
@@ -346,8 +349,8 @@ class CudaOps final : public Ops {
                           stream());
     } else if (weight.dtype == DType::kBF16 && k % 8 == 0) {
       BackendMemory rounded = allocate_scratch(static_cast<size_t>(rows * k) * 2);
-      lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), rows, n, k,
-              y, stream());
+      lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), rows, n, k, y,
+               stream());
     } else {
       matmul_tiled(x, device_weight(weight), rows, n, y, stream());
     }

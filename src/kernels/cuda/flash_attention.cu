@@ -17,13 +17,13 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kDim = 128;   // head size (keys and values)
-constexpr int kRows = 64;   // (position, head) rows per tile
-constexpr int kKeys = 64;   // keys per step
-constexpr int kWarps = 4;   // each owns 16 rows
+constexpr int kDim = 128;  // head size (keys and values)
+constexpr int kRows = 64;  // (position, head) rows per tile
+constexpr int kKeys = 64;  // keys per step
+constexpr int kWarps = 4;  // each owns 16 rows
 constexpr int kThreads = kWarps * 32;
 // Padded leading dimensions (elements) keep WMMA's row accesses off a single bank.
-constexpr int kLdTile = kDim + 8;   // bf16 Q, K, V
+constexpr int kLdTile = kDim + 8;    // bf16 Q, K, V
 constexpr int kLdScore = kKeys + 4;  // f32 S
 constexpr int kLdProb = kKeys + 8;   // bf16 P
 constexpr int kLdOut = kDim + 4;     // f32 O
@@ -58,9 +58,9 @@ __device__ bool locate_tile(const AttentionBatch& batch, int positions_per_tile,
 // t / 16, t / 16 + 8, ... at column (t % 16) * 8, every load issued before the first is
 // used, and keeps them in registers until the tile before has been consumed.
 constexpr int kChunk = 8;
-constexpr int kChunksPerKey = kDim / kChunk;                       // 16
-constexpr int kKeysPerPass = kThreads / kChunksPerKey;             // 8
-constexpr int kFetches = kKeys / kKeysPerPass;                     // 8
+constexpr int kChunksPerKey = kDim / kChunk;            // 16
+constexpr int kKeysPerPass = kThreads / kChunksPerKey;  // 8
+constexpr int kFetches = kKeys / kKeysPerPass;          // 8
 
 __device__ inline uint4 bf16_chunk(const __nv_bfloat16* at) {
   return *reinterpret_cast<const uint4*>(at);
@@ -69,9 +69,9 @@ __device__ inline uint4 bf16_chunk(const float* at) {
   const float4 low = reinterpret_cast<const float4*>(at)[0];
   const float4 high = reinterpret_cast<const float4*>(at)[1];
   uint4 packed;
-  __nv_bfloat162 pairs[4] = {__floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
-                             __floats2bfloat162_rn(high.x, high.y),
-                             __floats2bfloat162_rn(high.z, high.w)};
+  __nv_bfloat162 pairs[4] = {
+      __floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
+      __floats2bfloat162_rn(high.x, high.y), __floats2bfloat162_rn(high.z, high.w)};
   memcpy(&packed, pairs, sizeof(packed));
   return packed;
 }
@@ -220,8 +220,8 @@ __global__ void __launch_bounds__(kThreads)
     float tile_max = -FLT_MAX;
     for (int c = 0; c < 32; ++c) {
       const int64_t key = key0 + half * 32 + c;
-      const bool visible = row_valid && key <= row_position &&
-                           (window <= 0 || key > row_position - window);
+      const bool visible =
+          row_valid && key <= row_position && (window <= 0 || key > row_position - window);
       s[c] = visible ? s[c] : -FLT_MAX;
       tile_max = fmaxf(tile_max, s[c]);
     }
@@ -253,7 +253,8 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (!row_valid) return;
   const int head = kv_head * group + row % group;
-  float* result = out + ((row_base + first + row / group) * heads + head) * kDim + half * (kDim / 2);
+  float* result =
+      out + ((row_base + first + row / group) * heads + head) * kDim + half * (kDim / 2);
   const float inverse = 1.0f / sh.row_sum[row];
   const float* o = sh.o + row * kLdOut + half * (kDim / 2);
   for (int c = 0; c < kDim / 2; c += 4)
@@ -278,8 +279,7 @@ void flash_attention(const float* q, int64_t rows, int heads, const AttentionBat
          cache.key_dim, cache.value_dim);
   if (rows == 0) return;
   static const bool configured = [] {
-    cudaFuncSetAttribute(flash_attention_kernel<float>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(flash_attention_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(sizeof(Shared)));
     cudaFuncSetAttribute(flash_attention_kernel<__nv_bfloat16>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -292,11 +292,11 @@ void flash_attention(const float* q, int64_t rows, int heads, const AttentionBat
   const int64_t tiles = (rows + positions_per_tile - 1) / positions_per_tile + batch.num_seqs;
   dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(cache.num_kv_heads));
   if (cache.dtype == DType::kBF16) {
-    flash_attention_kernel<__nv_bfloat16><<<grid, kThreads, sizeof(Shared), stream>>>(
-        q, heads, batch, cache, scale, window, out);
+    flash_attention_kernel<__nv_bfloat16>
+        <<<grid, kThreads, sizeof(Shared), stream>>>(q, heads, batch, cache, scale, window, out);
   } else {
-    flash_attention_kernel<float><<<grid, kThreads, sizeof(Shared), stream>>>(
-        q, heads, batch, cache, scale, window, out);
+    flash_attention_kernel<float>
+        <<<grid, kThreads, sizeof(Shared), stream>>>(q, heads, batch, cache, scale, window, out);
   }
   check_launch("flash_attention");
 }

@@ -50,7 +50,8 @@ __global__ void matmul_tiled_kernel(const float* x, DeviceWeight w, int64_t rows
   for (int64_t k0 = 0; k0 < w.cols; k0 += kTile) {
     const int64_t k = k0 + threadIdx.x;
     xs[threadIdx.y][threadIdx.x] = (row < rows && k < w.cols) ? x[row * w.cols + k] : 0.0f;
-    ws[threadIdx.y][threadIdx.x] = (weight_row < n && k < w.cols) ? weight_at(w, weight_row, k) : 0.0f;
+    ws[threadIdx.y][threadIdx.x] =
+        (weight_row < n && k < w.cols) ? weight_at(w, weight_row, k) : 0.0f;
     __syncthreads();
 #pragma unroll
     for (int j = 0; j < kTile; ++j) sum += xs[threadIdx.y][j] * ws[threadIdx.x][j];
@@ -98,7 +99,8 @@ __global__ void add_scaled_rows_kernel(float* y, const int32_t* rows, const floa
     y[int64_t{rows[i]} * width + column] += scales[i] * x[i * width + column];
 }
 
-__global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, float* out, int64_t count) {
+__global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, float* out,
+                                     int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     const float g = gate[i];
@@ -111,8 +113,8 @@ template <typename T>
 __global__ void kv_read_keys_kernel(PagedKvView cache, const int32_t* block_table, float* keys) {
   const int64_t token = blockIdx.x;
   const int64_t width = int64_t{cache.num_kv_heads} * cache.key_dim;
-  const int64_t slot = int64_t{block_table[token / cache.block_size]} * cache.block_size +
-                       token % cache.block_size;
+  const int64_t slot =
+      int64_t{block_table[token / cache.block_size]} * cache.block_size + token % cache.block_size;
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x)
     keys[token * width + i] = load_kv(static_cast<const T*>(cache.keys), slot * width + i);
 }

@@ -6,7 +6,9 @@
 
 namespace deepinfer::cuda {
 
-__device__ inline float load_kv(const float* base, int64_t i) { return base[i]; }
+__device__ inline float load_kv(const float* base, int64_t i) {
+  return base[i];
+}
 __device__ inline float load_kv(const __nv_bfloat16* base, int64_t i) {
   return __bfloat162float(base[i]);
 }
@@ -22,7 +24,9 @@ __device__ inline float4 load_kv4(const __nv_bfloat16* base, int64_t i4) {
   return make_float4(low.x, low.y, high.x, high.y);
 }
 
-__device__ inline void store_kv(float* base, int64_t i, float value) { base[i] = value; }
+__device__ inline void store_kv(float* base, int64_t i, float value) {
+  base[i] = value;
+}
 __device__ inline void store_kv(__nv_bfloat16* base, int64_t i, float value) {
   base[i] = __float2bfloat16_rn(value);
 }

@@ -126,8 +126,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 template <int kRows, typename Chunks>
-void launch_rows(const float* x, const Products<Chunks>& products, int64_t k,
-                 cudaStream_t stream) {
+void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
   few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
@@ -200,8 +199,8 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
                   "matmul_bf16_few_rows");
 }
 
-void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count,
-                          int64_t rows, int64_t k, cudaStream_t stream) {
+void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count, int64_t rows,
+                          int64_t k, cudaStream_t stream) {
   if (count < 1 || count > kMaxProducts)
     fail("matmul_bf16_few_rows: {} products (1 to {})", count, kMaxProducts);
   Products<Bf16Chunks> batch{};
@@ -219,8 +218,7 @@ void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int co
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
                          int64_t n, int64_t k, float* y, cudaStream_t stream) {
   Fp8Chunks format{scales, (k + kScaleBlock - 1) / kScaleBlock};
-  launch_few_rows(x, single_product(weight, format, n, y), rows, k, stream,
-                  "matmul_fp8_few_rows");
+  launch_few_rows(x, single_product(weight, format, n, y), rows, k, stream, "matmul_fp8_few_rows");
 }
 
 struct LtMatmul::Impl {
