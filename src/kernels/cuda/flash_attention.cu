@@ -157,6 +157,67 @@ __device__ void accumulate_values(Shared& sh, int warp) {
   }
 }
 
+// Q rows of the tile (positions 0..last_index from `q`, all heads of the group), pre-scaled;
+// rows past the sequence's queries are zeros and never written out. O and the row statistics
+// start empty.
+__device__ void start_tile(Shared& sh, const float* q, int heads, int kv_head, int group,
+                           int64_t last_index, float scale) {
+  for (int i = threadIdx.x; i < kRows * (kDim / 4); i += kThreads) {
+    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
+    float4 value = make_float4(0, 0, 0, 0);
+    if (r / group <= last_index) {
+      const int head = kv_head * group + r % group;
+      value = *reinterpret_cast<const float4*>(q + (int64_t{r / group} * heads + head) * kDim + c);
+    }
+    __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(sh.q + r * kLdTile + c);
+    d[0] = __floats2bfloat162_rn(value.x * scale, value.y * scale);
+    d[1] = __floats2bfloat162_rn(value.z * scale, value.w * scale);
+  }
+  for (int i = threadIdx.x; i < kRows * kLdOut; i += kThreads) sh.o[i] = 0.0f;
+  if (threadIdx.x < kRows) {
+    sh.row_max[threadIdx.x] = -FLT_MAX;
+    sh.row_sum[threadIdx.x] = 0.0f;
+  }
+}
+
+// The lane pair of `row` (this lane's `half` of the 64 keys from key0): masks the scores the
+// row may not see, writes P = exp(S - new max) and rescales the row's O and statistics.
+__device__ void online_softmax(Shared& sh, int row, int half, int64_t key0, int64_t row_position,
+                               bool row_valid, int window) {
+  float* s = sh.s + row * kLdScore + half * 32;
+  float tile_max = -FLT_MAX;
+  for (int c = 0; c < 32; ++c) {
+    const int64_t key = key0 + half * 32 + c;
+    const bool visible =
+        row_valid && key <= row_position && (window <= 0 || key > row_position - window);
+    s[c] = visible ? s[c] : -FLT_MAX;
+    tile_max = fmaxf(tile_max, s[c]);
+  }
+  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+  const float old_max = sh.row_max[row];
+  const float new_max = fmaxf(old_max, tile_max);
+  const bool any = new_max > -FLT_MAX;
+  float sum = 0.0f;
+  __nv_bfloat16* p = sh.p + row * kLdProb + half * 32;
+  for (int c = 0; c < 32; ++c) {
+    const float weight = (any && s[c] > -FLT_MAX) ? __expf(s[c] - new_max) : 0.0f;
+    p[c] = __float2bfloat16_rn(weight);
+    sum += weight;
+  }
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  const float rescale = any ? __expf(old_max - new_max) : 1.0f;
+  // Once the running maxima settle, most steps leave every row's scale at 1.
+  if (__any_sync(0xffffffffu, rescale != 1.0f)) {
+    float* o = sh.o + row * kLdOut + half * (kDim / 2);
+    for (int c = 0; c < kDim / 2; ++c) o[c] *= rescale;
+  }
+  __syncwarp();
+  if (half == 0) {
+    sh.row_sum[row] = sh.row_sum[row] * rescale + sum;
+    sh.row_max[row] = new_max;
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     flash_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
@@ -177,25 +238,7 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  // Q rows, pre-scaled; rows past the sequence's queries are zeros and never written out.
-  for (int i = threadIdx.x; i < kRows * (kDim / 4); i += kThreads) {
-    const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
-    const int64_t position_index = first + r / group;
-    float4 value = make_float4(0, 0, 0, 0);
-    if (position_index <= last) {
-      const int head = kv_head * group + r % group;
-      value = *reinterpret_cast<const float4*>(
-          q + ((row_base + position_index) * heads + head) * kDim + c);
-    }
-    __nv_bfloat162* d = reinterpret_cast<__nv_bfloat162*>(sh.q + r * kLdTile + c);
-    d[0] = __floats2bfloat162_rn(value.x * scale, value.y * scale);
-    d[1] = __floats2bfloat162_rn(value.z * scale, value.w * scale);
-  }
-  for (int i = threadIdx.x; i < kRows * kLdOut; i += kThreads) sh.o[i] = 0.0f;
-  if (threadIdx.x < kRows) {
-    sh.row_max[threadIdx.x] = -FLT_MAX;
-    sh.row_sum[threadIdx.x] = 0.0f;
-  }
+  start_tile(sh, q + (row_base + first) * heads * kDim, heads, kv_head, group, last - first, scale);
   // Keys any row of the tile may see: up to the last row's position, from the first row's
   // window start.
   const int64_t first_position = base_position + first;
@@ -216,38 +259,7 @@ __global__ void __launch_bounds__(kThreads)
     if (key0 + kKeys <= last_position) next.fetch(cache, table, key0 + kKeys, context, kv_head);
     scores(sh, warp);
     __syncwarp();
-    float* s = sh.s + row * kLdScore + half * 32;
-    float tile_max = -FLT_MAX;
-    for (int c = 0; c < 32; ++c) {
-      const int64_t key = key0 + half * 32 + c;
-      const bool visible =
-          row_valid && key <= row_position && (window <= 0 || key > row_position - window);
-      s[c] = visible ? s[c] : -FLT_MAX;
-      tile_max = fmaxf(tile_max, s[c]);
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float old_max = sh.row_max[row];
-    const float new_max = fmaxf(old_max, tile_max);
-    const bool any = new_max > -FLT_MAX;
-    float sum = 0.0f;
-    __nv_bfloat16* p = sh.p + row * kLdProb + half * 32;
-    for (int c = 0; c < 32; ++c) {
-      const float weight = (any && s[c] > -FLT_MAX) ? __expf(s[c] - new_max) : 0.0f;
-      p[c] = __float2bfloat16_rn(weight);
-      sum += weight;
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    const float rescale = any ? __expf(old_max - new_max) : 1.0f;
-    // Once the running maxima settle, most steps leave every row's scale at 1.
-    if (__any_sync(0xffffffffu, rescale != 1.0f)) {
-      float* o = sh.o + row * kLdOut + half * (kDim / 2);
-      for (int c = 0; c < kDim / 2; ++c) o[c] *= rescale;
-    }
-    __syncwarp();
-    if (half == 0) {
-      sh.row_sum[row] = sh.row_sum[row] * rescale + sum;
-      sh.row_max[row] = new_max;
-    }
+    online_softmax(sh, row, half, key0, row_position, row_valid, window);
     accumulate_values(sh, warp);
     __syncwarp();
   }
