@@ -35,6 +35,23 @@ size_t Ops::available_memory() const {
   fail("/proc/meminfo has no MemAvailable line; give the KV budget in bytes instead");
 }
 
+void check_copy_shapes(const Tensor& source, const Tensor& destination) {
+  bool same = source.rank == destination.rank && source.dtype == DType::kF32 &&
+              destination.dtype == DType::kF32 && destination.rank <= kMaxDims;
+  for (int axis = 0; same && axis < destination.rank; ++axis)
+    same = source.dim(axis) == destination.dim(axis);
+  DI_CHECK(same, "copy: f32 tensors of one shape needed, got {} and {}", source.shape_string(),
+           destination.shape_string());
+}
+
+BackendTensor BackendTensor::zeros(Ops& ops, std::initializer_list<int64_t> shape) {
+  BackendTensor tensor;
+  tensor.view_ = Tensor::contiguous(nullptr, DType::kF32, shape, ops.device());
+  tensor.memory_ = ops.allocate(static_cast<size_t>(tensor.view_.numel()) * sizeof(float));
+  tensor.view_.data = tensor.memory_.get();
+  return tensor;
+}
+
 BackendTensor::BackendTensor(Ops& ops, std::initializer_list<int64_t> shape) {
   view_ = Tensor::contiguous(nullptr, DType::kF32, shape, ops.device());
   memory_ = ops.allocate_scratch(static_cast<size_t>(view_.numel()) * sizeof(float));

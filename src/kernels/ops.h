@@ -143,6 +143,9 @@ class Ops {
   //   transposed = true:  out[t, h, :K]    = x[t, h, :rows] * W_h
   virtual void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices,
                            bool transposed, Tensor& out) = 0;
+  // destination = source elementwise (f32, same shape, rank <= 4, any strides: a source
+  // stride of 0 repeats it along that axis). Moves MLA's per-head pieces between layouts.
+  virtual void copy(const Tensor& source, Tensor& destination) = 0;
   // out[i] = x[rows[i]]; and y[rows[i]] += scales[i] * x[i] (rows may repeat).
   virtual void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) = 0;
   virtual void add_scaled_rows(Tensor& y, const std::vector<int32_t>& rows,
@@ -184,6 +187,8 @@ class BackendTensor {
  public:
   BackendTensor() = default;
   BackendTensor(Ops& ops, std::initializer_list<int64_t> shape);
+  // The same, every element 0.
+  static BackendTensor zeros(Ops& ops, std::initializer_list<int64_t> shape);
   float* data() const { return static_cast<float*>(memory_.get()); }
   const Tensor& view() const { return view_; }
   int64_t dim(int axis) const { return view_.dim(axis); }
@@ -193,6 +198,9 @@ class BackendTensor {
   BackendMemory memory_;
   Tensor view_;
 };
+
+// Throws unless Ops::copy can take these two tensors.
+void check_copy_shapes(const Tensor& source, const Tensor& destination);
 
 // A copy of `bytes` of host data in the backend's memory; on the CPU the copy is skipped and
 // the host pointer itself is returned (the caller keeps the data alive meanwhile).

@@ -40,14 +40,14 @@ struct MtpModule {
 
 // Activations of one forward, sized for its token count.
 struct Scratch {
-  Scratch(const ModelConfig& c, int64_t tokens)
-      : hidden({tokens, c.hidden_size}),
-        normed({tokens, c.hidden_size}),
-        q_compressed({tokens, std::max(c.mla.q_lora_rank, 1)}),
-        q({tokens, int64_t{c.num_heads} * c.mla.qk_head_dim()}),
-        compressed_kv({tokens, int64_t{c.mla.kv_lora_rank} + c.mla.qk_rope_head_dim}),
-        attention({tokens, int64_t{c.num_heads} * c.mla.v_head_dim}) {}
-  FloatTensor hidden, normed, q_compressed, q, compressed_kv, attention;
+  Scratch(Ops& ops, const ModelConfig& c, int64_t tokens)
+      : hidden(ops, {tokens, c.hidden_size}),
+        normed(ops, {tokens, c.hidden_size}),
+        q_compressed(ops, {tokens, std::max(c.mla.q_lora_rank, 1)}),
+        q(ops, {tokens, int64_t{c.num_heads} * c.mla.qk_head_dim()}),
+        compressed_kv(ops, {tokens, int64_t{c.mla.kv_lora_rank} + c.mla.qk_rope_head_dim}),
+        attention(ops, {tokens, int64_t{c.num_heads} * c.mla.v_head_dim}) {}
+  BackendTensor hidden, normed, q_compressed, q, compressed_kv, attention;
 };
 
 // Views into MLA activations: rows of `width` floats holding per-head or latent parts.
@@ -56,10 +56,33 @@ struct MlaDims {
   int64_t latent_width() const { return rank + rope; }  // one cached token (latent form)
 };
 
-Tensor q_part(const FloatTensor& q, const MlaDims& d, int64_t offset, int64_t width) {
+Tensor q_part(const BackendTensor& q, const MlaDims& d, int64_t offset, int64_t width) {
   return Tensor::strided(q.data() + offset, DType::kF32, {q.dim(0), d.heads, width},
-                         {d.heads * d.qk, d.qk, 1});
+                         {d.heads * d.qk, d.qk, 1}, q.view().device);
 }
+
+// Small int arrays (one sequence's or a sub-batch's attention tables) where the kernels read
+// them, packed into one copy.
+class IntTables {
+ public:
+  IntTables(Ops& ops, std::initializer_list<const std::vector<int32_t>*> arrays) {
+    std::vector<int32_t> packed;
+    for (const std::vector<int32_t>* array : arrays) {
+      offsets_.push_back(packed.size());
+      packed.insert(packed.end(), array->begin(), array->end());
+    }
+    host_ = std::move(packed);
+    base_ = static_cast<const int32_t*>(
+        backend_copy(ops, host_.data(), host_.size() * sizeof(int32_t), memory_));
+  }
+  const int32_t* operator[](size_t index) const { return base_ + offsets_[index]; }
+
+ private:
+  std::vector<int32_t> host_;
+  std::vector<size_t> offsets_;
+  BackendMemory memory_;
+  const int32_t* base_ = nullptr;
+};
 
 class DeepseekModel final : public CausalLM {
  public:
@@ -98,7 +121,8 @@ class DeepseekModel final : public CausalLM {
                           static_cast<int>(dims_.rank),
                           block_size,
                           true,
-                          {}};
+                          {},
+                          ops_.kv_dtype()};
     }
     return KvCacheShape{config_.num_layers,
                         config_.num_heads,
@@ -106,7 +130,8 @@ class DeepseekModel final : public CausalLM {
                         static_cast<int>(dims_.v),
                         block_size,
                         false,
-                        {}};
+                        {},
+                        ops_.kv_dtype()};
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override;
@@ -137,13 +162,20 @@ class DeepseekModel final : public CausalLM {
   void bind_weights();
   DeepseekLayer bind_layer(const std::string& prefix, int layer_index);
   void attention_block(const DeepseekLayer& layer, int layer_index, const ForwardBatch& batch,
-                       KvCache& cache, Scratch& s, const float* cos, const float* sin);
+                       const AttentionBatch& view, KvCache& cache, Scratch& s, const float* cos,
+                       const float* sin);
+  // A view of backend-memory floats.
+  Tensor view(float* data, std::initializer_list<int64_t> shape,
+              std::initializer_list<int64_t> strides) const {
+    return Tensor::strided(data, DType::kF32, shape, strides, ops_.device());
+  }
   void expand_keys_values(const MlaWeights& w, const Tensor& latent, const float* rope_keys,
-                          int64_t rope_stride, FloatTensor& keys, FloatTensor& values);
+                          int64_t rope_stride, BackendTensor& keys, BackendTensor& values);
   void attend_expanded_cache(const MlaWeights& w, const AttentionBatch& view, const PagedKvView& kv,
                              Scratch& s, Tensor& out);
-  void attend_expanding_latents(const MlaWeights& w, const ForwardBatch& batch, int seq,
-                                const PagedKvView& kv, Scratch& s, Tensor& out);
+  void attend_expanding_latents(const MlaWeights& w, const ForwardBatch& batch,
+                                const AttentionBatch& view, int seq, const PagedKvView& kv,
+                                Scratch& s, Tensor& out);
   void attend_absorbed(const MlaWeights& w, const ForwardBatch& batch, const std::vector<int>& seqs,
                        const PagedKvView& kv, Scratch& s, Tensor& out);
   void feed_forward(const DeepseekLayer& layer, Scratch& s);
@@ -188,7 +220,7 @@ DeepseekLayer DeepseekModel::bind_layer(const std::string& prefix, int layer_ind
   a.o_proj = layer_weight(store, p + "o_proj.weight", {hidden, d.heads * d.v});
   layer.is_moe = c.moe.is_moe_layer(layer_index);
   if (layer.is_moe) {
-    layer.moe = bind_moe(store, prefix + "mlp.", c);
+    layer.moe = bind_moe(ops_, store, prefix + "mlp.", c);
   } else {
     layer.mlp = bind_gated_mlp(store, prefix + "mlp.", hidden, c.intermediate_size);
   }
@@ -257,56 +289,55 @@ std::vector<const Tensor*> DeepseekModel::weights_read_per_token() const {
 // keys [n, heads, qk] = [W_UK latent | rope key], values [n, heads, v] = W_UV latent.
 void DeepseekModel::expand_keys_values(const MlaWeights& w, const Tensor& latent,
                                        const float* rope_keys, int64_t rope_stride,
-                                       FloatTensor& keys, FloatTensor& values) {
+                                       BackendTensor& keys, BackendTensor& values) {
   const MlaDims& d = dims_;
   int64_t n = latent.dim(0);
-  FloatTensor expanded({n, d.heads * (d.nope + d.v)});
+  BackendTensor expanded(ops_, {n, d.heads * (d.nope + d.v)});
   Tensor expanded_view = expanded.view();
   ops_.matmul(latent, *w.kv_b_proj, nullptr, expanded_view);
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < d.heads; ++h) {
-      const float* source = expanded.data() + (t * d.heads + h) * (d.nope + d.v);
-      float* key = keys.data() + (t * d.heads + h) * d.qk;
-      std::copy_n(source, d.nope, key);
-      std::copy_n(rope_keys + t * rope_stride, d.rope, key + d.nope);
-      std::copy_n(source + d.nope, d.v, values.data() + (t * d.heads + h) * d.v);
-    }
-  }
+  int64_t row = d.heads * (d.nope + d.v);
+  Tensor key_nope = view(keys.data(), {n, d.heads, d.nope}, {d.heads * d.qk, d.qk, 1});
+  ops_.copy(view(expanded.data(), {n, d.heads, d.nope}, {row, d.nope + d.v, 1}), key_nope);
+  // One rope key per token, repeated for every head (a source stride of 0).
+  Tensor key_rope = view(keys.data() + d.nope, {n, d.heads, d.rope}, {d.heads * d.qk, d.qk, 1});
+  ops_.copy(view(const_cast<float*>(rope_keys), {n, d.heads, d.rope}, {rope_stride, 0, 1}),
+            key_rope);
+  Tensor value_view = view(values.data(), {n, d.heads, d.v}, {d.heads * d.v, d.v, 1});
+  ops_.copy(view(expanded.data() + d.nope, {n, d.heads, d.v}, {row, d.nope + d.v, 1}), value_view);
 }
 
-void DeepseekModel::attend_expanded_cache(const MlaWeights& w, const AttentionBatch& view,
+void DeepseekModel::attend_expanded_cache(const MlaWeights& w, const AttentionBatch& view_batch,
                                           const PagedKvView& kv, Scratch& s, Tensor& out) {
   const MlaDims& d = dims_;
   int64_t tokens = s.q.dim(0);
-  FloatTensor keys({tokens, d.heads, d.qk});
-  FloatTensor values({tokens, d.heads, d.v});
-  Tensor latent =
-      Tensor::strided(s.compressed_kv.data(), DType::kF32, {tokens, d.rank}, {d.latent_width(), 1});
+  BackendTensor keys(ops_, {tokens, d.heads, d.qk});
+  BackendTensor values(ops_, {tokens, d.heads, d.v});
+  Tensor latent = view(s.compressed_kv.data(), {tokens, d.rank}, {d.latent_width(), 1});
   expand_keys_values(w, latent, s.compressed_kv.data() + d.rank, d.latent_width(), keys, values);
-  ops_.kv_write(keys.view(), &values.view(), view, kv);
-  Tensor q = Tensor::contiguous(s.q.data(), DType::kF32, {tokens, d.heads, d.qk});
-  ops_.paged_attention(q, view, kv, softmax_scale_, 0, out);
+  ops_.kv_write(keys.view(), &values.view(), view_batch, kv);
+  Tensor q = view(s.q.data(), {tokens, d.heads, d.qk}, {d.heads * d.qk, d.qk, 1});
+  ops_.paged_attention(q, view_batch, kv, softmax_scale_, 0, out);
 }
 
 // A long new chunk: expand every cached latent of the sequence into per-head keys and values
 // (once per forward) and attend as plain multi-head attention.
 void DeepseekModel::attend_expanding_latents(const MlaWeights& w, const ForwardBatch& batch,
-                                             int seq, const PagedKvView& kv, Scratch& s,
-                                             Tensor& out) {
+                                             const AttentionBatch& view_batch, int seq,
+                                             const PagedKvView& kv, Scratch& s, Tensor& out) {
   const MlaDims& d = dims_;
   auto index = static_cast<size_t>(seq);
   int32_t context = batch.context_lens[index];
   int32_t first_row = batch.query_start[index];
   int32_t rows = batch.query_start[index + 1] - first_row;
-  FloatTensor cached({context, d.latent_width()});
+  BackendTensor cached(ops_, {context, d.latent_width()});
   Tensor cached_view = cached.view();
-  ops_.kv_read_keys(kv, batch.block_tables.front().data() + int64_t{seq} * batch.max_blocks_per_seq,
+  ops_.kv_read_keys(kv, view_batch.block_tables + int64_t{seq} * view_batch.max_blocks_per_seq,
                     context, cached_view);
-  FloatTensor keys({context, d.heads, d.qk});
-  FloatTensor values({context, d.heads, d.v});
-  Tensor latent =
-      Tensor::strided(cached.data(), DType::kF32, {context, d.rank}, {d.latent_width(), 1});
+  BackendTensor keys(ops_, {context, d.heads, d.qk});
+  BackendTensor values(ops_, {context, d.heads, d.v});
+  Tensor latent = view(cached.data(), {context, d.rank}, {d.latent_width(), 1});
   expand_keys_values(w, latent, cached.data() + d.rank, d.latent_width(), keys, values);
+  // The expanded keys as one block of `context` tokens.
   PagedKvView expanded{keys.data(),
                        values.data(),
                        static_cast<int>(context),
@@ -314,13 +345,13 @@ void DeepseekModel::attend_expanding_latents(const MlaWeights& w, const ForwardB
                        static_cast<int>(d.qk),
                        static_cast<int>(d.v),
                        false};
-  int32_t query_start[2] = {0, rows};
-  int32_t block_table[1] = {0};
-  AttentionBatch one{1, query_start, &context, block_table, 1, nullptr};
-  Tensor q = Tensor::contiguous(s.q.data() + first_row * d.heads * d.qk, DType::kF32,
-                                {rows, d.heads, d.qk});
-  Tensor seq_out = Tensor::contiguous(out.as<float>() + first_row * d.heads * d.v, DType::kF32,
-                                      {rows, d.heads, d.v});
+  std::vector<int32_t> query_start = {0, rows}, context_lens = {context}, block_table = {0};
+  IntTables tables(ops_, {&query_start, &context_lens, &block_table});
+  AttentionBatch one{1, tables[0], tables[1], tables[2], 1, nullptr, context};
+  Tensor q = view(s.q.data() + first_row * d.heads * d.qk, {rows, d.heads, d.qk},
+                  {d.heads * d.qk, d.qk, 1});
+  Tensor seq_out = view(out.as<float>() + first_row * d.heads * d.v, {rows, d.heads, d.v},
+                        {d.heads * d.v, d.v, 1});
   ops_.paged_attention(q, one, expanded, softmax_scale_, 0, seq_out);
 }
 
@@ -341,38 +372,46 @@ void DeepseekModel::attend_absorbed(const MlaWeights& w, const ForwardBatch& bat
     block_tables.insert(block_tables.end(), table, table + batch.max_blocks_per_seq);
   }
   auto count = static_cast<int64_t>(rows.size());
-  FloatTensor q({count, d.heads * d.qk});
+  int64_t lw = d.latent_width();
+  BackendTensor q(ops_, {count, d.heads * d.qk});
   Tensor q_view = q.view();
   ops_.gather_rows(s.q.view(), rows, q_view);
-  FloatTensor q_absorbed({count, d.heads, d.latent_width()});
-  Tensor q_latent = Tensor::strided(q_absorbed.data(), DType::kF32, {count, d.heads, d.rank},
-                                    {d.heads * d.latent_width(), d.latent_width(), 1});
+  BackendTensor q_absorbed(ops_, {count, d.heads, lw});
+  Tensor q_latent = view(q_absorbed.data(), {count, d.heads, d.rank}, {d.heads * lw, lw, 1});
   ops_.head_matmul(q_part(q, d, 0, d.nope), *w.kv_b_proj, {d.nope + d.v, 0, d.nope}, true,
                    q_latent);
-  for (int64_t t = 0; t < count; ++t) {
-    for (int64_t h = 0; h < d.heads; ++h) {
-      std::copy_n(q.data() + (t * d.heads + h) * d.qk + d.nope, d.rope,
-                  q_absorbed.data() + (t * d.heads + h) * d.latent_width() + d.rank);
-    }
-  }
-  AttentionBatch sub{static_cast<int>(seqs.size()), query_start.data(),       context_lens.data(),
-                     block_tables.data(),           batch.max_blocks_per_seq, nullptr};
-  FloatTensor latent_out({count, d.heads, d.rank});
+  Tensor q_rope = view(q_absorbed.data() + d.rank, {count, d.heads, d.rope}, {d.heads * lw, lw, 1});
+  ops_.copy(q_part(q, d, d.nope, d.rope), q_rope);
+  IntTables tables(ops_, {&query_start, &context_lens, &block_tables});
+  AttentionBatch sub{static_cast<int>(seqs.size()), tables[0], tables[1], tables[2],
+                     batch.max_blocks_per_seq,      nullptr};
+  sub.max_context_len = *std::max_element(context_lens.begin(), context_lens.end());
+  BackendTensor latent_out(ops_, {count, d.heads, d.rank});
   Tensor latent_out_view = latent_out.view();
   ops_.paged_attention(q_absorbed.view(), sub, kv, softmax_scale_, 0, latent_out_view);
-  FloatTensor heads_out({count, d.heads, d.v});
+  BackendTensor heads_out(ops_, {count, d.heads, d.v});
   Tensor heads_out_view = heads_out.view();
   ops_.head_matmul(latent_out_view, *w.kv_b_proj, {d.nope + d.v, d.nope, d.v}, false,
                    heads_out_view);
-  for (int64_t t = 0; t < count; ++t) {
-    std::copy_n(heads_out.data() + t * d.heads * d.v, d.heads * d.v,
-                out.as<float>() + int64_t{rows[static_cast<size_t>(t)]} * d.heads * d.v);
+  // Back to the batch's rows, one copy per run of consecutive rows.
+  int64_t width = d.heads * d.v;
+  for (int64_t first = 0; first < count;) {
+    int64_t last = first;
+    while (last + 1 < count &&
+           rows[static_cast<size_t>(last + 1)] == rows[static_cast<size_t>(last)] + 1)
+      ++last;
+    int64_t run = last - first + 1;
+    Tensor target = view(out.as<float>() + int64_t{rows[static_cast<size_t>(first)]} * width,
+                         {run, width}, {width, 1});
+    ops_.copy(view(heads_out.data() + first * width, {run, width}, {width, 1}), target);
+    first = last + 1;
   }
 }
 
 void DeepseekModel::attention_block(const DeepseekLayer& layer, int layer_index,
-                                    const ForwardBatch& batch, KvCache& cache, Scratch& s,
-                                    const float* cos, const float* sin) {
+                                    const ForwardBatch& batch, const AttentionBatch& view_batch,
+                                    KvCache& cache, Scratch& s, const float* cos,
+                                    const float* sin) {
   const MlaDims& d = dims_;
   const MlaWeights& w = layer.attention;
   auto eps = static_cast<float>(config_.rms_norm_eps);
@@ -390,30 +429,28 @@ void DeepseekModel::attention_block(const DeepseekLayer& layer, int layer_index,
   } else {
     ops_.matmuls(normed, {{w.q_proj, nullptr, &q}, {w.kv_a_proj, nullptr, &compressed_kv}});
   }
-  Tensor latent =
-      Tensor::strided(s.compressed_kv.data(), DType::kF32, {tokens, d.rank}, {d.latent_width(), 1});
+  Tensor latent = view(s.compressed_kv.data(), {tokens, d.rank}, {d.latent_width(), 1});
   ops_.rmsnorm(latent, *w.kv_a_norm, eps, latent);
-  Tensor rope_key = Tensor::strided(s.compressed_kv.data() + d.rank, DType::kF32,
-                                    {tokens, 1, d.rope}, {d.latent_width(), d.rope, 1});
+  Tensor rope_key =
+      view(s.compressed_kv.data() + d.rank, {tokens, 1, d.rope}, {d.latent_width(), d.rope, 1});
   ops_.rope(rope_key, cos, sin, static_cast<int>(d.rope), true);
   Tensor q_rope = q_part(s.q, d, d.nope, d.rope);
   ops_.rope(q_rope, cos, sin, static_cast<int>(d.rope), true);
 
   PagedKvView kv = cache.layer(layer_index);
-  AttentionBatch view = batch.attention_view();
-  Tensor out = Tensor::contiguous(s.attention.data(), DType::kF32, {tokens, d.heads, d.v});
+  Tensor out = view(s.attention.data(), {tokens, d.heads, d.v}, {d.heads * d.v, d.v, 1});
   if (cache_form_ == MlaCache::kExpanded) {
-    attend_expanded_cache(w, view, kv, s, out);
+    attend_expanded_cache(w, view_batch, kv, s, out);
   } else {
-    Tensor cached =
-        Tensor::contiguous(s.compressed_kv.data(), DType::kF32, {tokens, 1, d.latent_width()});
-    ops_.kv_write(cached, nullptr, view, kv);
+    Tensor cached = view(s.compressed_kv.data(), {tokens, 1, d.latent_width()},
+                         {d.latent_width(), d.latent_width(), 1});
+    ops_.kv_write(cached, nullptr, view_batch, kv);
     std::vector<int> absorbed;
     for (int seq = 0; seq < batch.num_seqs(); ++seq) {
       auto index = static_cast<size_t>(seq);
       int32_t rows = batch.query_start[index + 1] - batch.query_start[index];
       if (rows >= expand_min_tokens_) {
-        attend_expanding_latents(w, batch, seq, kv, s, out);
+        attend_expanding_latents(w, batch, view_batch, seq, kv, s, out);
       } else {
         absorbed.push_back(seq);
       }
@@ -429,7 +466,7 @@ void DeepseekModel::feed_forward(const DeepseekLayer& layer, Scratch& s) {
   Tensor normed = s.normed.view();
   ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm,
                static_cast<float>(config_.rms_norm_eps), normed);
-  FloatTensor out({s.hidden.dim(0), s.hidden.dim(1)});
+  BackendTensor out(ops_, {s.hidden.dim(0), s.hidden.dim(1)});
   Tensor out_view = out.view();
   if (layer.is_moe) {
     run_moe(ops_, config_.moe, layer.moe, normed, out_view);
@@ -445,18 +482,23 @@ void DeepseekModel::forward(const ForwardBatch& batch, KvCache& cache, float* lo
   const ModelConfig& c = config_;
   int64_t tokens = batch.num_tokens();
   DI_CHECK(tokens > 0, "forward: empty batch");
-  Scratch s(c, tokens);
+  Scratch s(ops_, c, tokens);
+  BatchTables tables(ops_, batch);
+  AttentionBatch view_batch = tables.attention(0);
   Tensor hidden = s.hidden.view();
-  ops_.embedding(*embed_, batch.tokens.data(), hidden);
-  if (hidden_sink) hidden_sink(0, hidden);
+  ops_.embedding(*embed_, tables.tokens(), hidden);
+  report_hidden(ops_, hidden_sink, 0, hidden);
   std::vector<float> cos(static_cast<size_t>(tokens * dims_.rope / 2));
   std::vector<float> sin(cos.size());
   rope_.compute(batch.positions.data(), tokens, cos.data(), sin.data());
+  BackendMemory cos_copy, sin_copy;
+  const float* device_cos = backend_floats(ops_, cos, cos_copy);
+  const float* device_sin = backend_floats(ops_, sin, sin_copy);
   for (int i = 0; i < c.num_layers; ++i) {
     const DeepseekLayer& layer = layers_[static_cast<size_t>(i)];
-    attention_block(layer, i, batch, cache, s, cos.data(), sin.data());
+    attention_block(layer, i, batch, view_batch, cache, s, device_cos, device_sin);
     feed_forward(layer, s);
-    if (hidden_sink && i + 1 < c.num_layers) hidden_sink(i + 1, hidden);
+    if (i + 1 < c.num_layers) report_hidden(ops_, hidden_sink, i + 1, hidden);
   }
   final_logits(ops_, batch, hidden, *final_norm_, *lm_head_, static_cast<float>(c.rms_norm_eps),
                c.num_layers, logits, hidden_sink);

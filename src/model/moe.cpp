@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <deque>
 
 #include "core/error.h"
@@ -37,7 +38,7 @@ ExpertRouting routing_of(const MoeConfig& moe) {
 
 }  // namespace
 
-MoeWeights bind_moe(const TensorStore& store, const std::string& prefix,
+MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefix,
                     const ModelConfig& config) {
   const MoeConfig& moe = config.moe;
   MoeWeights weights;
@@ -45,18 +46,22 @@ MoeWeights bind_moe(const TensorStore& store, const std::string& prefix,
   weights.router = layer_weight(store, prefix + "gate.weight", {moe.num_experts, hidden});
   if (moe.selection == ExpertSelection::kNoAuxTc) {
     const Tensor& bias = store.get(prefix + "gate.e_score_correction_bias", {moe.num_experts});
+    if (bias.dtype != DType::kF32 && bias.dtype != DType::kBF16) {
+      fail("tensor \"{}gate.e_score_correction_bias\" has dtype {}; expected F32 or BF16", prefix,
+           dtype_name(bias.dtype));
+    }
+    std::vector<std::byte> raw(bias.nbytes());
+    ops.to_host(raw.data(), bias.data, raw.size());
     for (int64_t e = 0; e < moe.num_experts; ++e) {
-      switch (bias.dtype) {
-        case DType::kF32:
-          weights.correction_bias.push_back(bias.as<const float>()[e]);
-          break;
-        case DType::kBF16:
-          weights.correction_bias.push_back(bf16_to_f32(bias.as<const uint16_t>()[e]));
-          break;
-        default:
-          fail("tensor \"{}gate.e_score_correction_bias\" has dtype {}; expected F32 or BF16",
-               prefix, dtype_name(bias.dtype));
+      float value = 0.0f;
+      if (bias.dtype == DType::kF32) {
+        std::memcpy(&value, raw.data() + e * 4, 4);
+      } else {
+        uint16_t bits = 0;
+        std::memcpy(&bits, raw.data() + e * 2, 2);
+        value = bf16_to_f32(bits);
       }
+      weights.correction_bias.push_back(value);
     }
   }
   for (int e = 0; e < moe.num_experts; ++e) {
@@ -85,7 +90,7 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
              Tensor& out) {
   int64_t tokens = normed.dim(0);
   int64_t hidden = normed.dim(1);
-  FloatTensor logits({tokens, moe.num_experts});
+  BackendTensor logits(ops, {tokens, moe.num_experts});
   Tensor logits_view = logits.view();
   ops.matmul(normed, *weights.router, nullptr, logits_view);
   ExpertChoice choice = route_tokens(ops, moe, logits.view(), weights.correction_bias);
@@ -101,24 +106,24 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
   }
   struct Active {
     size_t expert;
-    FloatTensor input, gate, up, output;
+    BackendTensor input, gate, up, output;
   };
   std::vector<Active> active;
   int64_t inter = moe.expert_intermediate_size;
   for (size_t e = 0; e < experts; ++e) {
     if (rows[e].empty()) continue;
     auto count = static_cast<int64_t>(rows[e].size());
-    active.push_back({e, FloatTensor({count, hidden}), FloatTensor({count, inter}),
-                      FloatTensor({count, inter}), FloatTensor({count, hidden})});
+    active.push_back({e, BackendTensor(ops, {count, hidden}), BackendTensor(ops, {count, inter}),
+                      BackendTensor(ops, {count, inter}), BackendTensor(ops, {count, hidden})});
     Tensor input = active.back().input.view();
     ops.gather_rows(normed, rows[e], input);
   }
   bool shared = weights.shared.gate != nullptr;
   int64_t shared_inter = shared ? weights.shared.gate->dim(0) : 0;
-  FloatTensor shared_gate({tokens, std::max<int64_t>(shared_inter, 1)});
-  FloatTensor shared_up({tokens, std::max<int64_t>(shared_inter, 1)});
+  BackendTensor shared_gate(ops, {tokens, std::max<int64_t>(shared_inter, 1)});
+  BackendTensor shared_up(ops, {tokens, std::max<int64_t>(shared_inter, 1)});
   std::deque<Tensor> views;  // the jobs point into it: a deque keeps elements where they are
-  auto view_of = [&](const FloatTensor& tensor) -> Tensor* {
+  auto view_of = [&](const BackendTensor& tensor) -> Tensor* {
     return &views.emplace_back(tensor.view());
   };
 
@@ -147,7 +152,7 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
     down_jobs.push_back({weights.shared.down, nullptr, &out, view_of(shared_gate)});
   }
   ops.matmuls(normed, down_jobs);
-  if (!shared) std::fill_n(out.as<float>(), out.numel(), 0.0f);
+  if (!shared) ops.copy(BackendTensor::zeros(ops, {tokens, hidden}).view(), out);
   for (const Active& a : active)
     ops.add_scaled_rows(out, rows[a.expert], scales[a.expert], a.output.view());
 }

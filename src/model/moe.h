@@ -17,7 +17,9 @@ struct MoeWeights {
   GatedMlp shared;  // all null without shared experts
 };
 
-MoeWeights bind_moe(const TensorStore& store, const std::string& prefix, const ModelConfig& config);
+// `ops` reads the routing bias back when the weights live in its memory.
+MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefix,
+                    const ModelConfig& config);
 
 // The experts each token goes to and their weights: token t's choices are entries
 // [t * k, (t + 1) * k) of both vectors, k = experts_per_token.

@@ -1,4 +1,4 @@
-// The dense fixtures on the CUDA backend against what Hugging Face transformers computed, and
+// The fixtures on the CUDA backend against what Hugging Face transformers computed, and
 // the batching engine on the GPU against the same engine on the CPU. Skipped, and saying so,
 // where no GPU is present.
 //
@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/sequence_runner.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -199,11 +198,11 @@ TEST(CudaEngine, RecordedDecodeStepsMatchEagerOnes) {
   }
 }
 
-TEST(CudaEngine, DeepSeekModelsAreRefusedWithAReason) {
-  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-  auto gpu = cuda::make_cuda_ops();
-  EXPECT_THROW(load_model(fixture_model("deepseek-v3-mla-moe"), LoadMode::kRead, *gpu), Error);
-}
+// MLA (latent cache: absorbed decode, expanded prompts), MoE routing and FP8 weights.
+INSTANTIATE_TEST_SUITE_P(DeepSeek, CudaFixture,
+                         ::testing::Values("deepseek-v3-mla-moe", "deepseek-v3-fp8",
+                                           "deepseek-v2-lite-style"),
+                         testing::fixture_test_name);
 
 }  // namespace
 }  // namespace deepinfer

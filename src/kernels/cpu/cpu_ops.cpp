@@ -1,5 +1,6 @@
 // The CPU backend: the reference every other backend is tested against.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -232,6 +233,26 @@ class CpuOps final : public Ops {
                          routing, experts + t * k, weights + t * k);
       }
     });
+  }
+
+  void copy(const Tensor& source, Tensor& destination) override {
+    check_copy_shapes(source, destination);
+    std::array<int64_t, kMaxDims> extent{1, 1, 1, 1}, from{}, to{};
+    int offset = kMaxDims - destination.rank;  // right-align: missing outer axes have extent 1
+    for (int axis = 0; axis < destination.rank; ++axis) {
+      auto at = static_cast<size_t>(axis + offset);
+      extent[at] = destination.shape[static_cast<size_t>(axis)];
+      from[at] = source.strides[static_cast<size_t>(axis)];
+      to[at] = destination.strides[static_cast<size_t>(axis)];
+    }
+    const float* in = source.as<const float>();
+    float* out = destination.as<float>();
+    for (int64_t a = 0; a < extent[0]; ++a)
+      for (int64_t b = 0; b < extent[1]; ++b)
+        for (int64_t c = 0; c < extent[2]; ++c)
+          for (int64_t d = 0; d < extent[3]; ++d)
+            out[a * to[0] + b * to[1] + c * to[2] + d * to[3]] =
+                in[a * from[0] + b * from[1] + c * from[2] + d * from[3]];
   }
 
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {

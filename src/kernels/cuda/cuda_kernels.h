@@ -164,6 +164,16 @@ void add_scaled_rows(float* y, const int32_t* rows, const float* scales, int64_t
 // out = gelu_tanh(gate) * up, elementwise.
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t count,
                    cudaStream_t stream = nullptr);
+// destination[a, b, c, d] = source[a, b, c, d] over four right-aligned axes, strides in
+// elements (a source stride may be 0).
+struct StridedCopy {
+  int64_t extent[4] = {1, 1, 1, 1};
+  int64_t from[4] = {};
+  int64_t to[4] = {};
+};
+void strided_copy(const float* source, float* destination, const StridedCopy& copy,
+                  cudaStream_t stream = nullptr);
+
 // As Ops::kv_read_keys, block_table on the device.
 void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count, float* keys,
                   cudaStream_t stream = nullptr);

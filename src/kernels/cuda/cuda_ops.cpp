@@ -207,6 +207,21 @@ class CudaOps final : public Ops {
                       out.strides[0], out.strides[1], stream());
   }
 
+  void copy(const Tensor& source, Tensor& destination) override {
+    require_device(source, "copy");
+    require_device(destination, "copy");
+    check_copy_shapes(source, destination);
+    StridedCopy layout;
+    int offset = 4 - destination.rank;
+    for (int axis = 0; axis < destination.rank; ++axis) {
+      auto a = static_cast<size_t>(axis);
+      layout.extent[axis + offset] = destination.shape[a];
+      layout.from[axis + offset] = source.strides[a];
+      layout.to[axis + offset] = destination.strides[a];
+    }
+    strided_copy(source.as<const float>(), destination.as<float>(), layout, stream());
+  }
+
   void gather_rows(const Tensor& x, const std::vector<int32_t>& rows, Tensor& out) override {
     require_device(x, "gather_rows");
     BackendMemory indices = upload(rows);

@@ -119,7 +119,31 @@ __global__ void kv_read_keys_kernel(PagedKvView cache, const int32_t* block_tabl
     keys[token * width + i] = load_kv(static_cast<const T*>(cache.keys), slot * width + i);
 }
 
+// One thread per destination element; the index is split by the (right-aligned) extents.
+__global__ void strided_copy_kernel(const float* source, float* destination, StridedCopy copy,
+                                    int64_t count) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    int64_t rest = i, from = 0, to = 0;
+    for (int axis = 3; axis >= 0; --axis) {
+      const int64_t index = rest % copy.extent[axis];
+      rest /= copy.extent[axis];
+      from += index * copy.from[axis];
+      to += index * copy.to[axis];
+    }
+    destination[to] = source[from];
+  }
+}
+
 }  // namespace
+
+void strided_copy(const float* source, float* destination, const StridedCopy& copy,
+                  cudaStream_t stream) {
+  int64_t count = copy.extent[0] * copy.extent[1] * copy.extent[2] * copy.extent[3];
+  if (count == 0) return;
+  strided_copy_kernel<<<grid_for(count), kThreads, 0, stream>>>(source, destination, copy, count);
+  check_launch("strided_copy");
+}
 
 void matmul_tiled(const float* x, const DeviceWeight& weight, int64_t rows, int64_t n, float* y,
                   cudaStream_t stream) {
