@@ -72,6 +72,40 @@ struct TypedWeights {
   }
 };
 
+// MLA's rearrangements: a per-token vector repeated for every head (source stride 0) into a
+// slice of a wider per-head row, and a strided slice copied back out.
+TEST(CpuOps, StridedCopyRepeatsAndSlices) {
+  auto ops = make_cpu_ops();
+  const int64_t tokens = 3, heads = 4, width = 5, row = 8;
+  std::vector<float> source(static_cast<size_t>(tokens * width));
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<float>(i);
+  std::vector<float> target(static_cast<size_t>(tokens * heads * row), -1.0f);
+  Tensor repeated =
+      Tensor::strided(source.data(), DType::kF32, {tokens, heads, width}, {width, 0, 1});
+  Tensor slice = Tensor::strided(target.data() + 2, DType::kF32, {tokens, heads, width},
+                                 {heads * row, row, 1});
+  ops->copy(repeated, slice);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t j = 0; j < row; ++j) {
+        float want =
+            (j >= 2 && j < 2 + width) ? source[static_cast<size_t>(t * width + j - 2)] : -1.0f;
+        EXPECT_EQ(target[static_cast<size_t>((t * heads + h) * row + j)], want);
+      }
+    }
+  }
+  std::vector<float> back(static_cast<size_t>(tokens * heads * width));
+  Tensor back_view = Tensor::contiguous(back.data(), DType::kF32, {tokens, heads, width});
+  ops->copy(slice, back_view);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t j = 0; j < width; ++j)
+        EXPECT_EQ(back[static_cast<size_t>((t * heads + h) * width + j)],
+                  source[static_cast<size_t>(t * width + j)]);
+  Tensor wrong = Tensor::contiguous(back.data(), DType::kF32, {tokens, width});
+  EXPECT_THROW(ops->copy(slice, wrong), Error);
+}
+
 TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
   const IsaKernels& reference = cpu::generic_kernels();
   for (const IsaKernels* table : simd_tables()) {

@@ -174,6 +174,24 @@ TEST_F(CudaOpsParity, GroupedDecodeProducts) {
   }
 }
 
+TEST_F(CudaOpsParity, StridedCopy) {
+  const int64_t tokens = 3, heads = 4, width = 64, row = 80;
+  Both source = random({tokens, width});
+  Both target = random({tokens, heads, row});
+  auto repeated = [&](Tensor view) {
+    return Tensor::strided(view.data, DType::kF32, {tokens, heads, width}, {width, 0, 1},
+                           view.device);
+  };
+  auto slice = [&](Tensor view) {
+    return Tensor::strided(view.as<float>() + 8, DType::kF32, {tokens, heads, width},
+                           {heads * row, row, 1}, view.device);
+  };
+  Tensor host_slice = slice(target.host_view), device_slice = slice(target.device_view);
+  cpu_->copy(repeated(source.host_view), host_slice);
+  gpu_->copy(repeated(source.device_view), device_slice);
+  EXPECT_EQ(error(target), 0.0);
+}
+
 TEST_F(CudaOpsParity, HeadMatmulBothDirections) {
   const int64_t tokens = 3, heads = 4, k = 64, rows = 32, stride = 48;
   Both w = random({heads * stride, k}, DType::kBF16, 0.1f);
