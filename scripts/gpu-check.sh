@@ -9,7 +9,8 @@
 # the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
 # concurrent requests of 1000 + 1000 tokens (deepinfer bench-engine); peer = the same
-# workloads through PyTorch/transformers (bench/torch_peer.py).
+# workloads through PyTorch/transformers (bench/torch_peer.py). ENGINE_CONCURRENCY,
+# PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer stages.
 #
 # The GPU machine has nvcc but none of the Debian libraries the project builds against, so
 # the binaries are built here (same CUDA 13.0) and carried, stripped, with the shared
@@ -75,7 +76,11 @@ run() {
   [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
     --load read --concurrency "${ENGINE_CONCURRENCY:-64,256}" --prompt-tokens 1000 --output-tokens 1000 \
     --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"
-  [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" 2>&1 | tee "$out/peer.txt"
+  # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
+  # one call's 10 minutes: all phases take about 7.
+  [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" \
+    --phases "${PEER_PHASES:-decode,prefill,throughput}" \
+    --concurrency "${PEER_CONCURRENCY:-64,256}" 2>&1 | tee "$out/peer.txt"
   echo
   echo "== summary =="
   [[ -f $out/parity.txt ]] && grep -E "tests ran|PASSED|FAILED" "$out/parity.txt" | tail -4
