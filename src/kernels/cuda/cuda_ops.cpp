@@ -80,7 +80,7 @@ class CudaOps final : public Ops {
 
   BackendMemory allocate(size_t bytes) override {
     void* data = nullptr;
-    cudaStream_t stream = stream_.get();
+    cudaStream_t stream = this->stream();
     if (bytes > 0) {
       check(cudaMallocAsync(&data, bytes, stream), "allocate");
       check(cudaMemsetAsync(data, 0, bytes, stream), "zero");
@@ -100,19 +100,19 @@ class CudaOps final : public Ops {
 
   void to_backend(void* destination, const void* source, size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream_.get()),
+    check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()),
           "copy to device");
   }
 
   void to_host(void* destination, const void* source, size_t bytes) override {
     if (bytes > 0) {
-      check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream_.get()),
+      check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream()),
             "copy to host");
     }
     synchronize();
   }
 
-  void synchronize() override { check(cudaStreamSynchronize(stream_.get()), "synchronize"); }
+  void synchronize() override { check(cudaStreamSynchronize(stream()), "synchronize"); }
 
   std::unique_ptr<RecordedOps> record(const std::function<void()>& work) override {
     check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "begin capture");
@@ -138,7 +138,7 @@ class CudaOps final : public Ops {
   // it is handed back to the device first, or a second cache would be sized from what the
   // first one left.
   size_t available_memory() const override {
-    check(cudaStreamSynchronize(stream_.get()), "synchronize");
+    check(cudaStreamSynchronize(stream()), "synchronize");
     cudaMemPool_t pool = nullptr;
     check(cudaDeviceGetDefaultMemPool(&pool, device_), "memory pool");
     check(cudaMemPoolTrimTo(pool, 0), "pool trim");
@@ -331,7 +331,16 @@ class CudaOps final : public Ops {
   }
 
  private:
-  cudaStream_t stream() const { return stream_.get(); }
+  // The stream, with this thread's current device made ours first: the engine may run
+  // forwards on its step thread (--async-scheduling), whose current device starts at 0.
+  cudaStream_t stream() const {
+    thread_local int current = -1;
+    if (current != device_) {
+      check(cudaSetDevice(device_), "set device");
+      current = device_;
+    }
+    return stream_.get();
+  }
 
   template <typename T>
   BackendMemory upload(const std::vector<T>& values) {
