@@ -64,7 +64,6 @@ struct Engine::StepWork {
   std::vector<Chunk> chunks;
   // Decode inputs that the step before samples: batch row and sequence.
   std::vector<std::pair<size_t, Sequence*>> placeholders;
-  std::vector<float> logits;
 };
 
 void LatencyHistogram::observe(double seconds) {
@@ -265,12 +264,19 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
 // the sequences' sampling parameters and histories, writes only into `work`.
 void Engine::execute(StepWork& work) {
   const int32_t vocab = model_.config().vocab_size;
-  work.logits.resize(work.batch.logit_rows.size() * static_cast<size_t>(vocab));
-  model_.forward(work.batch, cache_, work.logits.data());
+  size_t floats = work.batch.logit_rows.size() * static_cast<size_t>(vocab);
+  if (floats > logits_floats_) {
+    // One buffer for every step (forwards never overlap), in memory the backend copies to
+    // fastest; it grows by half again so a growing batch reallocates rarely.
+    logits_floats_ = std::max(floats, logits_floats_ + logits_floats_ / 2);
+    logits_ = model_.ops().allocate_host(logits_floats_ * sizeof(float));
+  }
+  auto* logits = static_cast<float*>(logits_.get());
+  model_.forward(work.batch, cache_, logits);
   for (Chunk& chunk : work.chunks) {
     const Sequence& sequence = *chunk.sequence;
     const sampling::SamplingParams& params = sequence.request.sampling;
-    auto row = [&](size_t r) { return work.logits.data() + r * static_cast<size_t>(vocab); };
+    auto row = [&](size_t r) { return logits + r * static_cast<size_t>(vocab); };
     if (chunk.samples) {
       chunk.sample = sample_next(sequence, row(chunk.first_logit_row + chunk.logit_rows - 1),
                                  chunk.output_position);

@@ -116,6 +116,8 @@ class Engine {
   // Finished sequences that a launched step may still read; freed once it is done.
   std::vector<std::unique_ptr<Sequence>> retired_;
   std::unique_ptr<StepWork> in_flight_;
+  BackendMemory logits_;  // the step's logits (see execute)
+  size_t logits_floats_ = 0;
   std::unique_ptr<StepRunner> runner_;
   uint64_t arrivals_ = 0;
   std::chrono::steady_clock::time_point started_;

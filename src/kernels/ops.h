@@ -111,6 +111,9 @@ class Ops {
   virtual BackendMemory allocate(size_t bytes) { return host_memory(bytes); }
   // The same, contents unspecified: for activations every reader finds written first.
   virtual BackendMemory allocate_scratch(size_t bytes) { return allocate(bytes); }
+  // Host memory this backend copies to and from fastest (page-locked for a GPU): where
+  // logits land every step.
+  virtual BackendMemory allocate_host(size_t bytes) { return host_memory(bytes); }
   // Copies between host memory and the backend's memory. to_host waits for the work queued
   // before it; to_backend may return before the copy lands (later ops see it).
   virtual void to_backend(void* destination, const void* source, size_t bytes);

@@ -98,6 +98,12 @@ class CudaOps final : public Ops {
     return BackendMemory(data, [owner](void* p) { cudaFreeAsync(p, owner.get()); });
   }
 
+  BackendMemory allocate_host(size_t bytes) override {
+    void* data = nullptr;
+    check(cudaMallocHost(&data, std::max<size_t>(bytes, 1)), "allocate page-locked host memory");
+    return BackendMemory(data, [](void* p) { cudaFreeHost(p); });
+  }
+
   void to_backend(void* destination, const void* source, size_t bytes) override {
     if (bytes == 0) return;
     check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()),
