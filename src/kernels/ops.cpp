@@ -45,16 +45,13 @@ void check_copy_shapes(const Tensor& source, const Tensor& destination) {
 }
 
 BackendTensor BackendTensor::zeros(Ops& ops, std::initializer_list<int64_t> shape) {
-  BackendTensor tensor;
-  tensor.view_ = Tensor::contiguous(nullptr, DType::kF32, shape, ops.device());
-  tensor.memory_ = ops.allocate(static_cast<size_t>(tensor.view_.numel()) * sizeof(float));
-  tensor.view_.data = tensor.memory_.get();
-  return tensor;
+  return BackendTensor(ops, shape, true);
 }
 
-BackendTensor::BackendTensor(Ops& ops, std::initializer_list<int64_t> shape) {
+BackendTensor::BackendTensor(Ops& ops, std::initializer_list<int64_t> shape, bool zeroed) {
   view_ = Tensor::contiguous(nullptr, DType::kF32, shape, ops.device());
-  memory_ = ops.allocate_scratch(static_cast<size_t>(view_.numel()) * sizeof(float));
+  size_t bytes = static_cast<size_t>(view_.numel()) * sizeof(float);
+  memory_ = zeroed ? ops.allocate(bytes) : ops.allocate_scratch(bytes);
   view_.data = memory_.get();
 }
 

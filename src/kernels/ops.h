@@ -189,7 +189,8 @@ class Ops {
 class BackendTensor {
  public:
   BackendTensor() = default;
-  BackendTensor(Ops& ops, std::initializer_list<int64_t> shape);
+  BackendTensor(Ops& ops, std::initializer_list<int64_t> shape)
+      : BackendTensor(ops, shape, false) {}
   // The same, every element 0.
   static BackendTensor zeros(Ops& ops, std::initializer_list<int64_t> shape);
   float* data() const { return static_cast<float*>(memory_.get()); }
@@ -198,6 +199,8 @@ class BackendTensor {
   int64_t numel() const { return view_.numel(); }
 
  private:
+  BackendTensor(Ops& ops, std::initializer_list<int64_t> shape, bool zeroed);
+
   BackendMemory memory_;
   Tensor view_;
 };

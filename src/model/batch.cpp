@@ -74,17 +74,7 @@ AttentionBatch ForwardBatch::attention_view(int group) const {
   return view;
 }
 
-BatchTables::BatchTables(Ops& ops, const ForwardBatch& batch) : batch_(batch) {
-  if (ops.device() == Device::kCpu) return;
-  // Every array in one upload, each at an 8-byte boundary.
-  std::vector<std::byte> packed;
-  auto append = [&packed](const auto& values) {
-    size_t offset = packed.size();
-    size_t bytes = values.size() * sizeof(values[0]);
-    packed.resize(offset + (bytes + 7) / 8 * 8);
-    if (bytes > 0) std::memcpy(packed.data() + offset, values.data(), bytes);
-    return offset;
-  };
+PackedBatch::PackedBatch(const ForwardBatch& batch) : batch_(batch) {
   tokens_ = append(batch.tokens);
   query_start_ = append(batch.query_start);
   context_lens_ = append(batch.context_lens);
@@ -92,25 +82,37 @@ BatchTables::BatchTables(Ops& ops, const ForwardBatch& batch) : batch_(batch) {
     block_tables_.push_back(append(batch.block_tables[g]));
     slot_mapping_.push_back(append(batch.slot_mapping[g]));
   }
-  memory_ = ops.allocate(packed.size());
-  ops.to_backend(memory_.get(), packed.data(), packed.size());
-  base_ = static_cast<const std::byte*>(memory_.get());
+}
+
+const int32_t* PackedBatch::tokens(const std::byte* base) const {
+  return reinterpret_cast<const int32_t*>(base + tokens_);
+}
+
+AttentionBatch PackedBatch::attention(const std::byte* base, int group) const {
+  AttentionBatch view = batch_.attention_view(group);
+  auto g = static_cast<size_t>(group);
+  view.query_start = reinterpret_cast<const int32_t*>(base + query_start_);
+  view.context_lens = reinterpret_cast<const int32_t*>(base + context_lens_);
+  view.block_tables = reinterpret_cast<const int32_t*>(base + block_tables_[g]);
+  view.slot_mapping = reinterpret_cast<const int64_t*>(base + slot_mapping_[g]);
+  return view;
+}
+
+BatchTables::BatchTables(Ops& ops, const ForwardBatch& batch) : batch_(batch) {
+  if (ops.device() == Device::kCpu) return;
+  packed_.emplace(batch);
+  memory_ = ops.allocate_scratch(packed_->bytes().size());
+  ops.to_backend(memory_.get(), packed_->bytes().data(), packed_->bytes().size());
 }
 
 const int32_t* BatchTables::tokens() const {
-  if (!base_) return batch_.tokens.data();
-  return reinterpret_cast<const int32_t*>(base_ + tokens_);
+  if (!packed_) return batch_.tokens.data();
+  return packed_->tokens(static_cast<const std::byte*>(memory_.get()));
 }
 
 AttentionBatch BatchTables::attention(int group) const {
-  AttentionBatch view = batch_.attention_view(group);
-  if (!base_) return view;
-  auto g = static_cast<size_t>(group);
-  view.query_start = reinterpret_cast<const int32_t*>(base_ + query_start_);
-  view.context_lens = reinterpret_cast<const int32_t*>(base_ + context_lens_);
-  view.block_tables = reinterpret_cast<const int32_t*>(base_ + block_tables_[g]);
-  view.slot_mapping = reinterpret_cast<const int64_t*>(base_ + slot_mapping_[g]);
-  return view;
+  if (!packed_) return batch_.attention_view(group);
+  return packed_->attention(static_cast<const std::byte*>(memory_.get()), group);
 }
 
 const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMemory& keep) {

@@ -1,7 +1,6 @@
 #include "model/decode_graphs.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/error.h"
 
@@ -14,23 +13,6 @@ namespace {
 // for any split count.
 constexpr int64_t kContextBucket = 32;
 constexpr int64_t kMaxBuckets = 64;
-
-// Packs arrays end to end, each at an 8-byte boundary.
-class Packer {
- public:
-  template <typename T>
-  size_t add(const T* values, size_t count) {
-    size_t offset = bytes_.size();
-    size_t size = count * sizeof(T);
-    bytes_.resize(offset + (size + 7) / 8 * 8);
-    if (size > 0) std::memcpy(bytes_.data() + offset, values, size);
-    return offset;
-  }
-  const std::vector<std::byte>& bytes() const { return bytes_; }
-
- private:
-  std::vector<std::byte> bytes_;
-};
 
 }  // namespace
 
@@ -75,36 +57,23 @@ void DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
   int64_t bucket = std::min(kMaxBuckets, (max_context + kContextBucket - 1) / kContextBucket);
   Key key{rows, bucket, batch.max_blocks_per_seq};
 
-  Packer packer;
-  std::vector<size_t> offsets;
-  offsets.push_back(packer.add(batch.tokens.data(), batch.tokens.size()));
-  offsets.push_back(packer.add(batch.query_start.data(), batch.query_start.size()));
-  offsets.push_back(packer.add(batch.context_lens.data(), batch.context_lens.size()));
-  for (size_t g = 0; g < batch.block_tables.size(); ++g) {
-    offsets.push_back(packer.add(batch.block_tables[g].data(), batch.block_tables[g].size()));
-    offsets.push_back(packer.add(batch.slot_mapping[g].data(), batch.slot_mapping[g].size()));
-  }
-  for (const std::vector<float>& table : rope_host)
-    offsets.push_back(packer.add(table.data(), table.size()));
-  Shape& shape = shape_for(key, packer.bytes().size());
-  ops_.to_backend(shape.inputs.get(), packer.bytes().data(), packer.bytes().size());
+  PackedBatch packed(batch);
+  std::vector<size_t> rope_offsets;
+  for (const std::vector<float>& table : rope_host) rope_offsets.push_back(packed.append(table));
+  Shape& shape = shape_for(key, packed.bytes().size());
+  ops_.to_backend(shape.inputs.get(), packed.bytes().data(), packed.bytes().size());
 
-  auto* base = static_cast<std::byte*>(shape.inputs.get());
+  const auto* base = static_cast<const std::byte*>(shape.inputs.get());
   ForwardInputs inputs;
-  inputs.token_ids = reinterpret_cast<const int32_t*>(base + offsets[0]);
-  size_t next = 3;
-  for (size_t g = 0; g < batch.block_tables.size(); ++g) {
-    AttentionBatch view = batch.attention_view(static_cast<int>(g));
-    view.query_start = reinterpret_cast<const int32_t*>(base + offsets[1]);
-    view.context_lens = reinterpret_cast<const int32_t*>(base + offsets[2]);
-    view.block_tables = reinterpret_cast<const int32_t*>(base + offsets[next++]);
-    view.slot_mapping = reinterpret_cast<const int64_t*>(base + offsets[next++]);
+  inputs.token_ids = packed.tokens(base);
+  for (int g = 0; g < static_cast<int>(batch.block_tables.size()); ++g) {
+    AttentionBatch view = packed.attention(base, g);
     view.max_context_len = bucket * kContextBucket;  // what the recording sized its splits by
     inputs.attention.push_back(view);
   }
-  for (size_t r = 0; r < rope_host.size(); r += 2) {
-    inputs.cos.push_back(reinterpret_cast<const float*>(base + offsets[next++]));
-    inputs.sin.push_back(reinterpret_cast<const float*>(base + offsets[next++]));
+  for (size_t r = 0; r < rope_offsets.size(); r += 2) {
+    inputs.cos.push_back(reinterpret_cast<const float*>(base + rope_offsets[r]));
+    inputs.sin.push_back(reinterpret_cast<const float*>(base + rope_offsets[r + 1]));
   }
   BackendMemory& logits_memory = logits_for(rows);
   Tensor logits_view =

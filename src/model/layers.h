@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,32 @@ struct ForwardInputs {
   std::vector<const float*> cos, sin;
 };
 
+// A batch's index arrays packed end to end, each at an 8-byte boundary, for one copy into
+// backend memory, and the views of them wherever that copy lands.
+class PackedBatch {
+ public:
+  explicit PackedBatch(const ForwardBatch& batch);
+  // Packs more host data after the batch's (rope tables); returns its offset in bytes().
+  template <typename T>
+  size_t append(const std::vector<T>& values) {
+    size_t offset = bytes_.size();
+    size_t size = values.size() * sizeof(T);
+    bytes_.resize(offset + (size + 7) / 8 * 8);
+    if (size > 0) std::memcpy(bytes_.data() + offset, values.data(), size);
+    return offset;
+  }
+  const std::vector<std::byte>& bytes() const { return bytes_; }
+  // Views into a copy of bytes() that starts at `base`.
+  const int32_t* tokens(const std::byte* base) const;
+  AttentionBatch attention(const std::byte* base, int group) const;
+
+ private:
+  const ForwardBatch& batch_;
+  std::vector<std::byte> bytes_;
+  size_t tokens_ = 0, query_start_ = 0, context_lens_ = 0;
+  std::vector<size_t> block_tables_, slot_mapping_;
+};
+
 // A forward's index arrays where the backend's kernels read them: the batch's own vectors on
 // the CPU, one upload per forward for a GPU.
 class BatchTables {
@@ -48,10 +76,8 @@ class BatchTables {
 
  private:
   const ForwardBatch& batch_;
-  const std::byte* base_ = nullptr;  // null: read the batch's vectors
+  std::optional<PackedBatch> packed_;  // empty: read the batch's vectors
   BackendMemory memory_;
-  size_t tokens_ = 0, query_start_ = 0, context_lens_ = 0;
-  std::vector<size_t> block_tables_, slot_mapping_;
 };
 
 // Host floats (rope tables) where the backend's kernels read them; `keep` owns any copy.

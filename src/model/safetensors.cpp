@@ -250,14 +250,14 @@ void TensorStore::place_in(Ops& ops) {
   for (auto& [name, tensor] : index_) {
     Tensor copy = *tensor;
     DI_CHECK(copy.is_contiguous(), "{}: tensor \"{}\" is not contiguous", folder_.string(), name);
-    BackendMemory memory = ops.allocate(copy.nbytes());
+    BackendMemory memory = ops.allocate_scratch(copy.nbytes());  // overwritten next
     ops.to_backend(memory.get(), tensor->data, copy.nbytes());
     copy.data = memory.get();
     copy.device = ops.device();
     if (tensor->block_scales) {
       BlockScales scales = *tensor->block_scales;
       size_t bytes = sizeof(float) * static_cast<size_t>(scales.rows * scales.cols);
-      BackendMemory scale_memory = ops.allocate(bytes);
+      BackendMemory scale_memory = ops.allocate_scratch(bytes);
       ops.to_backend(scale_memory.get(), scales.data, bytes);
       scales.data = static_cast<const float*>(scale_memory.get());
       copy.block_scales = &block_scales_.emplace_back(scales);

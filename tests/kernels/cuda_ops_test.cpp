@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -110,6 +111,49 @@ class CudaOpsParity : public ::testing::Test {
     device_blocks_.push_back({s.device_view.as<const float>(), rows, cols, 128, 128});
     weight.host_view.block_scales = &host_blocks_.back();
     weight.device_view.block_scales = &device_blocks_.back();
+  }
+
+  // A batch of sequences whose blocks are scattered through a 64-block pool, every cached
+  // token given a slot (so one kv_write fills each cache), as the CPU and the GPU read it.
+  struct PagedBatch {
+    std::vector<int32_t> query_start, context_lens, tables;
+    std::vector<int64_t> slots;
+    AttentionBatch host, device;
+    BackendMemory keep[4];
+  };
+  std::unique_ptr<PagedBatch> paged_batch(std::vector<int32_t> query_start,
+                                          std::vector<int32_t> context_lens, int block,
+                                          int max_blocks) {
+    auto b = std::make_unique<PagedBatch>();
+    b->query_start = std::move(query_start);
+    b->context_lens = std::move(context_lens);
+    auto seqs = static_cast<int>(b->context_lens.size());
+    b->tables.resize(static_cast<size_t>(seqs * max_blocks));
+    for (size_t i = 0; i < b->tables.size(); ++i)
+      b->tables[i] = 1 + static_cast<int32_t>(i * 7 % 60);
+    for (int s = 0; s < seqs; ++s) {
+      for (int t = 0; t < b->context_lens[static_cast<size_t>(s)]; ++t)
+        b->slots.push_back(int64_t{b->tables[static_cast<size_t>(s * max_blocks + t / block)]} *
+                               block +
+                           t % block);
+    }
+    int32_t longest = *std::max_element(b->context_lens.begin(), b->context_lens.end());
+    b->host = {seqs,
+               b->query_start.data(),
+               b->context_lens.data(),
+               b->tables.data(),
+               max_blocks,
+               b->slots.data(),
+               longest};
+    auto on_gpu = [&](const auto& values, BackendMemory& keep) {
+      return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), keep);
+    };
+    b->device = b->host;
+    b->device.query_start = static_cast<const int32_t*>(on_gpu(b->query_start, b->keep[0]));
+    b->device.context_lens = static_cast<const int32_t*>(on_gpu(b->context_lens, b->keep[1]));
+    b->device.block_tables = static_cast<const int32_t*>(on_gpu(b->tables, b->keep[2]));
+    b->device.slot_mapping = static_cast<const int64_t*>(on_gpu(b->slots, b->keep[3]));
+    return b;
   }
 
   std::mt19937 rng_{std::random_device{}()};
@@ -283,27 +327,10 @@ TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
 // whole 70-token prompt, for MHA, GQA groups of 4 and 8, with and without a window.
 TEST_F(CudaOpsParity, PromptAttentionOnTheTensorCores) {
   const int dim = 128, block = 16, max_blocks = 9;
-  std::vector<int32_t> query_start = {0, 100, 170}, context_lens = {140, 70};
-  std::vector<int32_t> tables(2 * max_blocks);
-  for (int i = 0; i < 2 * max_blocks; ++i) tables[static_cast<size_t>(i)] = 1 + (i * 7) % 60;
-  std::vector<int64_t> slots;
-  for (int s = 0; s < 2; ++s) {
-    for (int t = 0; t < context_lens[static_cast<size_t>(s)]; ++t)
-      slots.push_back(int64_t{tables[static_cast<size_t>(s * max_blocks + t / block)]} * block +
-                      t % block);
-  }
-  auto count = static_cast<int64_t>(slots.size());
-  BackendMemory keep[4];
-  auto on_gpu = [&](const auto& values, BackendMemory& memory) {
-    return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), memory);
-  };
-  AttentionBatch host_batch{
-      2, query_start.data(), context_lens.data(), tables.data(), max_blocks, slots.data(), 140};
-  AttentionBatch device_batch = host_batch;
-  device_batch.query_start = static_cast<const int32_t*>(on_gpu(query_start, keep[0]));
-  device_batch.context_lens = static_cast<const int32_t*>(on_gpu(context_lens, keep[1]));
-  device_batch.block_tables = static_cast<const int32_t*>(on_gpu(tables, keep[2]));
-  device_batch.slot_mapping = static_cast<const int64_t*>(on_gpu(slots, keep[3]));
+  auto batch = paged_batch({0, 100, 170}, {140, 70}, block, max_blocks);
+  auto count = static_cast<int64_t>(batch->slots.size());
+  const AttentionBatch& host_batch = batch->host;
+  const AttentionBatch& device_batch = batch->device;
   for (auto [heads, kv_heads] : {std::pair{4, 4}, std::pair{8, 2}, std::pair{16, 2}}) {
     KvCacheShape shape = KvCacheShape::heads(1, kv_heads, dim, block);
     KvCache cpu_cache(shape, 64);
@@ -337,30 +364,12 @@ TEST_P(CudaKvParity, KvWriteAttentionAndReadBack) {
   shape.dtype = GetParam();
   KvCache gpu_cache(shape, 64, *gpu_);
   double tolerance = GetParam() == DType::kF32 ? kF32Products : kBf16Activations;
-  std::vector<int32_t> query_start = {0, 3, 4}, context_lens = {43, 300};
   const int max_blocks = 19;
-  std::vector<int32_t> tables(2 * max_blocks);
-  for (int i = 0; i < 2 * max_blocks; ++i) tables[static_cast<size_t>(i)] = 1 + (i * 7) % 60;
-  // Every cached token of both sequences gets a key and value, written in one kv_write.
-  std::vector<int64_t> slots;
-  for (int s = 0; s < 2; ++s) {
-    for (int t = 0; t < context_lens[static_cast<size_t>(s)]; ++t)
-      slots.push_back(int64_t{tables[static_cast<size_t>(s * max_blocks + t / block)]} * block +
-                      t % block);
-  }
-  auto count = static_cast<int64_t>(slots.size());
+  auto batch = paged_batch({0, 3, 4}, {43, 300}, block, max_blocks);
+  auto count = static_cast<int64_t>(batch->slots.size());
+  const AttentionBatch& host_batch = batch->host;
+  const AttentionBatch& device_batch = batch->device;
   Both k = random({count, kv_heads, dim}), v = random({count, kv_heads, dim});
-  BackendMemory device_tables[4];
-  auto on_gpu = [&](const auto& values, BackendMemory& keep) {
-    return backend_copy(*gpu_, values.data(), values.size() * sizeof(values[0]), keep);
-  };
-  AttentionBatch host_batch{
-      2, query_start.data(), context_lens.data(), tables.data(), max_blocks, slots.data(), 300};
-  AttentionBatch device_batch = host_batch;
-  device_batch.query_start = static_cast<const int32_t*>(on_gpu(query_start, device_tables[0]));
-  device_batch.context_lens = static_cast<const int32_t*>(on_gpu(context_lens, device_tables[1]));
-  device_batch.block_tables = static_cast<const int32_t*>(on_gpu(tables, device_tables[2]));
-  device_batch.slot_mapping = static_cast<const int64_t*>(on_gpu(slots, device_tables[3]));
   cpu_->kv_write(k.host_view, &v.host_view, host_batch, cpu_cache.layer(0));
   gpu_->kv_write(k.device_view, &v.device_view, device_batch, gpu_cache.layer(0));
 
@@ -371,7 +380,7 @@ TEST_P(CudaKvParity, KvWriteAttentionAndReadBack) {
   EXPECT_LT(error(out), tolerance);
 
   Both keys = output({300, kv_heads * dim});
-  cpu_->kv_read_keys(cpu_cache.layer(0), tables.data() + max_blocks, 300, keys.host_view);
+  cpu_->kv_read_keys(cpu_cache.layer(0), batch->tables.data() + max_blocks, 300, keys.host_view);
   gpu_->kv_read_keys(gpu_cache.layer(0), device_batch.block_tables + max_blocks, 300,
                      keys.device_view);
   EXPECT_LT(error(keys), GetParam() == DType::kF32 ? kExact : kBf16Activations);

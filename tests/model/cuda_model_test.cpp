@@ -34,29 +34,18 @@ float largest_magnitude(const std::vector<float>& values) {
   return largest;
 }
 
-class CudaFixture : public ::testing::TestWithParam<std::string> {
+class CudaFixture : public testing::FixtureTest {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-    folder_ = fixture_model(GetParam());
-    ops_ = cuda::make_cuda_ops();
-    model_ = load_model(folder_, LoadMode::kRead, *ops_);
-    reference_ =
-        std::make_unique<SafetensorsFile>(folder_ / "reference.safetensors", LoadMode::kRead);
+    ModelLoadOptions options;
+    options.mode = LoadMode::kRead;
+    load(GetParam(), cuda::make_cuda_ops(), options);
   }
-  const Tensor& ref(const std::string& name) const { return reference_->tensors().at(name); }
-  bool has_ref(const std::string& name) const { return reference_->tensors().count(name) != 0; }
-
-  std::filesystem::path folder_;
-  std::unique_ptr<Ops> ops_;
-  std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<SafetensorsFile> reference_;
 };
 
 TEST_P(CudaFixture, LogitsMatchTransformers) {
-  int cases = 0;
-  for (int i = 0; has_ref("case" + std::to_string(i) + ".input_ids"); ++i, ++cases) {
-    std::string name = "case" + std::to_string(i);
+  for (const std::string& name : cases()) {
     std::vector<int32_t> ids = as_ids(ref(name + ".input_ids"));
     SequenceRunner runner(*model_, static_cast<int64_t>(ids.size()));
     std::vector<float> logits = runner.feed(ids, true);
@@ -68,7 +57,7 @@ TEST_P(CudaFixture, LogitsMatchTransformers) {
     std::printf("%s: %zu tokens, max |logit difference| %.2e (bound %.2e)\n", name.c_str(),
                 ids.size(), difference, bound);
   }
-  EXPECT_GT(cases, 0);
+  EXPECT_FALSE(cases().empty());
 }
 
 TEST_P(CudaFixture, GreedyTokensMatchUpToTheMargin) {

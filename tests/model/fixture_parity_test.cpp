@@ -46,31 +46,19 @@ FixtureCase parse_case(const std::string& param) {
   return result;
 }
 
-class FixtureParity : public ::testing::TestWithParam<std::string> {
+class FixtureParity : public testing::FixtureTest {
  protected:
   void SetUp() override {
     FixtureCase fixture_case = parse_case(GetParam());
     fixture_ = fixture_case.fixture;
-    folder_ = fixture_model(fixture_);
-    ops_ = make_cpu_ops();
-    model_ = load_model(folder_, fixture_case.options, *ops_);
-    reference_ =
-        std::make_unique<SafetensorsFile>(folder_ / "reference.safetensors", LoadMode::kRead);
+    load(fixture_, make_cpu_ops(), fixture_case.options);
   }
-  const Tensor& ref(const std::string& name) const { return reference_->tensors().at(name); }
-  bool has_ref(const std::string& name) const { return reference_->tensors().count(name) != 0; }
 
   std::string fixture_;
-  std::filesystem::path folder_;
-  std::unique_ptr<Ops> ops_;
-  std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<SafetensorsFile> reference_;
 };
 
 TEST_P(FixtureParity, LogitsMatchAtEveryPosition) {
-  int cases = 0;
-  for (int i = 0; has_ref("case" + std::to_string(i) + ".input_ids"); ++i, ++cases) {
-    std::string name = "case" + std::to_string(i);
+  for (const std::string& name : cases()) {
     std::vector<int32_t> ids = as_ids(ref(name + ".input_ids"));
     SequenceRunner runner(*model_, static_cast<int64_t>(ids.size()));
     std::vector<float> logits = runner.feed(ids, true);
@@ -80,7 +68,7 @@ TEST_P(FixtureParity, LogitsMatchAtEveryPosition) {
               logit_tolerance(fixture_))
         << name << " (" << ids.size() << " tokens)";
   }
-  EXPECT_GT(cases, 0);
+  EXPECT_FALSE(cases().empty());
 }
 
 TEST_P(FixtureParity, HiddenStatesMatchEveryLayer) {
@@ -118,9 +106,7 @@ TEST_P(FixtureParity, GreedyTokensMatchUpToTheMargin) {
 
 // The same prompt fed in uneven chunks through the paged cache gives the one-shot logits.
 TEST_P(FixtureParity, ChunkedPrefillMatchesOneShot) {
-  std::string last = "case0";
-  for (int i = 1; has_ref("case" + std::to_string(i) + ".input_ids"); ++i)
-    last = "case" + std::to_string(i);
+  std::string last = cases().back();
   std::vector<int32_t> ids = as_ids(ref(last + ".input_ids"));
   std::vector<float> expected = as_floats(ref(last + ".logits"));
   int64_t vocab = model_->config().vocab_size;

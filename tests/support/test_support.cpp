@@ -21,6 +21,30 @@ fs::path fixture_model(const std::string& name) {
   return fs::path(moved ? moved : DEEPINFER_FIXTURES) / "models" / name;
 }
 
+void FixtureTest::load(const std::string& fixture, std::unique_ptr<Ops> ops,
+                       const ModelLoadOptions& options) {
+  folder_ = fixture_model(fixture);
+  ops_ = std::move(ops);
+  model_ = load_model(folder_, options, *ops_);
+  reference_ =
+      std::make_unique<SafetensorsFile>(folder_ / "reference.safetensors", LoadMode::kRead);
+}
+
+const Tensor& FixtureTest::ref(const std::string& name) const {
+  return reference_->tensors().at(name);
+}
+
+bool FixtureTest::has_ref(const std::string& name) const {
+  return reference_->tensors().count(name) != 0;
+}
+
+std::vector<std::string> FixtureTest::cases() const {
+  std::vector<std::string> names;
+  while (has_ref("case" + std::to_string(names.size()) + ".input_ids"))
+    names.push_back("case" + std::to_string(names.size()));
+  return names;
+}
+
 std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& param_info) {
   std::string name = param_info.param;
   for (char& ch : name) {

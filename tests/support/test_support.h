@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "kernels/ops.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 
 namespace deepinfer::testing {
@@ -30,6 +33,22 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+};
+
+// A fixture model loaded on a backend, beside what transformers computed for it
+// (reference.safetensors): the base of the fixture parity suites.
+class FixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void load(const std::string& fixture, std::unique_ptr<Ops> ops, const ModelLoadOptions& options);
+  const Tensor& ref(const std::string& name) const;
+  bool has_ref(const std::string& name) const;
+  // "case0", "case1", ...: the recorded prompts, each with input_ids and logits.
+  std::vector<std::string> cases() const;
+
+  std::filesystem::path folder_;
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<CausalLM> model_;
+  std::unique_ptr<SafetensorsFile> reference_;
 };
 
 std::vector<float> as_floats(const Tensor& tensor);

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <utility>
+
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 
@@ -132,40 +134,23 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
   few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
 }
 
-// The row count as a template argument (1 to 8), so the accumulators stay in registers.
+// The row count as a template argument (1 to 8), so the accumulators stay in registers:
+// whichever of launch_rows<1> ... launch_rows<8> matches `rows`; false when none does.
+template <typename Chunks, int... kMinusOne>
+bool launch_row_count(const float* x, const Products<Chunks>& products, int64_t rows, int64_t k,
+                      cudaStream_t stream, std::integer_sequence<int, kMinusOne...>) {
+  return ((rows == kMinusOne + 1 ? (launch_rows<kMinusOne + 1>(x, products, k, stream), true)
+                                 : false) ||
+          ...);
+}
+
 template <typename Chunks>
 void launch_few_rows(const float* x, const Products<Chunks>& products, int64_t rows, int64_t k,
                      cudaStream_t stream, const char* what) {
   if (k % Chunks::kPerChunk != 0)
     fail("{}: k = {} is not a multiple of {}", what, k, Chunks::kPerChunk);
-  switch (rows) {
-    case 1:
-      launch_rows<1>(x, products, k, stream);
-      break;
-    case 2:
-      launch_rows<2>(x, products, k, stream);
-      break;
-    case 3:
-      launch_rows<3>(x, products, k, stream);
-      break;
-    case 4:
-      launch_rows<4>(x, products, k, stream);
-      break;
-    case 5:
-      launch_rows<5>(x, products, k, stream);
-      break;
-    case 6:
-      launch_rows<6>(x, products, k, stream);
-      break;
-    case 7:
-      launch_rows<7>(x, products, k, stream);
-      break;
-    case 8:
-      launch_rows<8>(x, products, k, stream);
-      break;
-    default:
-      fail("{}: {} rows (1 to 8)", what, rows);
-  }
+  if (!launch_row_count(x, products, rows, k, stream, std::make_integer_sequence<int, 8>{}))
+    fail("{}: {} rows (1 to 8)", what, rows);
   check_launch(what);
 }
 
