@@ -79,16 +79,9 @@ class CudaOps final : public Ops {
   DType kv_dtype() const override { return DType::kBF16; }
 
   BackendMemory allocate(size_t bytes) override {
-    void* data = nullptr;
-    cudaStream_t stream = this->stream();
-    if (bytes > 0) {
-      check(cudaMallocAsync(&data, bytes, stream), "allocate");
-      check(cudaMemsetAsync(data, 0, bytes, stream), "zero");
-    }
-    std::shared_ptr<CUstream_st> owner = stream_;
-    return BackendMemory(data, [owner](void* p) {
-      if (p) cudaFreeAsync(p, owner.get());
-    });
+    BackendMemory memory = allocate_scratch(bytes);
+    if (bytes > 0) check(cudaMemsetAsync(memory.get(), 0, bytes, stream()), "zero");
+    return memory;
   }
 
   BackendMemory allocate_scratch(size_t bytes) override {
