@@ -11,16 +11,9 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder,
   auto store = std::make_unique<TensorStore>(folder, options.mode);
   if (config.weight_block_rows > 0)
     store->attach_block_scales(config.weight_block_rows, config.weight_block_cols);
-  if (config.is_deepseek()) {
-    if (ops.device() != Device::kCpu) {
-      fail(
-          "{}: DeepSeek models (MLA, MoE) run on the CPU backend only so far; the {} backend "
-          "runs Llama, Mistral and Qwen models",
-          folder.string(), ops.name());
-    }
-    return make_deepseek_model(std::move(config), std::move(store), options, ops);
-  }
   store->place_in(ops);
+  if (config.is_deepseek())
+    return make_deepseek_model(std::move(config), std::move(store), options, ops);
   return make_dense_model(std::move(config), std::move(store), options, ops);
 }
 

@@ -73,7 +73,7 @@ TEST_F(CudaKernels, RmsnormSiluMulAddEmbedding) {
   Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
   cpu_->rmsnorm(x_host, w_host, 1e-6f, want_t);
   DeviceBuffer dx = upload(x), dw = upload(weight_bf16), dy = poisoned(rows * n);
-  rmsnorm(dx.as<float>(), dw.data(), DType::kBF16, rows, n, 1e-6f, dy.as<float>());
+  rmsnorm(dx.as<float>(), n, dw.data(), DType::kBF16, rows, n, 1e-6f, dy.as<float>(), n);
   EXPECT_LT(relative_error(download(dy), want), 1e-6);
 
   Tensor up_host = Tensor::contiguous(up.data(), DType::kF32, {rows, n});
@@ -109,8 +109,8 @@ TEST_F(CudaKernels, RopeBothLayouts) {
       Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {tokens, heads, head_dim});
       cpu_->rope(want_t, cos.data(), sin.data(), rotary_dim, interleaved);
       DeviceBuffer dx = upload(x), dcos = upload(cos), dsin = upload(sin);
-      rope(dx.as<float>(), dcos.as<float>(), dsin.as<float>(), tokens, heads, head_dim, rotary_dim,
-           interleaved);
+      rope(dx.as<float>(), {heads * head_dim, head_dim}, dcos.as<float>(), dsin.as<float>(), tokens,
+           heads, rotary_dim, interleaved);
       EXPECT_LT(relative_error(download(dx), want), 1e-6) << interleaved << " " << rotary_dim;
     }
   }

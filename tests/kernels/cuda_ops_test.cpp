@@ -302,6 +302,30 @@ TEST_F(CudaOpsParity, NormsEmbeddingAndRope) {
   }
 }
 
+// MLA normalises and rotates slices of wider rows in place: row strides and head strides.
+TEST_F(CudaOpsParity, NormAndRopeOnSlicesOfWiderRows) {
+  const int64_t tokens = 5, heads = 3, dim = 64, part = 32;
+  Both weight = random({part}, DType::kBF16);
+  Both rows = random({tokens, heads * dim});
+  Both cos = random({tokens, part / 2}), sin = random({tokens, part / 2});
+  auto slice = [&](const Tensor& whole, int64_t offset, std::initializer_list<int64_t> shape,
+                   std::initializer_list<int64_t> strides) {
+    return Tensor::strided(whole.as<float>() + offset, DType::kF32, shape, strides, whole.device);
+  };
+  Tensor host_norm = slice(rows.host_view, dim, {tokens, part}, {heads * dim, 1});
+  Tensor device_norm = slice(rows.device_view, dim, {tokens, part}, {heads * dim, 1});
+  cpu_->rmsnorm(host_norm, weight.host_view, 1e-6f, host_norm);
+  gpu_->rmsnorm(device_norm, weight.device_view, 1e-6f, device_norm);
+  EXPECT_LT(error(rows), kExact);
+  Tensor host_rope = slice(rows.host_view, part, {tokens, heads, part}, {heads * dim, dim, 1});
+  Tensor device_rope = slice(rows.device_view, part, {tokens, heads, part}, {heads * dim, dim, 1});
+  cpu_->rope(host_rope, cos.host_view.as<const float>(), sin.host_view.as<const float>(), part,
+             true);
+  gpu_->rope(device_rope, cos.device_view.as<const float>(), sin.device_view.as<const float>(),
+             part, true);
+  EXPECT_LT(error(rows), kExact);
+}
+
 TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
   const int64_t tokens = 9;
   ExpertRouting routing;

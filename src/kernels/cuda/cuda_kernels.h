@@ -47,8 +47,9 @@ void check_launch(const char* what);
 void synchronize();
 
 // y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32, bf16 or f16.
-void rmsnorm(const float* x, const void* weight, DType weight_dtype, int64_t rows, int64_t n,
-             float eps, float* y, cudaStream_t stream = nullptr);
+// Rows start `x_stride` / `y_stride` floats apart (a slice of wider rows, as MLA's latents).
+void rmsnorm(const float* x, int64_t x_stride, const void* weight, DType weight_dtype, int64_t rows,
+             int64_t n, float eps, float* y, int64_t y_stride, cudaStream_t stream = nullptr);
 // out = silu(gate) * up, elementwise over `count`; out may alias gate.
 void silu_mul(const float* gate, const float* up, float* out, int64_t count,
               cudaStream_t stream = nullptr);
@@ -58,10 +59,16 @@ void add(float* y, const float* x, int64_t count, cudaStream_t stream = nullptr)
 // id outside [0, vocab) gives a zero row (the engine rejects such ids before they get here).
 void embedding(const void* table, DType table_dtype, int64_t width, const int32_t* ids,
                int64_t count, float* out, int64_t vocab, cudaStream_t stream = nullptr);
-// Rotates x [tokens, heads, head_dim] in place by cos/sin [tokens, rotary_dim / 2]: pairs
+// Where each head's vector starts in x: token * token_stride + head * head_stride floats (a
+// slice of wider rows, as DeepSeek's rotary part of q).
+struct RopeLayout {
+  int64_t token_stride;
+  int64_t head_stride;
+};
+// Rotates x [tokens, heads, rotary_dim...] in place by cos/sin [tokens, rotary_dim / 2]: pairs
 // (i, i + rotary_dim/2), or (2i, 2i+1) when interleaved.
-void rope(float* x, const float* cos, const float* sin, int64_t tokens, int heads, int head_dim,
-          int rotary_dim, bool interleaved, cudaStream_t stream = nullptr);
+void rope(float* x, RopeLayout layout, const float* cos, const float* sin, int64_t tokens,
+          int heads, int rotary_dim, bool interleaved, cudaStream_t stream = nullptr);
 
 // y[t, n] = sum_k x[t, k] * weight[n, k] for a bf16 weight [n, k] and few rows (decode):
 // each weight byte is read once for all rows, 16 bytes per load. rows <= 8, k % 8 == 0.

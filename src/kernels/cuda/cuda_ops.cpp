@@ -27,6 +27,20 @@ int64_t rows_of(const Tensor& tensor) {
   return tensor.numel() / tensor.dim(-1);
 }
 
+// The distance in elements between consecutive rows (last axis) when every row is contiguous
+// and they are evenly spaced, as in a slice of wider rows; 0 otherwise.
+int64_t uniform_row_stride(const Tensor& tensor) {
+  int last = tensor.rank - 1;
+  if (tensor.rank < 2) return tensor.strides[0] == 1 ? tensor.shape[0] : 0;
+  if (tensor.strides[static_cast<size_t>(last)] != 1) return 0;
+  int64_t stride = tensor.strides[static_cast<size_t>(last - 1)];
+  for (int axis = last - 2; axis >= 0; --axis) {
+    auto a = static_cast<size_t>(axis);
+    if (tensor.strides[a] != tensor.shape[a + 1] * tensor.strides[a + 1]) return 0;
+  }
+  return stride;
+}
+
 DeviceWeight device_weight(const Tensor& weight) {
   DeviceWeight w{weight.data, weight.dtype, weight.dim(-1)};
   if (weight.block_scales) {
@@ -153,10 +167,18 @@ class CudaOps final : public Ops {
     int64_t k = weight.dim(1);
     int64_t n = weight.dim(0);
     int64_t rows = rows_of(x);
-    DI_CHECK(x.dim(-1) == k && y.dim(-1) == n && rows_of(y) == rows && x.is_contiguous() &&
-                 y.is_contiguous(),
-             "matmul: x {} and y {} must be contiguous rows matching weight {}", x.shape_string(),
+    DI_CHECK(x.dim(-1) == k && y.dim(-1) == n && rows_of(y) == rows,
+             "matmul: x {} and y {} must be rows matching weight {}", x.shape_string(),
              y.shape_string(), weight.shape_string());
+    // Slices of wider rows (MLA's latents) go through a packed copy: the kernels take dense rows.
+    if (!x.is_contiguous() || !y.is_contiguous()) {
+      BackendMemory x_memory, y_memory;
+      Tensor packed_x = x.is_contiguous() ? x : packed_copy(x, x_memory, true);
+      Tensor packed_y = y.is_contiguous() ? y : packed_copy(y, y_memory, false);
+      matmul(packed_x, weight, bias, packed_y);
+      if (!y.is_contiguous()) copy(packed_y, y);
+      return;
+    }
     product(x.as<const float>(), weight, rows, y.as<float>());
     if (bias) {
       require_device(*bias, "matmul bias");
@@ -264,11 +286,12 @@ class CudaOps final : public Ops {
   void rmsnorm(const Tensor& x, const Tensor& weight, float eps, Tensor& y) override {
     require_device(x, "rmsnorm");
     require_device(weight, "rmsnorm");
-    DI_CHECK(x.is_contiguous() && y.is_contiguous() && weight.numel() == x.dim(-1),
-             "rmsnorm: x {} / y {} must be contiguous rows of weight {}", x.shape_string(),
+    int64_t x_stride = uniform_row_stride(x), y_stride = uniform_row_stride(y);
+    DI_CHECK(x_stride > 0 && y_stride > 0 && weight.numel() == x.dim(-1),
+             "rmsnorm: x {} / y {} must be evenly spaced rows of weight {}", x.shape_string(),
              y.shape_string(), weight.shape_string());
-    cuda::rmsnorm(x.as<const float>(), weight.data, weight.dtype, rows_of(x), x.dim(-1), eps,
-                  y.as<float>(), stream());
+    cuda::rmsnorm(x.as<const float>(), x_stride, weight.data, weight.dtype, rows_of(x), x.dim(-1),
+                  eps, y.as<float>(), y_stride, stream());
   }
 
   void add(Tensor& y, const Tensor& x) override {
@@ -277,10 +300,11 @@ class CudaOps final : public Ops {
 
   void rope(Tensor& x, const float* cos, const float* sin, int rotary_dim,
             bool interleaved) override {
-    DI_CHECK(x.is_contiguous() && rotary_dim <= x.dim(2), "rope: x {} must be contiguous",
+    DI_CHECK(x.rank == 3 && x.strides[2] == 1 && rotary_dim <= x.dim(2),
+             "rope: x {} must be [tokens, heads, head_dim] with contiguous heads",
              x.shape_string());
-    cuda::rope(x.as<float>(), cos, sin, x.dim(0), static_cast<int>(x.dim(1)),
-               static_cast<int>(x.dim(2)), rotary_dim, interleaved, stream());
+    cuda::rope(x.as<float>(), {x.strides[0], x.strides[1]}, cos, sin, x.dim(0),
+               static_cast<int>(x.dim(1)), rotary_dim, interleaved, stream());
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -330,6 +354,19 @@ class CudaOps final : public Ops {
   }
 
  private:
+  // A contiguous tensor shaped as `tensor` in new device memory, holding its values if `fill`.
+  Tensor packed_copy(const Tensor& tensor, BackendMemory& memory, bool fill) {
+    memory = allocate_scratch(static_cast<size_t>(tensor.numel()) * sizeof(float));
+    Tensor packed = tensor;
+    packed.data = memory.get();
+    int64_t stride = 1;
+    for (int axis = tensor.rank - 1; axis >= 0; --axis) {
+      packed.strides[static_cast<size_t>(axis)] = stride;
+      stride *= tensor.shape[static_cast<size_t>(axis)];
+    }
+    if (fill) copy(tensor, packed);
+    return packed;
+  }
   // The stream, with this thread's current device made ours first: the engine may run
   // forwards on its step thread (--async-scheduling), whose current device starts at 0.
   cudaStream_t stream() const {

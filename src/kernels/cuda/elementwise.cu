@@ -22,10 +22,10 @@ constexpr int kCachedPerThread = 32;  // rows up to 8192 wide stay in registers
 // One block per row: the sum of squares is reduced across the block, then every thread
 // scales its columns. Rows that fit are read once, every load issued before the first use
 // (a decode step's norm is a latency, not a bandwidth, problem).
-__global__ void rmsnorm_kernel(const float* x, const void* weight, DType dtype, int64_t n,
-                               float eps, float* y) {
-  const float* row = x + blockIdx.x * n;
-  float* out = y + blockIdx.x * n;
+__global__ void rmsnorm_kernel(const float* x, int64_t x_stride, const void* weight, DType dtype,
+                               int64_t n, float eps, float* y, int64_t y_stride) {
+  const float* row = x + blockIdx.x * x_stride;
+  float* out = y + blockIdx.x * y_stride;
   const bool cached = n <= int64_t{kCachedPerThread} * blockDim.x;
   float values[kCachedPerThread];
   float sum = 0.0f;
@@ -86,8 +86,8 @@ __global__ void embedding_kernel(const void* table, DType dtype, int64_t width, 
 }
 
 // One thread per rotated pair.
-__global__ void rope_kernel(float* x, const float* cos, const float* sin, int64_t tokens, int heads,
-                            int head_dim, int rotary_dim, bool interleaved) {
+__global__ void rope_kernel(float* x, RopeLayout layout, const float* cos, const float* sin,
+                            int64_t tokens, int heads, int rotary_dim, bool interleaved) {
   const int half = rotary_dim / 2;
   const int64_t pairs = tokens * heads * half;
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < pairs;
@@ -95,7 +95,7 @@ __global__ void rope_kernel(float* x, const float* cos, const float* sin, int64_
     const int i = static_cast<int>(p % half);
     const int64_t token_head = p / half;
     const int64_t token = token_head / heads;
-    float* v = x + token_head * head_dim;
+    float* v = x + token * layout.token_stride + (token_head % heads) * layout.head_stride;
     const int a = interleaved ? 2 * i : i;
     const int b = interleaved ? 2 * i + 1 : i + half;
     const float c = cos[token * half + i], s = sin[token * half + i];
@@ -111,11 +111,11 @@ int grid_for(int64_t count) {
 
 }  // namespace
 
-void rmsnorm(const float* x, const void* weight, DType weight_dtype, int64_t rows, int64_t n,
-             float eps, float* y, cudaStream_t stream) {
+void rmsnorm(const float* x, int64_t x_stride, const void* weight, DType weight_dtype, int64_t rows,
+             int64_t n, float eps, float* y, int64_t y_stride, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, weight, weight_dtype, n,
-                                                                       eps, y);
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
+      x, x_stride, weight, weight_dtype, n, eps, y, y_stride);
   check_launch("rmsnorm");
 }
 
@@ -139,11 +139,11 @@ void embedding(const void* table, DType table_dtype, int64_t width, const int32_
   check_launch("embedding");
 }
 
-void rope(float* x, const float* cos, const float* sin, int64_t tokens, int heads, int head_dim,
-          int rotary_dim, bool interleaved, cudaStream_t stream) {
+void rope(float* x, RopeLayout layout, const float* cos, const float* sin, int64_t tokens,
+          int heads, int rotary_dim, bool interleaved, cudaStream_t stream) {
   int64_t pairs = tokens * heads * (rotary_dim / 2);
   if (pairs == 0) return;
-  rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(x, cos, sin, tokens, heads, head_dim,
+  rope_kernel<<<grid_for(pairs), kThreads, 0, stream>>>(x, layout, cos, sin, tokens, heads,
                                                         rotary_dim, interleaved);
   check_launch("rope");
 }
