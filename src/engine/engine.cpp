@@ -261,36 +261,75 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
 }
 
 // The forward and sampling of one step (on the runner thread with async scheduling): reads
-// the sequences' sampling parameters and histories, writes only into `work`.
+// the sequences' sampling parameters and histories, writes only into `work`. The logits stay
+// in the backend's memory: rows whose sampling needs nothing else are drawn there (a GPU sends
+// back a token, not a row of 128 k floats); only the others are copied to the host.
 void Engine::execute(StepWork& work) {
   const int32_t vocab = model_.config().vocab_size;
-  size_t floats = work.batch.logit_rows.size() * static_cast<size_t>(vocab);
-  if (floats > logits_floats_) {
-    // One buffer for every step (forwards never overlap), in memory the backend copies to
-    // fastest; it grows by half again so a growing batch reallocates rarely.
-    logits_floats_ = std::max(floats, logits_floats_ + logits_floats_ / 2);
-    logits_ = model_.ops().allocate_host(logits_floats_ * sizeof(float));
-  }
-  auto* logits = static_cast<float*>(logits_.get());
-  model_.forward(work.batch, cache_, logits);
+  Tensor logits = step_logits(work.batch.logit_rows.size());
+  model_.forward_into(work.batch, cache_, logits);
+  std::vector<TokenDraw> draws;
+  std::vector<Chunk*> drawn;
   for (Chunk& chunk : work.chunks) {
     const Sequence& sequence = *chunk.sequence;
     const sampling::SamplingParams& params = sequence.request.sampling;
-    auto row = [&](size_t r) { return logits + r * static_cast<size_t>(vocab); };
-    if (chunk.samples) {
-      chunk.sample = sample_next(sequence, row(chunk.first_logit_row + chunk.logit_rows - 1),
-                                 chunk.output_position);
+    if (!chunk.samples || sequence.matcher || !sampling::needs_only_logits(params)) continue;
+    TokenDraw draw = sampling::draw_of(params, sequence.seed, chunk.output_position);
+    draw.row = static_cast<int64_t>(chunk.first_logit_row + chunk.logit_rows - 1);
+    draws.push_back(draw);
+    drawn.push_back(&chunk);
+  }
+  std::vector<DrawnToken> tokens(draws.size());
+  model_.ops().sample_rows(logits, draws, tokens.data());
+  for (size_t i = 0; i < drawn.size(); ++i) {
+    drawn[i]->sample.token = tokens[i].token;
+    if (drawn[i]->sequence->request.sampling.logprobs) drawn[i]->sample.logprob = tokens[i].logprob;
+  }
+  for (Chunk& chunk : work.chunks) {
+    const Sequence& sequence = *chunk.sequence;
+    const sampling::SamplingParams& params = sequence.request.sampling;
+    bool host_sampled = chunk.samples && std::find(drawn.begin(), drawn.end(), &chunk) == drawn.end();
+    if (host_sampled) {
+      size_t row = chunk.first_logit_row + chunk.logit_rows - 1;
+      chunk.sample = sample_next(sequence, host_rows(logits, row, 1), chunk.output_position);
     }
-    if (chunk.prompt_rows) {
-      for (size_t r = 0; r < chunk.logit_rows; ++r) {
-        int64_t next = chunk.start + static_cast<int64_t>(r) + 1;
-        if (next >= sequence.prompt_size()) break;
-        chunk.prompt_scores.push_back(sampling::score_token(
-            row(chunk.first_logit_row + r), vocab,
-            sequence.request.prompt[static_cast<size_t>(next)], params.prompt_logprobs));
-      }
+    if (!chunk.prompt_rows) continue;
+    const float* rows = host_rows(logits, chunk.first_logit_row, chunk.logit_rows);
+    for (size_t r = 0; r < chunk.logit_rows; ++r) {
+      int64_t next = chunk.start + static_cast<int64_t>(r) + 1;
+      if (next >= sequence.prompt_size()) break;
+      chunk.prompt_scores.push_back(sampling::score_token(
+          rows + r * static_cast<size_t>(vocab), vocab,
+          sequence.request.prompt[static_cast<size_t>(next)], params.prompt_logprobs));
     }
   }
+}
+
+// One buffer for every step's logits (forwards never overlap), in the backend's memory; it
+// grows by half again so a growing batch reallocates rarely.
+Tensor Engine::step_logits(size_t rows) {
+  const int64_t vocab = model_.config().vocab_size;
+  size_t floats = std::max<size_t>(rows, 1) * static_cast<size_t>(vocab);
+  if (floats > logits_floats_) {
+    logits_floats_ = std::max(floats, logits_floats_ + logits_floats_ / 2);
+    logits_ = model_.ops().allocate(logits_floats_ * sizeof(float));
+    host_logits_.reset();
+  }
+  return Tensor::contiguous(logits_.get(), DType::kF32, {static_cast<int64_t>(rows), vocab},
+                            model_.ops().device());
+}
+
+// Logits rows [first, first + count) readable on the host: the backend's own memory on the
+// CPU, a copy into page-locked memory otherwise.
+const float* Engine::host_rows(const Tensor& logits, size_t first, size_t count) {
+  const size_t vocab = static_cast<size_t>(logits.dim(-1));
+  const float* rows = logits.as<const float>() + first * vocab;
+  Ops& ops = model_.ops();
+  if (ops.device() == Device::kCpu) return rows;
+  if (!host_logits_) host_logits_ = ops.allocate_host(logits_floats_ * sizeof(float));
+  float* host = static_cast<float*>(host_logits_.get()) + first * vocab;
+  ops.to_host(host, rows, count * vocab * sizeof(float));
+  return host;
 }
 
 // The sequence's next token from its logits row, through its constraint's mask if it has one

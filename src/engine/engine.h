@@ -97,6 +97,8 @@ class Engine {
   void admit_waiting(StepWork& work, int64_t& budget);
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
+  Tensor step_logits(size_t rows);
+  const float* host_rows(const Tensor& logits, size_t first, size_t count);
   sampling::Sample sample_next(const Sequence& sequence, const float* logits,
                                uint64_t position) const;
   void apply_samples(StepWork& done, StepWork* next);
@@ -116,7 +118,8 @@ class Engine {
   // Finished sequences that a launched step may still read; freed once it is done.
   std::vector<std::unique_ptr<Sequence>> retired_;
   std::unique_ptr<StepWork> in_flight_;
-  BackendMemory logits_;  // the step's logits (see execute)
+  BackendMemory logits_;       // the step's logits (see execute)
+  BackendMemory host_logits_;  // rows of them sampled on the host
   size_t logits_floats_ = 0;
   std::unique_ptr<StepRunner> runner_;
   uint64_t arrivals_ = 0;

@@ -87,6 +87,31 @@ struct ExpertRouting {
   float scaling = 1.0f;    // routed_scaling_factor, applied last
 };
 
+// One row's draw for Ops::sample_rows: the sampling that needs nothing but the logits (rows
+// with penalties, logit bias or a grammar mask are sampled on the host).
+struct TokenDraw {
+  int64_t row = 0;            // the logits row
+  float temperature = 0.0f;   // 0: greedy (the lowest id among equal maxima)
+  int32_t top_k = 0;          // <= 0: off
+  float top_p = 1.0f;         // 1: off
+  float min_p = 0.0f;         // 0: off
+  double uniform = 0.0;       // the draw, in [0, 1)
+};
+
+struct DrawnToken {
+  int32_t token = 0;
+  float logprob = 0.0f;  // under the raw logits (log_softmax at temperature 1)
+};
+
+// The reference every backend's sample_rows matches, on one host row. Probabilities are
+// exp((logit - max) / temperature) scaled to 2^40 at the most likely token and rounded down
+// to integers, so sums (top-p's running mass, the draw's cumulative) are exact and the same
+// in any order: a GPU's parallel sums give the same token as this loop. Tokens are ranked by
+// (probability, then lower id); top-k, then top-p (the shortest ranked prefix holding at
+// least top_p of the mass), then min-p (dropping tokens under min_p of the best) cut that
+// ranking; the draw walks the kept tokens in id order.
+DrawnToken draw_token(const float* logits, int64_t vocab, const TokenDraw& draw);
+
 // Memory a backend's kernels work in: host memory for the CPU, device memory for a GPU.
 // Shared ownership, so a view's owner can be handed around freely.
 using BackendMemory = std::shared_ptr<void>;
@@ -183,6 +208,10 @@ class Ops {
   // before it.
   virtual void paged_attention(const Tensor& q, const AttentionBatch& batch,
                                const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
+  // One token per draw from logits [rows, vocab] (f32, backend memory) into out[draws.size()]
+  // (host memory), as draw_token does.
+  virtual void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
+                           DrawnToken* out) = 0;
 };
 
 // An f32 tensor in a backend's memory for activations: its contents start unspecified.

@@ -49,6 +49,22 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t 
   max_blocks_per_seq = width;
 }
 
+void CausalLM::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
+                       const HiddenStateSink& hidden_sink) {
+  auto rows = static_cast<int64_t>(batch.logit_rows.size());
+  int64_t vocab = config().vocab_size;
+  if (ops().device() == Device::kCpu) {
+    Tensor host = Tensor::contiguous(logits, DType::kF32, {rows, vocab});
+    forward_into(batch, cache, host, hidden_sink);
+    return;
+  }
+  BackendTensor device_logits(ops(), {std::max<int64_t>(rows, 1), vocab});
+  Tensor view = device_logits.view();
+  view.shape[0] = rows;
+  forward_into(batch, cache, view, hidden_sink);
+  ops().to_host(logits, device_logits.data(), static_cast<size_t>(rows * vocab) * sizeof(float));
+}
+
 size_t CausalLM::weight_bytes_per_token() const {
   size_t bytes = 0;
   for (const Tensor* tensor : weights_read_per_token()) {

@@ -39,7 +39,7 @@ BackendMemory& DecodeGraphs::logits_for(int64_t rows) {
 }
 
 void DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
-                       const std::vector<std::vector<float>>& rope_host, float* logits,
+                       const std::vector<std::vector<float>>& rope_host, Tensor& logits,
                        const Body& body) {
   DI_CHECK(eligible(batch), "decode graphs: the batch is not a few decode rows");
   std::vector<const void*> storage;
@@ -83,7 +83,7 @@ void DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
     DI_CHECK(shape.recorded != nullptr, "decode graphs: the backend records nothing");
   }
   shape.recorded->replay();
-  ops_.to_host(logits, logits_memory.get(), static_cast<size_t>(rows * vocab_) * sizeof(float));
+  ops_.copy(logits_view, logits);
 }
 
 }  // namespace deepinfer

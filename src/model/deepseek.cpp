@@ -141,8 +141,8 @@ class DeepseekModel final : public CausalLM {
     return 2.0 * config_.num_layers * dims_.heads * (dims_.qk + dims_.v) * context;
   }
 
-  void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
-               const HiddenStateSink& hidden_sink) override;
+  void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                    const HiddenStateSink& hidden_sink) override;
 
   int num_mtp_modules() const override { return static_cast<int>(mtp_.size()); }
   std::map<std::string, const Tensor*> mtp_module_weights(int index) const override {
@@ -477,8 +477,8 @@ void DeepseekModel::feed_forward(const DeepseekLayer& layer, Scratch& s) {
   ops_.add(hidden, out_view);
 }
 
-void DeepseekModel::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
-                            const HiddenStateSink& hidden_sink) {
+void DeepseekModel::forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                                 const HiddenStateSink& hidden_sink) {
   const ModelConfig& c = config_;
   int64_t tokens = batch.num_tokens();
   DI_CHECK(tokens > 0, "forward: empty batch");

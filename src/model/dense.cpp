@@ -97,8 +97,8 @@ class DenseTransformer final : public CausalLM {
     return 4.0 * config_.num_layers * config_.num_heads * config_.head_dim * context;
   }
 
-  void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
-               const HiddenStateSink& hidden_sink) override;
+  void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                    const HiddenStateSink& hidden_sink) override;
 
  private:
   const Tensor* weight(const std::string& name, std::initializer_list<int64_t> shape) {
@@ -255,8 +255,8 @@ void DenseTransformer::run_layers(const ForwardInputs& inputs, KvCache& cache, S
   }
 }
 
-void DenseTransformer::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
-                               const HiddenStateSink& hidden_sink) {
+void DenseTransformer::forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                                    const HiddenStateSink& hidden_sink) {
   const ModelConfig& c = config_;
   int64_t tokens = batch.num_tokens();
   DI_CHECK(tokens > 0, "forward: empty batch");

@@ -60,7 +60,7 @@ void decode_logits(Ops& ops, const Tensor& hidden, const Tensor& final_norm, con
 }
 
 void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
-                  const Tensor& lm_head, float eps, int num_layers, float* logits,
+                  const Tensor& lm_head, float eps, int num_layers, Tensor& logits,
                   const HiddenStateSink& hidden_sink) {
   int64_t width = hidden.dim(-1);
   auto rows = static_cast<int64_t>(batch.logit_rows.size());
@@ -78,16 +78,7 @@ void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tens
     ops.gather_rows(hidden, batch.logit_rows, selected_view);
     ops.rmsnorm(selected_view, final_norm, eps, selected_view);
   }
-  if (rows == 0) return;
-  if (ops.device() == Device::kCpu) {
-    Tensor logits_view = Tensor::contiguous(logits, DType::kF32, {rows, lm_head.dim(0)});
-    ops.matmul(selected_view, lm_head, nullptr, logits_view);
-    return;
-  }
-  BackendTensor device_logits(ops, {rows, lm_head.dim(0)});
-  Tensor logits_view = device_logits.view();
-  ops.matmul(selected_view, lm_head, nullptr, logits_view);
-  ops.to_host(logits, device_logits.data(), logits_view.nbytes());
+  if (rows > 0) ops.matmul(selected_view, lm_head, nullptr, logits);
 }
 
 }  // namespace deepinfer

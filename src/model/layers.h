@@ -94,7 +94,7 @@ void decode_logits(Ops& ops, const Tensor& hidden, const Tensor& final_norm, con
 // The end of every forward: final norm and lm_head over the batch's logit rows. With a sink,
 // every row's final-norm output is reported first (index num_layers).
 void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
-                  const Tensor& lm_head, float eps, int num_layers, float* logits,
+                  const Tensor& lm_head, float eps, int num_layers, Tensor& logits,
                   const HiddenStateSink& hidden_sink);
 
 // The family constructors load_model dispatches to.

@@ -77,9 +77,13 @@ class CausalLM {
   // `context` cached tokens (in the form prompt processing uses).
   double flops_per_token(double context) const;
   virtual double attention_flops_per_token(double context) const = 0;
-  // Runs the batch: writes its K/V into `cache` and logits [logit_rows, vocab] into `logits`.
-  virtual void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
-                       const HiddenStateSink& hidden_sink = nullptr) = 0;
+  // Runs the batch: writes its K/V into `cache` and logits [logit_rows, vocab] (f32, in the
+  // backend's memory: the engine samples them where they are) into `logits`.
+  virtual void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                            const HiddenStateSink& hidden_sink = nullptr) = 0;
+  // The same with the logits copied into host memory.
+  void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
+               const HiddenStateSink& hidden_sink = nullptr);
   // Multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers), loaded for
   // speculative decoding: each module's tensors by their name inside the module
   // ("eh_proj.weight", "self_attn.kv_b_proj.weight", ...).

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace deepinfer::sampling {
 namespace {
@@ -95,72 +96,29 @@ void process(std::vector<float>& logits, const SamplingParams& p, const TokenHis
   for (auto [token, bias] : p.logit_bias) logits[static_cast<size_t>(token)] += bias;
 }
 
-// The tokens that survive top-k, top-p and min-p, with their probabilities at `temperature`,
-// in token-id order (so the draw does not depend on how ties sort).
-std::vector<std::pair<int32_t, double>> candidates(const std::vector<float>& logits,
-                                                   const SamplingParams& p) {
-  float max_logit = *std::max_element(logits.begin(), logits.end());
-  std::vector<double> probs(logits.size());
-  double total = 0.0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    probs[i] = std::exp(static_cast<double>((logits[i] - max_logit) / p.temperature));
-    total += probs[i];
-  }
-  for (double& prob : probs) prob /= total;
-  std::vector<int32_t> order(logits.size());
-  std::iota(order.begin(), order.end(), 0);
-  // Most likely first; ties keep the lower id first.
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return probs[static_cast<size_t>(a)] > probs[static_cast<size_t>(b)];
-  });
-  size_t keep = order.size();
-  if (p.top_k > 0) keep = std::min<size_t>(keep, static_cast<size_t>(p.top_k));
-  if (p.top_p < 1.0f) {
-    double cumulative = 0.0;
-    for (size_t i = 0; i < keep; ++i) {
-      cumulative += probs[static_cast<size_t>(order[i])];
-      if (cumulative >= p.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-  }
-  if (p.min_p > 0.0f) {
-    double floor = p.min_p * probs[static_cast<size_t>(order[0])];
-    while (keep > 1 && probs[static_cast<size_t>(order[keep - 1])] < floor) --keep;
-  }
-  std::vector<std::pair<int32_t, double>> kept;
-  for (size_t i = 0; i < keep; ++i)
-    kept.emplace_back(order[i], probs[static_cast<size_t>(order[i])]);
-  std::sort(kept.begin(), kept.end());
-  return kept;
+}  // namespace
+
+TokenDraw draw_of(const SamplingParams& params, uint64_t draw_seed, uint64_t position) {
+  TokenDraw draw;
+  draw.temperature = params.temperature;
+  draw.top_k = params.top_k;
+  draw.top_p = params.top_p;
+  draw.min_p = params.min_p;
+  draw.uniform = params.temperature == 0.0f ? 0.0 : counter_uniform(draw_seed, position);
+  return draw;
 }
 
-}  // namespace
+bool needs_only_logits(const SamplingParams& params) {
+  return params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
+         params.frequency_penalty == 0.0f && params.logit_bias.empty() && params.top_logprobs == 0;
+}
 
 Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& params,
               const TokenHistory& history, uint64_t draw_seed, uint64_t position) {
   std::vector<float> processed(logits, logits + vocab_size);
   process(processed, params, history);
   Sample result;
-  if (params.temperature == 0.0f) {
-    result.token = static_cast<int32_t>(std::max_element(processed.begin(), processed.end()) -
-                                        processed.begin());
-  } else {
-    std::vector<std::pair<int32_t, double>> kept = candidates(processed, params);
-    double total = 0.0;
-    for (const auto& entry : kept) total += entry.second;
-    double target = counter_uniform(draw_seed, position) * total;
-    result.token = kept.back().first;
-    double cumulative = 0.0;
-    for (const auto& [token, prob] : kept) {
-      cumulative += prob;
-      if (target < cumulative) {
-        result.token = token;
-        break;
-      }
-    }
-  }
+  result.token = draw_token(processed.data(), vocab_size, draw_of(params, draw_seed, position)).token;
   if (params.logprobs) {
     Sample scored = score_token(logits, vocab_size, result.token, params.top_logprobs);
     result.logprob = scored.logprob;

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/ops.h"
+
 namespace deepinfer::sampling {
 
 struct SamplingParams {
@@ -59,6 +61,13 @@ struct Sample {
   float logprob = 0.0f;      // of the chosen token, from the model's raw distribution
   std::vector<Logprob> top;  // the top_logprobs most likely tokens, most likely first
 };
+
+// The part of `params` that Ops::sample_rows applies, with the draw for output `position`.
+TokenDraw draw_of(const SamplingParams& params, uint64_t draw_seed, uint64_t position);
+// True when sampling under `params` needs nothing but the logits (no penalties, logit bias or
+// top_logprobs), so the backend can sample where the logits are (sample() gives the same
+// token and logprob).
+bool needs_only_logits(const SamplingParams& params);
 
 // Picks the next token from logits [vocab]. `draw_seed` is the request's seed (the engine
 // gives unseeded requests a random one); `position` the output index being sampled.

@@ -326,6 +326,45 @@ TEST_F(CudaOpsParity, NormAndRopeOnSlicesOfWiderRows) {
   EXPECT_LT(error(rows), kExact);
 }
 
+// Every sampling mode over a Llama-3-sized vocabulary, and a row of heavily tied logits: the
+// same token as the host reference (integer masses make the sums order-free), logprobs to
+// float rounding.
+TEST_F(CudaOpsParity, SamplingDrawsTheReferenceToken) {
+  const int64_t vocab = 128256, rows = 3;
+  std::vector<float> values(static_cast<size_t>(rows * vocab));
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& v : values) v = normal(rng_);
+  for (int64_t i = 0; i < vocab; ++i)  // row 2: eight distinct values, each thousands of times
+    values[static_cast<size_t>(2 * vocab + i)] = static_cast<float>((i * 7919) % 8) * 0.5f;
+  Both logits = make(values, DType::kF32, {rows, vocab});
+  struct Mode {
+    float temperature;
+    int32_t top_k;
+    float top_p, min_p;
+  };
+  const Mode modes[] = {{0.0f, 0, 1.0f, 0.0f},   {1.0f, 0, 1.0f, 0.0f},  {0.7f, 50, 1.0f, 0.0f},
+                        {1.0f, 0, 0.9f, 0.0f},   {1.3f, 0, 1.0f, 0.05f}, {0.8f, 40, 0.8f, 0.1f},
+                        {1.0f, 1, 1.0f, 0.0f},   {2.0f, 1000, 0.5f, 0.0f}, {1.0f, 200000, 0.99f, 0.0f}};
+  std::vector<TokenDraw> draws;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (const Mode& mode : modes) {
+    for (int64_t row = 0; row < rows; ++row) {
+      for (int repeat = 0; repeat < 4; ++repeat)
+        draws.push_back({row, mode.temperature, mode.top_k, mode.top_p, mode.min_p, uniform(rng_)});
+    }
+  }
+  std::vector<DrawnToken> want(draws.size()), got(draws.size());
+  cpu_->sample_rows(logits.host_view, draws, want.data());
+  gpu_->sample_rows(logits.device_view, draws, got.data());
+  for (size_t i = 0; i < draws.size(); ++i) {
+    EXPECT_EQ(got[i].token, want[i].token)
+        << "row " << draws[i].row << " temperature " << draws[i].temperature << " top_k "
+        << draws[i].top_k << " top_p " << draws[i].top_p << " min_p " << draws[i].min_p
+        << " uniform " << draws[i].uniform;
+    EXPECT_NEAR(got[i].logprob, want[i].logprob, 1e-4) << i;
+  }
+}
+
 TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
   const int64_t tokens = 9;
   ExpertRouting routing;

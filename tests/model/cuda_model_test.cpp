@@ -148,6 +148,55 @@ TEST(CudaEngine, BatchedGreedyMatchesTheCpu) {
   EXPECT_GE(equal, 4) << "sequences with identical greedy output";
 }
 
+// Seeded sampling drawn on the GPU (sample_rows) gives the tokens and logprobs that host
+// sampling gives over the same logits: a zero logit bias sends the same requests through the
+// host path. top_k = 1 at temperature 1 is greedy (temperature 0).
+TEST(CudaEngine, DeviceSamplingEqualsHostSampling) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  auto gpu = cuda::make_cuda_ops();
+  auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kRead, *gpu);
+  EngineConfig config;
+  config.kv_bytes = size_t{64} << 20;
+  enum class Way { kDrawn, kThroughHost, kTopOne, kGreedy };
+  auto run = [&](Way way) {
+    Engine engine(*model, config);
+    for (int r = 0; r < 6; ++r) {
+      GenerationRequest request;
+      request.id = std::to_string(r);
+      for (int t = 0; t < 12 + 5 * r; ++t) request.prompt.push_back((t * 17 + r * 3) % 500 + 3);
+      sampling::SamplingParams& p = request.sampling;
+      p.seed = 1000 + r;
+      p.logprobs = true;
+      if (way == Way::kTopOne || way == Way::kGreedy) {
+        p.temperature = way == Way::kGreedy ? 0.0f : 1.0f;
+        p.top_k = 1;
+      } else {
+        p.temperature = 0.8f + 0.1f * static_cast<float>(r % 3);
+        p.top_k = r % 2 == 0 ? 0 : 40;
+        p.top_p = r < 3 ? 1.0f : 0.9f;
+        p.min_p = r == 5 ? 0.05f : 0.0f;
+        if (way == Way::kThroughHost) p.logit_bias = {{0, 0.0f}};
+      }
+      request.max_tokens = 16;
+      request.ignore_eos = true;
+      engine.submit(request);
+    }
+    std::map<std::string, GenerationResult> results;
+    for (GenerationResult& result : engine.run_to_completion()) results[result.id] = result;
+    return results;
+  };
+  auto device = run(Way::kDrawn);
+  auto host = run(Way::kThroughHost);
+  for (auto& [id, result] : host) {
+    ASSERT_EQ(device[id].tokens, result.tokens) << id;
+    for (size_t i = 0; i < result.logprobs.size(); ++i)
+      EXPECT_NEAR(device[id].logprobs[i].logprob, result.logprobs[i].logprob, 1e-4) << id;
+  }
+  auto top_one = run(Way::kTopOne);
+  auto greedy = run(Way::kGreedy);
+  for (auto& [id, result] : greedy) EXPECT_EQ(top_one[id].tokens, result.tokens) << id;
+}
+
 // Decode steps replayed from recorded graphs give the same logits as running them op by op,
 // across context buckets (the recordings' key-split counts) and for several sequences.
 TEST(CudaEngine, RecordedDecodeStepsMatchEagerOnes) {

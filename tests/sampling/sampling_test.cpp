@@ -55,6 +55,39 @@ TEST(Sampling, GreedyAndFiltersThatLeaveOneToken) {
   }
 }
 
+// The rules of the reference draw every backend matches (kernels' draw_token).
+TEST(Sampling, RankingCutsBreakTiesByLowerIdAndTopPStopsAtItsMass) {
+  // Probabilities 1/4, 1/2, 1/4 at temperature 1: token 1 alone holds top_p = 0.45, and with
+  // top_p = 0.55 token 0 (the lower id of the tie) joins it, never token 2.
+  std::vector<float> logits = {std::log(0.25f), std::log(0.5f), std::log(0.25f)};
+  TokenDraw draw;
+  draw.temperature = 1.0f;
+  draw.top_p = 0.45f;
+  for (double u : {0.0, 0.3, 0.6, 0.999}) {
+    draw.uniform = u;
+    EXPECT_EQ(draw_token(logits.data(), 3, draw).token, 1) << u;
+    draw.top_p = 0.55f;
+    EXPECT_NE(draw_token(logits.data(), 3, draw).token, 2) << u;
+    draw.top_p = 0.45f;
+  }
+  // top_k = 2 over the tie between tokens 0 and 2 keeps token 0 (the lower id): token 2 never.
+  draw.top_p = 1.0f;
+  draw.top_k = 2;
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < 300; ++i) {
+    draw.uniform = counter_uniform(3, static_cast<uint64_t>(i));
+    ++counts[draw_token(logits.data(), 3, draw).token];
+  }
+  EXPECT_EQ(counts[2], 0);
+  EXPECT_NEAR(counts[0], 100, 30);  // 1/3 of the kept mass
+  // Greedy takes the first of equal maxima; the logprob is the raw log-softmax.
+  std::vector<float> flat = {1.0f, 3.0f, 3.0f, 2.0f};
+  TokenDraw greedy;
+  DrawnToken best = draw_token(flat.data(), 4, greedy);
+  EXPECT_EQ(best.token, 1);
+  EXPECT_NEAR(best.logprob, log_softmax(flat.data(), 4)[1], 1e-6);
+}
+
 TEST(Sampling, DrawsFollowTheTemperatureScaledDistribution) {
   std::vector<float> logits = {1.0f, 2.0f, 0.0f};
   SamplingParams params;

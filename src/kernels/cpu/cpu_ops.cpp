@@ -386,6 +386,23 @@ class CpuOps final : public Ops {
   void paged_attention(const Tensor& q, const AttentionBatch& batch, const PagedKvView& cache,
                        float scale, int window, Tensor& out) override;
 
+  void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
+                   DrawnToken* out) override {
+    int64_t vocab = logits.dim(-1);
+    DI_CHECK(logits.is_contiguous(), "sample_rows: logits {} must be contiguous",
+             logits.shape_string());
+    for (const TokenDraw& draw : draws) {
+      DI_CHECK(draw.row >= 0 && draw.row < rows_of(logits), "sample_rows: row {} of {}", draw.row,
+               rows_of(logits));
+    }
+    pool_.parallel_for(static_cast<int64_t>(draws.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const TokenDraw& draw = draws[static_cast<size_t>(i)];
+        out[i] = draw_token(logits.as<const float>() + draw.row * vocab, vocab, draw);
+      }
+    });
+  }
+
  private:
   struct GroupAttention {
     const PagedKvView* cache = nullptr;

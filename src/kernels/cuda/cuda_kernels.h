@@ -65,6 +65,10 @@ struct RopeLayout {
   int64_t token_stride;
   int64_t head_stride;
 };
+// One token per draw from logits [rows, vocab] into out[count] (device memory), as
+// deepinfer::draw_token does on the host.
+void sample_rows(const float* logits, int64_t vocab, const TokenDraw* draws, int64_t count,
+                 DrawnToken* out, cudaStream_t stream = nullptr);
 // Rotates x [tokens, heads, rotary_dim...] in place by cos/sin [tokens, rotary_dim / 2]: pairs
 // (i, i + rotary_dim/2), or (2i, 2i+1) when interleaved.
 void rope(float* x, RopeLayout layout, const float* cos, const float* sin, int64_t tokens,

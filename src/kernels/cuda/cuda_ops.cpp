@@ -353,6 +353,28 @@ class CudaOps final : public Ops {
                           static_cast<float*>(workspace.get()), splits > 1 ? floats : 0);
   }
 
+  void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
+                   DrawnToken* out) override {
+    require_device(logits, "sample_rows");
+    DI_CHECK(logits.is_contiguous(), "sample_rows: logits {} must be contiguous",
+             logits.shape_string());
+    for (const TokenDraw& draw : draws) {
+      DI_CHECK(draw.row >= 0 && draw.row < rows_of(logits), "sample_rows: row {} of {}", draw.row,
+               rows_of(logits));
+    }
+    if (draws.empty()) return;
+    size_t draw_bytes = draws.size() * sizeof(TokenDraw);
+    size_t out_bytes = draws.size() * sizeof(DrawnToken);
+    BackendMemory device_draws = allocate_scratch(draw_bytes);
+    BackendMemory device_out = allocate_scratch(out_bytes);
+    to_backend(device_draws.get(), draws.data(), draw_bytes);
+    cuda::sample_rows(logits.as<const float>(), logits.dim(-1),
+                      static_cast<const TokenDraw*>(device_draws.get()),
+                      static_cast<int64_t>(draws.size()), static_cast<DrawnToken*>(device_out.get()),
+                      stream());
+    to_host(out, device_out.get(), out_bytes);
+  }
+
  private:
   // A contiguous tensor shaped as `tensor` in new device memory, holding its values if `fill`.
   Tensor packed_copy(const Tensor& tensor, BackendMemory& memory, bool fill) {
