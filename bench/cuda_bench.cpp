@@ -177,16 +177,21 @@ int main() {
                            nullptr};
       PagedKvView cache{
           keys.as<float>(), values.as<float>(), block_size, kv_heads, dim, dim, false};
+      // As the engine runs it: the keys split as paged_attention_splits says.
+      const int splits = paged_attention_splits(seqs, kv_heads, context);
+      const size_t floats = paged_attention_workspace_floats(seqs, kv_heads, splits);
+      DeviceBuffer workspace(floats * sizeof(float));
       for (DType dtype : {DType::kF32, DType::kBF16}) {
         cache.dtype = dtype;  // a bf16 cache reads the first half of the same buffers
         double ms = median_ms([&](int) {
-          paged_attention(q.as<float>(), seqs, heads, batch, cache, 0.088f, 0, out.as<float>());
+          paged_attention(q.as<float>(), seqs, heads, batch, cache, 0.088f, 0, out.as<float>(),
+                          nullptr, SplitKeys{splits}, workspace.as<float>(), floats);
         });
         double bytes = 2.0 * seqs * context * kv_heads * dim * double(dtype_size(dtype));
         fmt::print(
-            "decode attention, 64 x 2000 tokens, {} K/V, one layer: {:.1f} MB in {:.3f} ms, "
-            "{:.2f} TB/s ({:.0f}% of copy)\n",
-            dtype_name(dtype), bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12,
+            "decode attention, 64 x 2000 tokens, {} K/V, {} split(s), one layer: {:.1f} MB in "
+            "{:.3f} ms, {:.2f} TB/s ({:.0f}% of copy)\n",
+            dtype_name(dtype), splits, bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12,
             100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
       }
     }

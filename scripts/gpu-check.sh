@@ -10,7 +10,8 @@
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
 # concurrent requests of 1000 + 1000 tokens (deepinfer bench-engine); peer = the same
 # workloads through PyTorch/transformers (bench/torch_peer.py). ENGINE_CONCURRENCY,
-# PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer stages.
+# PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer stages; ENGINE_ASYNC adds a run
+# with --async-scheduling at that concurrency.
 #
 # The GPU machine has nvcc but none of the Debian libraries the project builds against, so
 # the binaries are built here (same CUDA 13.0) and carried, stripped, with the shared
@@ -72,10 +73,15 @@ run() {
   [[ $stages == *kernels* ]] && "$BUNDLE/bin/cuda_bench" 2>&1 | tee "$out/bench.txt"
   if [[ $stages == *model* || $stages == *engine* ]]; then make_8b; fi
   [[ $stages == *model* ]] && "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" --device cuda --load read \
-    --prompt-tokens 8192 --decode-tokens 128 2>&1 | tee "$out/model.txt"
+    --prompt-tokens 8192 --decode-tokens 128 --decode-batches 1,64,256 2>&1 | tee "$out/model.txt"
   [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
     --load read --concurrency "${ENGINE_CONCURRENCY:-64,256}" --prompt-tokens 1000 --output-tokens 1000 \
     --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"
+  # ENGINE_ASYNC=64 (for example): the same at that concurrency with --async-scheduling.
+  [[ $stages == *engine* && -n ${ENGINE_ASYNC:-} ]] && "$BUNDLE/bin/deepinfer" bench-engine \
+    "$MODEL_8B" --device cuda --load read --concurrency "$ENGINE_ASYNC" --prompt-tokens 1000 \
+    --output-tokens 1000 --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 \
+    --async-scheduling 2>&1 | sed 's/^/async: /' | tee -a "$out/engine.txt"
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
   [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" \

@@ -217,6 +217,16 @@ void add_bench_command(CLI::App& app) {
                    "GPU backends: the prompt batch-1 decode follows (the CPU decodes after "
                    "--prompt-tokens)")
       ->check(CLI::Range(1, 1 << 20));
+  command
+      ->add_option("--decode-batches", args->decode_batches,
+                   "GPU backends: also time decode steps of this many sequences at once "
+                   "(comma-separated), forward and device sampling without the engine")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 4096));
+  command
+      ->add_option("--decode-batch-context", args->decode_batch_context,
+                   "Cached tokens per sequence in the --decode-batches steps")
+      ->check(CLI::Range(1, 1 << 20));
   command->add_option("--bandwidth-mib", args->bandwidth_mib, "Buffer size for the bandwidth probe")
       ->check(CLI::Range(64, 1 << 16));
   command->add_flag("--json", args->json, "Print one JSON object instead of a table");

@@ -8,6 +8,7 @@
 #include "cli/commands_bench.h"
 #include "core/error.h"
 #include "engine/sequence_runner.h"
+#include "kv/kv_cache.h"
 #include "sampling/sampling.h"
 
 #ifdef DEEPINFER_WITH_CUDA
@@ -48,6 +49,65 @@ void print_device_table(const nlohmann::json& r) {
       number("decode_roofline_tokens_per_s"), number("weight_bytes_per_token") / 1e6,
       100.0 * number("decode_fraction_of_roofline"), 100.0 * number("decode_fraction_with_kv"),
       number("decode_kv_bytes_per_token") / 1e6);
+}
+
+// One decode step of `batch` sequences that each hold `context` cached tokens (their K/V
+// contents do not matter for the time), with greedy draws on the device as the engine makes
+// them. Returns seconds per step.
+double time_decode_step(CausalLM& model, int batch, int context) {
+  const int block_size = 16;
+  int64_t blocks_per_seq = (context + 1 + block_size - 1) / block_size;
+  KvCache cache(model.kv_shape(block_size), 1 + batch * blocks_per_seq, model.ops());
+  std::vector<SequenceKv> sequences(static_cast<size_t>(batch));
+  ForwardBatch step;
+  for (int s = 0; s < batch; ++s) {
+    SequenceKv& kv = sequences[static_cast<size_t>(s)];
+    kv.reserve(cache, context + 1);
+    step.add_sequence({(s * 7919 + 13) % model.config().vocab_size}, context, kv, block_size, false);
+  }
+  BackendTensor logits(model.ops(), {batch, model.config().vocab_size});
+  Tensor view = logits.view();
+  std::vector<TokenDraw> draws(static_cast<size_t>(batch));
+  for (int s = 0; s < batch; ++s) draws[static_cast<size_t>(s)].row = s;
+  std::vector<DrawnToken> drawn(draws.size());
+  auto run = [&] {
+    model.forward_into(step, cache, view);
+    model.ops().sample_rows(view, draws, drawn.data());
+  };
+  for (int i = 0; i < 2; ++i) run();
+  const int steps = 10;
+  auto start = Clock::now();
+  for (int i = 0; i < steps; ++i) run();
+  return seconds_since(start) / steps;
+}
+
+nlohmann::json batched_decode(const BenchArgs& args, CausalLM& model, double copy_bytes_per_s) {
+  nlohmann::json rows = nlohmann::json::array();
+  double weights = static_cast<double>(model.weight_bytes_per_token());
+  double kv_per_token = static_cast<double>(model.kv_shape(16).bytes_per_token());
+  for (int batch : args.decode_batches) {
+    double step = time_decode_step(model, batch, args.decode_batch_context);
+    double bytes = weights + static_cast<double>(batch) * args.decode_batch_context * kv_per_token;
+    rows.push_back({{"batch", batch},
+                    {"context", args.decode_batch_context},
+                    {"step_ms", step * 1e3},
+                    {"tokens_per_s", batch / step},
+                    {"bytes_per_step", bytes},
+                    {"fraction_of_copy", bytes / step / copy_bytes_per_s}});
+  }
+  return rows;
+}
+
+void print_batched_decode(const nlohmann::json& rows) {
+  for (const nlohmann::json& row : rows) {
+    fmt::print(
+        "decode (batch {}) {:.2f} ms/step, {:.0f} tokens/s at {} cached tokens each: {:.1f} GB "
+        "of weights and K/V per step, {:.0f}% of copy bandwidth\n",
+        row.at("batch").get<int>(), row.at("step_ms").get<double>(),
+        row.at("tokens_per_s").get<double>(), row.at("context").get<int>(),
+        row.at("bytes_per_step").get<double>() / 1e9,
+        100.0 * row.at("fraction_of_copy").get<double>());
+  }
 }
 
 }  // namespace
@@ -105,10 +165,12 @@ void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_se
                            {"decode_fraction_of_roofline", decode_rate / roofline},
                            {"decode_fraction_with_kv", decode_rate * (bytes_per_token + kv_bytes) /
                                                            ceilings.copy_bytes_per_s}};
+  result["decode_batches"] = batched_decode(args, model, ceilings.copy_bytes_per_s);
   if (args.json) {
     fmt::print("{}\n", result.dump());
   } else {
     print_device_table(result);
+    print_batched_decode(result.at("decode_batches"));
   }
 #else
   (void)args;

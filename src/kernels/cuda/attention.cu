@@ -131,7 +131,7 @@ constexpr int64_t kKeysPerSplit = 32;
 // a lane, for all the group's query heads; two keys per warp iteration keep loads in flight.
 // With several splits each block takes one contiguous share of the keys and leaves its
 // partial result in `partials` for merge_splits_kernel.
-template <typename T>
+template <typename T, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
                              float scale, int window, float* out, float* partials) {
@@ -152,11 +152,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float4* query =
       reinterpret_cast<const float4*>(q + (row * heads + int64_t{kv_head} * group) * kGroupDim);
 
-  float4 qh[kMaxGroup];
-  float running_max[kMaxGroup], running_sum[kMaxGroup];
-  float4 acc[kMaxGroup];
+  float4 qh[kGroup];
+  float running_max[kGroup], running_sum[kGroup];
+  float4 acc[kGroup];
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
+  for (int h = 0; h < kGroup; ++h) {
     qh[h] = h < group ? query[h * (kGroupDim / 4) + lane] : make_float4(0, 0, 0, 0);
     running_max[h] = -FLT_MAX;
     running_sum[h] = 0.0f;
@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
   auto attend = [&](float4 k, float4 v) {
 #pragma unroll
-    for (int h = 0; h < kMaxGroup; ++h) {
+    for (int h = 0; h < kGroup; ++h) {
       if (h >= group) break;
       float score = warp_sum(qh[h].x * k.x + qh[h].y * k.y + qh[h].z * k.z + qh[h].w * k.w) * scale;
       float new_max = fmaxf(running_max[h], score);
@@ -199,10 +199,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t a = slot_of(j);
     attend(load_kv4(keys + a * stride, offset), load_kv4(values + a * stride, offset));
   }
-  __shared__ float maxes[kWarps][kMaxGroup], sums[kWarps][kMaxGroup];
-  __shared__ float4 partial[kWarps][kMaxGroup][kGroupDim / 4];
+  __shared__ float maxes[kWarps][kGroup], sums[kWarps][kGroup];
+  __shared__ float4 partial[kWarps][kGroup][kGroupDim / 4];
 #pragma unroll
-  for (int h = 0; h < kMaxGroup; ++h) {
+  for (int h = 0; h < kGroup; ++h) {
     if (lane == 0) {
       maxes[warp][h] = running_max[h];
       sums[warp][h] = running_sum[h];
@@ -288,10 +288,12 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
 }
 
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context) {
-  // Enough blocks for two per multiprocessor of an H200, at least 32 keys each (8 per warp:
-  // short decode contexts are latency-bound, so they want more blocks, not longer ones).
+  // Enough blocks for eight per multiprocessor of an H200 (32 warps: a warp streams one key
+  // at a time, so the SM needs many of them to keep loads in flight), at least 32 keys each
+  // (8 per warp). Two per SM left 64 x 2000-token batches at 0.9 TB/s with bf16 K/V.
+  constexpr int64_t kTargetBlocks = 132 * 8;
   int64_t blocks = std::max<int64_t>(1, rows * num_kv_heads);
-  int64_t wanted = std::min<int64_t>((264 + blocks - 1) / blocks,
+  int64_t wanted = std::min<int64_t>((kTargetBlocks + blocks - 1) / blocks,
                                      (max_context + kKeysPerSplit - 1) / kKeysPerSplit);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, 64));
 }
@@ -318,12 +320,25 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
       fail("paged_attention: the workspace holds too few floats for {} splits", splits);
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
               static_cast<unsigned>(splits));
-    if (cache.dtype == DType::kBF16) {
-      grouped_attention_kernel<__nv_bfloat16>
-          <<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out, workspace);
+    auto launch = [&](auto kernel) {
+      kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out,
+                                               workspace);
+    };
+    // Registers sized to the group (up to the next power of two): a group of 4 (Llama 3 8B)
+    // in a kernel sized for 8 held half the warps an SM could run.
+    const bool bf16 = cache.dtype == DType::kBF16;
+    if (group <= 1) {
+      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, 1>)
+           : launch(grouped_attention_kernel<float, 1>);
+    } else if (group <= 2) {
+      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, 2>)
+           : launch(grouped_attention_kernel<float, 2>);
+    } else if (group <= 4) {
+      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, 4>)
+           : launch(grouped_attention_kernel<float, 4>);
     } else {
-      grouped_attention_kernel<float>
-          <<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out, workspace);
+      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, kMaxGroup>)
+           : launch(grouped_attention_kernel<float, kMaxGroup>);
     }
     check_launch("paged_attention (grouped)");
     if (splits > 1) {

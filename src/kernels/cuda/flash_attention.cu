@@ -1,12 +1,13 @@
 // Prompt attention on the tensor cores, flash-attention style: a block takes one tile of 64
 // (query position, head) rows of a sequence, all heads of one KV head's group, and walks the
-// sequence's paged keys 64 at a time: S = Q K^T and O += P V on bf16 WMMA fragments with f32
-// accumulation, an online softmax in between, so the scores never reach device memory and
-// every K/V tile is read once for the whole group.
+// sequence's paged keys 64 at a time. Each warp owns 16 rows and keeps everything of them in
+// registers: Q as mma.sync A fragments, S = Q K^T in accumulators, the online softmax on
+// those, P reused from them as the A operand of O += P V, and O itself; only K and V pass
+// through shared memory, double-buffered so the next tile's copies run under this one's math.
 #include <cuda_bf16.h>
-#include <mma.h>
 
 #include <cfloat>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -15,27 +16,19 @@
 namespace deepinfer::cuda {
 namespace {
 
-using namespace nvcuda;
-
 constexpr int kDim = 128;  // head size (keys and values)
 constexpr int kRows = 64;  // (position, head) rows per tile
 constexpr int kKeys = 64;  // keys per step
 constexpr int kWarps = 4;  // each owns 16 rows
 constexpr int kThreads = kWarps * 32;
-// Padded leading dimensions (elements) keep WMMA's row accesses off a single bank.
-constexpr int kLdTile = kDim + 8;    // bf16 Q, K, V
-constexpr int kLdScore = kKeys + 4;  // f32 S
-constexpr int kLdProb = kKeys + 8;   // bf16 P
-constexpr int kLdOut = kDim + 4;     // f32 O
+// Rows of 136 bf16 (272 bytes): the eight rows an mma fragment or ldmatrix reads at once fall
+// on distinct banks, and every 8-element chunk stays 16-byte aligned.
+constexpr int kLdTile = kDim + 8;
 
 struct Shared {
   __nv_bfloat16 q[kRows * kLdTile];
-  __nv_bfloat16 k[kKeys * kLdTile];
-  __nv_bfloat16 v[kKeys * kLdTile];
-  float s[kRows * kLdScore];
-  __nv_bfloat16 p[kRows * kLdProb];
-  float o[kRows * kLdOut];
-  float row_max[kRows], row_sum[kRows];
+  __nv_bfloat16 k[2][kKeys * kLdTile];
+  __nv_bfloat16 v[2][kKeys * kLdTile];
 };
 
 // Which sequence and which of its query positions tile `tile` covers; false past the end.
@@ -54,114 +47,75 @@ __device__ bool locate_tile(const AttentionBatch& batch, int positions_per_tile,
   return false;
 }
 
-// One K/V tile in flight: thread t fetches 8 consecutive elements (16 bytes of bf16) of keys
-// t / 16, t / 16 + 8, ... at column (t % 16) * 8, every load issued before the first is
-// used, and keeps them in registers until the tile before has been consumed.
-constexpr int kChunk = 8;
+constexpr int kChunk = 8;                               // elements per 16-byte copy
 constexpr int kChunksPerKey = kDim / kChunk;            // 16
 constexpr int kKeysPerPass = kThreads / kChunksPerKey;  // 8
-constexpr int kFetches = kKeys / kKeysPerPass;          // 8
+constexpr int kPasses = kKeys / kKeysPerPass;           // 8
 
-__device__ inline uint4 bf16_chunk(const __nv_bfloat16* at) {
-  return *reinterpret_cast<const uint4*>(at);
+__device__ inline uint32_t shared_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
 }
-__device__ inline uint4 bf16_chunk(const float* at) {
+
+// 16 bytes global -> shared without passing through registers; `bytes` 0 writes zeros.
+__device__ inline void copy_async(void* shared, const void* global, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
+               "l"(global), "r"(bytes));
+}
+__device__ inline void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ inline void wait_copies() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ inline uint4 to_bf16_chunk(const float* at) {
   const float4 low = reinterpret_cast<const float4*>(at)[0];
   const float4 high = reinterpret_cast<const float4*>(at)[1];
-  uint4 packed;
   __nv_bfloat162 pairs[4] = {
       __floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
       __floats2bfloat162_rn(high.x, high.y), __floats2bfloat162_rn(high.z, high.w)};
+  uint4 packed;
   memcpy(&packed, pairs, sizeof(packed));
   return packed;
 }
 
+// Keys [first_key, first_key + kKeys) into one shared K/V buffer; keys past the context
+// become zeros (masked later). A bf16 cache is copied asynchronously; an f32 one (tests keep
+// one) is rounded to bf16 on the way.
 template <typename T>
-struct TileFetch {
-  uint4 k[kFetches], v[kFetches];
-
-  // Keys [first_key, first_key + kKeys); keys past the context become zeros (masked later).
-  __device__ void fetch(const PagedKvView& cache, const int32_t* table, int64_t first_key,
-                        int64_t context, int kv_head) {
-    const int64_t key_stride = int64_t{cache.num_kv_heads} * kDim;
-    const int column = (threadIdx.x % kChunksPerKey) * kChunk;
-    int64_t at[kFetches];
+__device__ void fetch_tile(const PagedKvView& cache, const int32_t* table, int64_t first_key,
+                           int64_t context, int kv_head, __nv_bfloat16* k, __nv_bfloat16* v) {
+  const int64_t key_stride = int64_t{cache.num_kv_heads} * kDim;
+  const int column = (threadIdx.x % kChunksPerKey) * kChunk;
+  const T* keys = static_cast<const T*>(cache.keys);
+  const T* values = static_cast<const T*>(cache.values);
 #pragma unroll
-    for (int f = 0; f < kFetches; ++f) {
-      const int64_t key = first_key + threadIdx.x / kChunksPerKey + f * kKeysPerPass;
-      at[f] = -1;
-      if (key < context) {
-        const int64_t slot =
-            int64_t{table[key / cache.block_size]} * cache.block_size + key % cache.block_size;
-        at[f] = slot * key_stride + int64_t{kv_head} * kDim + column;
-      }
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = threadIdx.x / kChunksPerKey + pass * kKeysPerPass;
+    const int64_t key = first_key + row;
+    int64_t at = 0;
+    if (key < context) {
+      const int64_t slot =
+          int64_t{table[key / cache.block_size]} * cache.block_size + key % cache.block_size;
+      at = slot * key_stride + int64_t{kv_head} * kDim + column;
     }
-    const T* keys = static_cast<const T*>(cache.keys);
-    const T* values = static_cast<const T*>(cache.values);
-#pragma unroll
-    for (int f = 0; f < kFetches; ++f) {
-      k[f] = at[f] >= 0 ? bf16_chunk(keys + at[f]) : make_uint4(0, 0, 0, 0);
-      v[f] = at[f] >= 0 ? bf16_chunk(values + at[f]) : make_uint4(0, 0, 0, 0);
-    }
-  }
-
-  __device__ void store(Shared& sh) const {
-    const int column = (threadIdx.x % kChunksPerKey) * kChunk;
-#pragma unroll
-    for (int f = 0; f < kFetches; ++f) {
-      const int row = threadIdx.x / kChunksPerKey + f * kKeysPerPass;
-      *reinterpret_cast<uint4*>(sh.k + row * kLdTile + column) = k[f];
-      *reinterpret_cast<uint4*>(sh.v + row * kLdTile + column) = v[f];
+    __nv_bfloat16* k_row = k + row * kLdTile + column;
+    __nv_bfloat16* v_row = v + row * kLdTile + column;
+    if constexpr (sizeof(T) == 2) {
+      copy_async(k_row, keys + at, key < context ? 16 : 0);
+      copy_async(v_row, values + at, key < context ? 16 : 0);
+    } else {
+      const uint4 zero = make_uint4(0, 0, 0, 0);
+      *reinterpret_cast<uint4*>(k_row) = key < context ? to_bf16_chunk(keys + at) : zero;
+      *reinterpret_cast<uint4*>(v_row) = key < context ? to_bf16_chunk(values + at) : zero;
     }
   }
-};
-
-// Warp `warp`'s 16 rows: S = Q K^T.
-__device__ void scores(Shared& sh, int warp) {
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[kKeys / 16];
-#pragma unroll
-  for (int j = 0; j < kKeys / 16; ++j) wmma::fill_fragment(acc[j], 0.0f);
-#pragma unroll
-  for (int d = 0; d < kDim; d += 16) {
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-    wmma::load_matrix_sync(a, sh.q + warp * 16 * kLdTile + d, kLdTile);
-#pragma unroll
-    for (int j = 0; j < kKeys / 16; ++j) {
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
-      wmma::load_matrix_sync(b, sh.k + j * 16 * kLdTile + d, kLdTile);
-      wmma::mma_sync(acc[j], a, b, acc[j]);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kKeys / 16; ++j)
-    wmma::store_matrix_sync(sh.s + warp * 16 * kLdScore + j * 16, acc[j], kLdScore,
-                            wmma::mem_row_major);
-}
-
-// Warp `warp`'s 16 rows: O += P V (O in shared memory, already rescaled).
-__device__ void accumulate_values(Shared& sh, int warp) {
-#pragma unroll
-  for (int j = 0; j < kDim / 16; ++j) {
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    float* o = sh.o + warp * 16 * kLdOut + j * 16;
-    wmma::load_matrix_sync(acc, o, kLdOut, wmma::mem_row_major);
-#pragma unroll
-    for (int k = 0; k < kKeys; k += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-      wmma::load_matrix_sync(a, sh.p + warp * 16 * kLdProb + k, kLdProb);
-      wmma::load_matrix_sync(b, sh.v + k * kLdTile + j * 16, kLdTile);
-      wmma::mma_sync(acc, a, b, acc);
-    }
-    wmma::store_matrix_sync(o, acc, kLdOut, wmma::mem_row_major);
-  }
+  commit_copies();
 }
 
 // Q rows of the tile (positions 0..last_index from `q`, all heads of the group), pre-scaled;
-// rows past the sequence's queries are zeros and never written out. O and the row statistics
-// start empty.
-__device__ void start_tile(Shared& sh, const float* q, int heads, int kv_head, int group,
-                           int64_t last_index, float scale) {
+// rows past the sequence's queries are zeros and never written out.
+__device__ void load_queries(Shared& sh, const float* q, int heads, int kv_head, int group,
+                             int64_t last_index, float scale) {
   for (int i = threadIdx.x; i < kRows * (kDim / 4); i += kThreads) {
     const int r = i / (kDim / 4), c = (i % (kDim / 4)) * 4;
     float4 value = make_float4(0, 0, 0, 0);
@@ -173,48 +127,125 @@ __device__ void start_tile(Shared& sh, const float* q, int heads, int kv_head, i
     d[0] = __floats2bfloat162_rn(value.x * scale, value.y * scale);
     d[1] = __floats2bfloat162_rn(value.z * scale, value.w * scale);
   }
-  for (int i = threadIdx.x; i < kRows * kLdOut; i += kThreads) sh.o[i] = 0.0f;
-  if (threadIdx.x < kRows) {
-    sh.row_max[threadIdx.x] = -FLT_MAX;
-    sh.row_sum[threadIdx.x] = 0.0f;
+}
+
+// D += A B for one m16n8k16 bf16 product with f32 accumulation. Fragment layouts (PTX ISA,
+// "mma.m16n8k16"): with g = lane / 4 and t = lane % 4, A holds rows g and g + 8 at columns
+// 2t, 2t + 1 (and + 8); B columns g at rows 2t, 2t + 1 (and + 8); D rows g, g + 8 at columns
+// 2t, 2t + 1.
+__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8 x 8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i.
+__device__ inline void load_transposed(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+__device__ inline uint32_t word(const __nv_bfloat16* at) {
+  return *reinterpret_cast<const uint32_t*>(at);
+}
+
+__device__ inline uint32_t pack(float low, float high) {
+  __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof(bits));
+  return bits;
+}
+
+// One warp's 16 rows through the walk over keys: this thread's share of them (rows g and
+// g + 8 of the warp, columns 2t and 2t + 1 of every 8-wide tile).
+struct WarpRows {
+  uint32_t q[kDim / 16][4];  // A fragments of Q, one per 16 dims
+  float o[kDim / 8][4];      // O accumulators, one per 8 dims
+  float max[2] = {-FLT_MAX, -FLT_MAX};
+  float sum[2] = {0.0f, 0.0f};  // this thread's columns only; the quad adds them at the end
+  int64_t position[2];
+  bool valid[2];
+};
+
+__device__ void scores(const WarpRows& w, const __nv_bfloat16* k, int g, int t,
+                       float (&s)[kKeys / 8][4]) {
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kDim / 16; ++c) {
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) {
+      const __nv_bfloat16* key = k + (j * 8 + g) * kLdTile + c * 16 + 2 * t;
+      mma_bf16(s[j], w.q[c], word(key), word(key + 8));
+    }
   }
 }
 
-// The lane pair of `row` (this lane's `half` of the 64 keys from key0): masks the scores the
-// row may not see, writes P = exp(S - new max) and rescales the row's O and statistics.
-__device__ void online_softmax(Shared& sh, int row, int half, int64_t key0, int64_t row_position,
-                               bool row_valid, int window) {
-  float* s = sh.s + row * kLdScore + half * 32;
-  float tile_max = -FLT_MAX;
-  for (int c = 0; c < 32; ++c) {
-    const int64_t key = key0 + half * 32 + c;
-    const bool visible =
-        row_valid && key <= row_position && (window <= 0 || key > row_position - window);
-    s[c] = visible ? s[c] : -FLT_MAX;
-    tile_max = fmaxf(tile_max, s[c]);
+// Masks what each row may not see, turns the scores into probabilities against the updated
+// running maxima (in place) and rescales O and the sums.
+__device__ void online_softmax(WarpRows& w, float (&s)[kKeys / 8][4], int64_t key0, int t,
+                               int window) {
+  float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2;
+      const int64_t key = key0 + j * 8 + 2 * t + e % 2;
+      const bool visible = w.valid[r] && key <= w.position[r] &&
+                           (window <= 0 || key > w.position[r] - window);
+      s[j][e] = visible ? s[j][e] : -FLT_MAX;
+      tile_max[r] = fmaxf(tile_max[r], s[j][e]);
+    }
   }
-  tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-  const float old_max = sh.row_max[row];
-  const float new_max = fmaxf(old_max, tile_max);
-  const bool any = new_max > -FLT_MAX;
-  float sum = 0.0f;
-  __nv_bfloat16* p = sh.p + row * kLdProb + half * 32;
-  for (int c = 0; c < 32; ++c) {
-    const float weight = (any && s[c] > -FLT_MAX) ? __expf(s[c] - new_max) : 0.0f;
-    p[c] = __float2bfloat16_rn(weight);
-    sum += weight;
+  float rescale[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
+    const float new_max = fmaxf(w.max[r], tile_max[r]);
+    rescale[r] = new_max > -FLT_MAX ? __expf(w.max[r] - new_max) : 1.0f;
+    w.max[r] = new_max;
+    w.sum[r] *= rescale[r];
   }
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  const float rescale = any ? __expf(old_max - new_max) : 1.0f;
-  // Once the running maxima settle, most steps leave every row's scale at 1.
-  if (__any_sync(0xffffffffu, rescale != 1.0f)) {
-    float* o = sh.o + row * kLdOut + half * (kDim / 2);
-    for (int c = 0; c < kDim / 2; ++c) o[c] *= rescale;
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e / 2;
+      s[j][e] = s[j][e] > -FLT_MAX ? __expf(s[j][e] - w.max[r]) : 0.0f;
+      w.sum[r] += s[j][e];
+    }
   }
-  __syncwarp();
-  if (half == 0) {
-    sh.row_sum[row] = sh.row_sum[row] * rescale + sum;
-    sh.row_max[row] = new_max;
+#pragma unroll
+  for (int n = 0; n < kDim / 8; ++n) {
+    w.o[n][0] *= rescale[0];
+    w.o[n][1] *= rescale[0];
+    w.o[n][2] *= rescale[1];
+    w.o[n][3] *= rescale[1];
+  }
+}
+
+// O += P V: P's accumulators repacked as A fragments (two 8-key tiles make one 16-key chunk),
+// V's fragments read transposed from shared memory, two 8-dim tiles per load.
+__device__ void accumulate_values(WarpRows& w, const float (&p)[kKeys / 8][4],
+                                  const __nv_bfloat16* v, int lane) {
+#pragma unroll
+  for (int c = 0; c < kKeys / 16; ++c) {
+    const uint32_t a[4] = {pack(p[2 * c][0], p[2 * c][1]), pack(p[2 * c][2], p[2 * c][3]),
+                           pack(p[2 * c + 1][0], p[2 * c + 1][1]),
+                           pack(p[2 * c + 1][2], p[2 * c + 1][3])};
+    const int key = c * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+#pragma unroll
+    for (int n = 0; n < kDim / 16; ++n) {
+      uint32_t b[4];
+      load_transposed(b, v + key * kLdTile + n * 16 + (lane / 16) * 8);
+      mma_bf16(w.o[2 * n], a, b[0], b[1]);
+      mma_bf16(w.o[2 * n + 1], a, b[2], b[3]);
+    }
   }
 }
 
@@ -236,42 +267,65 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t base_position = context - count;  // position of the sequence's first new row
   const int64_t last = min(count, first + positions_per_tile) - 1;
   const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-
-  start_tile(sh, q + (row_base + first) * heads * kDim, heads, kv_head, group, last - first, scale);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   // Keys any row of the tile may see: up to the last row's position, from the first row's
   // window start.
-  const int64_t first_position = base_position + first;
   const int64_t last_position = base_position + last;
-  const int64_t key_begin = window > 0 ? max(int64_t{0}, first_position - window + 1) : 0;
-  // Each lane pair owns one row: lane / 2 its row in the warp's 16, lane % 2 its half of the
-  // 64 key columns.
-  const int row = warp * 16 + lane / 2, half = lane % 2;
-  const int64_t row_position = base_position + first + row / group;
-  const bool row_valid = first + row / group <= last;
-  TileFetch<T> next;
-  next.fetch(cache, table, key_begin / kKeys * kKeys, context, kv_head);
-  for (int64_t key0 = key_begin / kKeys * kKeys; key0 <= last_position; key0 += kKeys) {
-    __syncthreads();  // the previous step's K/V reads are done
-    next.store(sh);
-    __syncthreads();
-    // The next tile's loads run while this one is computed.
-    if (key0 + kKeys <= last_position) next.fetch(cache, table, key0 + kKeys, context, kv_head);
-    scores(sh, warp);
-    __syncwarp();
-    online_softmax(sh, row, half, key0, row_position, row_valid, window);
-    accumulate_values(sh, warp);
-    __syncwarp();
+  const int64_t key_begin =
+      (window > 0 ? max(int64_t{0}, base_position + first - window + 1) : 0) / kKeys * kKeys;
+
+  fetch_tile<T>(cache, table, key_begin, context, kv_head, sh.k[0], sh.v[0]);
+  load_queries(sh, q + (row_base + first) * heads * kDim, heads, kv_head, group, last - first,
+               scale);
+  __syncthreads();
+  WarpRows w;
+  const int rows[2] = {warp * 16 + g, warp * 16 + g + 8};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    w.position[r] = base_position + first + rows[r] / group;
+    w.valid[r] = first + rows[r] / group <= last;
   }
-  if (!row_valid) return;
-  const int head = kv_head * group + row % group;
-  float* result =
-      out + ((row_base + first + row / group) * heads + head) * kDim + half * (kDim / 2);
-  const float inverse = 1.0f / sh.row_sum[row];
-  const float* o = sh.o + row * kLdOut + half * (kDim / 2);
-  for (int c = 0; c < kDim / 2; c += 4)
-    *reinterpret_cast<float4*>(result + c) =
-        make_float4(o[c] * inverse, o[c + 1] * inverse, o[c + 2] * inverse, o[c + 3] * inverse);
+#pragma unroll
+  for (int c = 0; c < kDim / 16; ++c) {
+    w.q[c][0] = word(sh.q + rows[0] * kLdTile + c * 16 + 2 * t);
+    w.q[c][1] = word(sh.q + rows[1] * kLdTile + c * 16 + 2 * t);
+    w.q[c][2] = word(sh.q + rows[0] * kLdTile + c * 16 + 8 + 2 * t);
+    w.q[c][3] = word(sh.q + rows[1] * kLdTile + c * 16 + 8 + 2 * t);
+  }
+#pragma unroll
+  for (int n = 0; n < kDim / 8; ++n) w.o[n][0] = w.o[n][1] = w.o[n][2] = w.o[n][3] = 0.0f;
+
+  int buffer = 0;
+  for (int64_t key0 = key_begin; key0 <= last_position; key0 += kKeys, buffer ^= 1) {
+    // The next tile's copies go out first; then this one's must have landed for every thread.
+    if (key0 + kKeys <= last_position) {
+      fetch_tile<T>(cache, table, key0 + kKeys, context, kv_head, sh.k[buffer ^ 1],
+                    sh.v[buffer ^ 1]);
+      wait_copies<1>();
+    } else {
+      wait_copies<0>();
+    }
+    __syncthreads();
+    float s[kKeys / 8][4];
+    scores(w, sh.k[buffer], g, t, s);
+    online_softmax(w, s, key0, t, window);
+    accumulate_values(w, s, sh.v[buffer], lane);
+    __syncthreads();  // every warp is done with this buffer before it is refilled
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float total = w.sum[r];
+    total += __shfl_xor_sync(0xffffffffu, total, 1);
+    total += __shfl_xor_sync(0xffffffffu, total, 2);
+    if (!w.valid[r]) continue;
+    const float inverse = 1.0f / total;
+    const int head = kv_head * group + rows[r] % group;
+    float* result = out + ((row_base + first + rows[r] / group) * heads + head) * kDim + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kDim / 8; ++n)
+      *reinterpret_cast<float2*>(result + n * 8) =
+          make_float2(w.o[n][2 * r] * inverse, w.o[n][2 * r + 1] * inverse);
+  }
 }
 
 }  // namespace

@@ -108,15 +108,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       acc[r] += sum * scale;
     }
   };
-  // Four loads in flight per lane before the first is used: a short row is then read in one
-  // or two round trips to memory instead of one per chunk.
+  // Several loads in flight per lane before the first is used: a short row is then read in
+  // one or two round trips to memory instead of one per chunk. Eight for one or two rows
+  // (batch-1 decode, where an 8 KB row is the whole job of a warp), four when the rows'
+  // accumulators and x loads need the registers.
+  constexpr int kInFlight = kRows <= 2 ? 8 : 4;
   int64_t chunk = lane;
-  for (; chunk + 96 < chunks; chunk += 128) {
-    uint4 loaded[4];
+  for (; chunk + 32 * (kInFlight - 1) < chunks; chunk += 32 * kInFlight) {
+    uint4 loaded[kInFlight];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) loaded[i] = row[chunk + 32 * i];
+    for (int i = 0; i < kInFlight; ++i) loaded[i] = row[chunk + 32 * i];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) consume(loaded[i], chunk + 32 * i);
+    for (int i = 0; i < kInFlight; ++i) consume(loaded[i], chunk + 32 * i);
   }
   for (; chunk < chunks; chunk += 32) consume(row[chunk], chunk);
 #pragma unroll
