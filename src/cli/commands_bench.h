@@ -12,7 +12,7 @@ struct BenchArgs {
   int prompt_tokens = 512;
   int decode_tokens = 32;
   int bandwidth_mib = 2048;
-  int decode_prompt_tokens = 128;  // GPU: decode runs after a prompt of this length
+  int decode_prompt_tokens = 128;   // GPU: decode runs after a prompt of this length
   std::vector<int> decode_batches;  // GPU: decode steps of this many sequences, timed alone
   int decode_batch_context = 1500;  // ... each with this many cached tokens
   bool json = false;

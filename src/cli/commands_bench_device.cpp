@@ -63,7 +63,8 @@ double time_decode_step(CausalLM& model, int batch, int context) {
   for (int s = 0; s < batch; ++s) {
     SequenceKv& kv = sequences[static_cast<size_t>(s)];
     kv.reserve(cache, context + 1);
-    step.add_sequence({(s * 7919 + 13) % model.config().vocab_size}, context, kv, block_size, false);
+    step.add_sequence({(s * 7919 + 13) % model.config().vocab_size}, context, kv, block_size,
+                      false);
   }
   BackendTensor logits(model.ops(), {batch, model.config().vocab_size});
   Tensor view = logits.view();

@@ -288,7 +288,8 @@ void Engine::execute(StepWork& work) {
   for (Chunk& chunk : work.chunks) {
     const Sequence& sequence = *chunk.sequence;
     const sampling::SamplingParams& params = sequence.request.sampling;
-    bool host_sampled = chunk.samples && std::find(drawn.begin(), drawn.end(), &chunk) == drawn.end();
+    bool host_sampled =
+        chunk.samples && std::find(drawn.begin(), drawn.end(), &chunk) == drawn.end();
     if (host_sampled) {
       size_t row = chunk.first_logit_row + chunk.logit_rows - 1;
       chunk.sample = sample_next(sequence, host_rows(logits, row, 1), chunk.output_position);

@@ -90,12 +90,12 @@ struct ExpertRouting {
 // One row's draw for Ops::sample_rows: the sampling that needs nothing but the logits (rows
 // with penalties, logit bias or a grammar mask are sampled on the host).
 struct TokenDraw {
-  int64_t row = 0;            // the logits row
-  float temperature = 0.0f;   // 0: greedy (the lowest id among equal maxima)
-  int32_t top_k = 0;          // <= 0: off
-  float top_p = 1.0f;         // 1: off
-  float min_p = 0.0f;         // 0: off
-  double uniform = 0.0;       // the draw, in [0, 1)
+  int64_t row = 0;           // the logits row
+  float temperature = 0.0f;  // 0: greedy (the lowest id among equal maxima)
+  int32_t top_k = 0;         // <= 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  double uniform = 0.0;      // the draw, in [0, 1)
 };
 
 struct DrawnToken {

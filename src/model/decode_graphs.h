@@ -25,9 +25,9 @@ class DecodeGraphs {
   // kMaxRows sequences, every row's logits wanted in order.
   bool eligible(const ForwardBatch& batch) const;
 
-  // Writes `body`'s logits [rows, vocab] for `batch` into `logits` (backend memory). `rope_host` holds
-  // cos then sin per rope configuration ([rows, half] each). The first batch of a shape (rows,
-  // key-split bucket, table width) records `body`; every batch of that shape replays it over
+  // Writes `body`'s logits [rows, vocab] for `batch` into `logits` (backend memory). `rope_host`
+  // holds cos then sin per rope configuration ([rows, half] each). The first batch of a shape
+  // (rows, key-split bucket, table width) records `body`; every batch of that shape replays it over
   // fixed input and output buffers that are refilled first.
   using Body = std::function<void(const ForwardInputs& inputs, Tensor& logits)>;
   // Recordings hold `cache`'s addresses: a different cache drops them.

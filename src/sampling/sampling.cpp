@@ -118,7 +118,8 @@ Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& par
   std::vector<float> processed(logits, logits + vocab_size);
   process(processed, params, history);
   Sample result;
-  result.token = draw_token(processed.data(), vocab_size, draw_of(params, draw_seed, position)).token;
+  result.token =
+      draw_token(processed.data(), vocab_size, draw_of(params, draw_seed, position)).token;
   if (params.logprobs) {
     Sample scored = score_token(logits, vocab_size, result.token, params.top_logprobs);
     result.logprob = scored.logprob;

@@ -342,9 +342,10 @@ TEST_F(CudaOpsParity, SamplingDrawsTheReferenceToken) {
     int32_t top_k;
     float top_p, min_p;
   };
-  const Mode modes[] = {{0.0f, 0, 1.0f, 0.0f},   {1.0f, 0, 1.0f, 0.0f},  {0.7f, 50, 1.0f, 0.0f},
-                        {1.0f, 0, 0.9f, 0.0f},   {1.3f, 0, 1.0f, 0.05f}, {0.8f, 40, 0.8f, 0.1f},
-                        {1.0f, 1, 1.0f, 0.0f},   {2.0f, 1000, 0.5f, 0.0f}, {1.0f, 200000, 0.99f, 0.0f}};
+  const Mode modes[] = {
+      {0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f},    {0.7f, 50, 1.0f, 0.0f},
+      {1.0f, 0, 0.9f, 0.0f}, {1.3f, 0, 1.0f, 0.05f},   {0.8f, 40, 0.8f, 0.1f},
+      {1.0f, 1, 1.0f, 0.0f}, {2.0f, 1000, 0.5f, 0.0f}, {1.0f, 200000, 0.99f, 0.0f}};
   std::vector<TokenDraw> draws;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (const Mode& mode : modes) {

@@ -58,7 +58,8 @@ std::vector<bool> ranked_survivors(const Weighed& w, const TokenDraw& draw) {
     std::partial_sort(order.begin(), order.begin() + keep, order.end(), ranks_before);
   }
   std::vector<bool> kept(w.keys.size(), false);
-  for (int64_t i = 0; i < keep; ++i) kept[static_cast<size_t>(order[static_cast<size_t>(i)])] = true;
+  for (int64_t i = 0; i < keep; ++i)
+    kept[static_cast<size_t>(order[static_cast<size_t>(i)])] = true;
   return kept;
 }
 

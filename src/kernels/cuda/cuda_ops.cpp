@@ -368,10 +368,9 @@ class CudaOps final : public Ops {
     BackendMemory device_draws = allocate_scratch(draw_bytes);
     BackendMemory device_out = allocate_scratch(out_bytes);
     to_backend(device_draws.get(), draws.data(), draw_bytes);
-    cuda::sample_rows(logits.as<const float>(), logits.dim(-1),
-                      static_cast<const TokenDraw*>(device_draws.get()),
-                      static_cast<int64_t>(draws.size()), static_cast<DrawnToken*>(device_out.get()),
-                      stream());
+    cuda::sample_rows(
+        logits.as<const float>(), logits.dim(-1), static_cast<const TokenDraw*>(device_draws.get()),
+        static_cast<int64_t>(draws.size()), static_cast<DrawnToken*>(device_out.get()), stream());
     to_host(out, device_out.get(), out_bytes);
   }
 

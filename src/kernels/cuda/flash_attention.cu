@@ -61,7 +61,9 @@ __device__ inline void copy_async(void* shared, const void* global, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
                "l"(global), "r"(bytes));
 }
-__device__ inline void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void commit_copies() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int kPending>
 __device__ inline void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
@@ -195,8 +197,8 @@ __device__ void online_softmax(WarpRows& w, float (&s)[kKeys / 8][4], int64_t ke
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2;
       const int64_t key = key0 + j * 8 + 2 * t + e % 2;
-      const bool visible = w.valid[r] && key <= w.position[r] &&
-                           (window <= 0 || key > w.position[r] - window);
+      const bool visible =
+          w.valid[r] && key <= w.position[r] && (window <= 0 || key > w.position[r] - window);
       s[j][e] = visible ? s[j][e] : -FLT_MAX;
       tile_max[r] = fmaxf(tile_max[r], s[j][e]);
     }

@@ -150,7 +150,8 @@ __device__ Cut ranking_cut(const float* row, int64_t vocab, float max_logit, flo
       if (need > 0 && (key & mask) == prefix_p) atomicAdd(&sh.masses[digit], draw::mass(z));
     }
     __syncthreads();
-    if (threadIdx.x == 0 && k > 0) select_digit(sh, 0, false, static_cast<unsigned long long>(k), shift);
+    if (threadIdx.x == 0 && k > 0)
+      select_digit(sh, 0, false, static_cast<unsigned long long>(k), shift);
     if (threadIdx.x == 0 && need > 0) select_digit(sh, 1, true, need, shift);
     __syncthreads();
     mask |= 255u << shift;
@@ -160,7 +161,8 @@ __device__ Cut ranking_cut(const float* row, int64_t vocab, float max_logit, flo
   if (need > 0) {
     uint64_t each = draw::mass(draw::key_value(sh.prefix[1]));
     Cut by_mass{sh.prefix[1], static_cast<int64_t>((need - sh.above[1] + each - 1) / each)};
-    bool tighter = k <= 0 || by_mass.key > cut.key || (by_mass.key == cut.key && by_mass.ties < cut.ties);
+    bool tighter =
+        k <= 0 || by_mass.key > cut.key || (by_mass.key == cut.key && by_mass.ties < cut.ties);
     if (tighter) cut = by_mass;
   }
   __syncthreads();
