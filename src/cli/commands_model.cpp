@@ -105,14 +105,18 @@ void add_engine_options(CLI::App& command, EngineConfig& engine, const std::stri
   command.add_option("--max-running", engine.max_running, prefix + "sequences per step")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  command.add_option("--kv-cache-bytes", engine.kv_bytes, prefix + "KV cache budget in bytes")
-      ->check(CLI::PositiveNumber)
+  command
+      .add_option("--kv-cache-bytes", engine.kv_bytes,
+                  prefix +
+                      "KV cache budget in bytes (0: 1 GiB on the CPU, 90% of free device memory "
+                      "on a GPU)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command
-      .add_option("--kv-cache-fraction", engine.kv_memory_fraction,
+      .add_option("--kv-cache-fraction,--kv-cache-memory-fraction", engine.kv_memory_fraction,
                   prefix +
-                      "KV cache budget as a share of the memory available at start "
-                      "(overrides --kv-cache-bytes)")
+                      "KV cache budget as a share of the memory available at start, device "
+                      "memory on a GPU (overrides --kv-cache-bytes)")
       ->check(CLI::Range(0.0, 0.99));
   command.add_option("--block-size", engine.block_size, prefix + "tokens per KV block")
       ->check(CLI::Range(1, 1024))

@@ -76,11 +76,13 @@ void add_serve_command(CLI::App& app) {
   option("--max-num-batched-tokens", args->engine.max_batched_tokens,
          "Tokens per engine step (prefill chunks and decodes)", "DEEPINFER_MAX_NUM_BATCHED_TOKENS")
       ->check(CLI::PositiveNumber);
-  option("--kv-cache-bytes", args->engine.kv_bytes, "KV cache budget in bytes",
+  option("--kv-cache-bytes", args->engine.kv_bytes,
+         "KV cache budget in bytes (0: 1 GiB on the CPU, 90% of free device memory on a GPU)",
          "DEEPINFER_KV_CACHE_BYTES")
-      ->check(CLI::PositiveNumber);
-  option("--kv-cache-memory-fraction", args->engine.kv_memory_fraction,
-         "KV cache budget as a share of the memory available at start (overrides bytes)",
+      ->check(CLI::NonNegativeNumber);
+  option("--kv-cache-memory-fraction,--kv-cache-fraction", args->engine.kv_memory_fraction,
+         "KV cache budget as a share of the memory available at start, device memory on a GPU "
+         "(overrides bytes)",
          "DEEPINFER_KV_CACHE_MEMORY_FRACTION")
       ->check(CLI::Range(0.0, 0.99));
   option("--block-size", args->engine.block_size, "Tokens per KV block", "DEEPINFER_BLOCK_SIZE")

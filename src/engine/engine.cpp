@@ -92,10 +92,12 @@ double seconds_between(std::chrono::steady_clock::time_point from,
 }  // namespace
 
 size_t kv_budget_bytes(const EngineConfig& config, const Ops& ops) {
-  if (config.kv_memory_fraction <= 0.0) return config.kv_bytes;
-  DI_CHECK(config.kv_memory_fraction < 1.0, "engine: the KV memory fraction must be in (0, 1)");
-  return static_cast<size_t>(static_cast<double>(ops.available_memory()) *
-                             config.kv_memory_fraction);
+  double fraction = config.kv_memory_fraction;
+  if (fraction <= 0.0 && config.kv_bytes > 0) return config.kv_bytes;
+  if (fraction <= 0.0 && ops.device() == Device::kCpu) return size_t{1} << 30;
+  if (fraction <= 0.0) fraction = kDefaultDeviceKvFraction;
+  DI_CHECK(fraction < 1.0, "engine: the KV memory fraction must be in (0, 1)");
+  return static_cast<size_t>(static_cast<double>(ops.available_memory()) * fraction);
 }
 
 Engine::Engine(CausalLM& model, const EngineConfig& config)

@@ -23,15 +23,20 @@ namespace deepinfer {
 
 struct EngineConfig {
   int block_size = 16;
-  int64_t num_blocks = 0;             // KV blocks; 0: as many as the budget below holds
-  size_t kv_bytes = size_t{1} << 30;  // the KV budget when num_blocks is 0 ...
-  double kv_memory_fraction = 0.0;    // ... unless this is > 0: that share of available memory
-  int max_batched_tokens = 2048;      // tokens per step: prefill chunks and decodes together
-  int max_running = 64;               // sequences per step
+  int64_t num_blocks = 0;  // KV blocks; 0: as many as the budget below holds
+  // The KV budget when num_blocks is 0; 0 picks one by backend: 1 GiB of host memory on the
+  // CPU, kDefaultDeviceKvFraction of the free device memory on a GPU (what vLLM users expect
+  // from --gpu-memory-utilization).
+  size_t kv_bytes = 0;
+  double kv_memory_fraction = 0.0;  // > 0: that share of the available memory instead
+  int max_batched_tokens = 2048;    // tokens per step: prefill chunks and decodes together
+  int max_running = 64;             // sequences per step
   bool prefix_caching = true;
   // Schedule step N+1 while step N runs (results are the same as without).
   bool async_scheduling = false;
 };
+
+inline constexpr double kDefaultDeviceKvFraction = 0.9;
 
 // The KV bytes `config` asks for (kv_bytes, or the fraction of the memory available now).
 size_t kv_budget_bytes(const EngineConfig& config, const Ops& ops);

@@ -77,6 +77,7 @@ TEST(Preemption, TheSequenceThatRunsLastGivesWay) {
 TEST(KvBudget, BytesOrAShareOfAvailableMemory) {
   EngineConfig config;
   std::unique_ptr<Ops> ops = make_cpu_ops();
+  EXPECT_EQ(kv_budget_bytes(config, *ops), size_t{1} << 30);  // the CPU's default
   config.kv_bytes = 12345;
   EXPECT_EQ(kv_budget_bytes(config, *ops), 12345u);
   config.kv_memory_fraction = 0.01;

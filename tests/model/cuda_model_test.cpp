@@ -197,6 +197,15 @@ TEST(CudaEngine, DeviceSamplingEqualsHostSampling) {
   for (auto& [id, result] : greedy) EXPECT_EQ(top_one[id].tokens, result.tokens) << id;
 }
 
+// With no budget given, a GPU engine's KV cache takes most of the free device memory.
+TEST(CudaEngine, DefaultKvBudgetIsMostOfTheFreeDeviceMemory) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  auto gpu = cuda::make_cuda_ops();
+  double budget = static_cast<double>(kv_budget_bytes(EngineConfig{}, *gpu));
+  double available = static_cast<double>(gpu->available_memory());
+  EXPECT_NEAR(budget / available, kDefaultDeviceKvFraction, 0.02);
+}
+
 // Decode steps replayed from recorded graphs give the same logits as running them op by op,
 // across context buckets (the recordings' key-split counts) and for several sequences.
 TEST(CudaEngine, RecordedDecodeStepsMatchEagerOnes) {
