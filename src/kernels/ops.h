@@ -96,11 +96,12 @@ struct TokenDraw {
   float top_p = 1.0f;        // 1: off
   float min_p = 0.0f;        // 0: off
   double uniform = 0.0;      // the draw, in [0, 1)
+  bool with_logprob = true;  // false: the host reference skips the logprob (a pass of exps)
 };
 
 struct DrawnToken {
   int32_t token = 0;
-  float logprob = 0.0f;  // under the raw logits (log_softmax at temperature 1)
+  float logprob = 0.0f;  // under the raw logits (log_softmax at temperature 1), if asked for
 };
 
 // The reference every backend's sample_rows matches, on one host row. Probabilities are

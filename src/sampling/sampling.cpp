@@ -105,6 +105,7 @@ TokenDraw draw_of(const SamplingParams& params, uint64_t draw_seed, uint64_t pos
   draw.top_p = params.top_p;
   draw.min_p = params.min_p;
   draw.uniform = params.temperature == 0.0f ? 0.0 : counter_uniform(draw_seed, position);
+  draw.with_logprob = params.logprobs;
   return draw;
 }
 

@@ -92,11 +92,12 @@ DrawnToken draw_token(const float* logits, int64_t vocab, const TokenDraw& draw)
     if (logits[i] > logits[best]) best = i;
   }
   float max_logit = logits[best];
-  double total = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
   DrawnToken out;
   out.token = draw.temperature == 0.0f ? static_cast<int32_t>(best)
                                        : draw_sampled(logits, vocab, max_logit, draw);
+  if (!draw.with_logprob) return out;
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
   out.logprob = logits[out.token] - max_logit - static_cast<float>(std::log(total));
   return out;
 }
