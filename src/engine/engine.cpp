@@ -272,7 +272,9 @@ void Engine::execute(StepWork& work) {
   model_.forward_into(work.batch, cache_, logits);
   std::vector<TokenDraw> draws;
   std::vector<Chunk*> drawn;
-  for (Chunk& chunk : work.chunks) {
+  std::vector<bool> on_backend(work.chunks.size(), false);
+  for (size_t c = 0; c < work.chunks.size(); ++c) {
+    Chunk& chunk = work.chunks[c];
     const Sequence& sequence = *chunk.sequence;
     const sampling::SamplingParams& params = sequence.request.sampling;
     if (!chunk.samples || sequence.matcher || !sampling::needs_only_logits(params)) continue;
@@ -280,6 +282,7 @@ void Engine::execute(StepWork& work) {
     draw.row = static_cast<int64_t>(chunk.first_logit_row + chunk.logit_rows - 1);
     draws.push_back(draw);
     drawn.push_back(&chunk);
+    on_backend[c] = true;
   }
   std::vector<DrawnToken> tokens(draws.size());
   model_.ops().sample_rows(logits, draws, tokens.data());
@@ -287,12 +290,11 @@ void Engine::execute(StepWork& work) {
     drawn[i]->sample.token = tokens[i].token;
     if (drawn[i]->sequence->request.sampling.logprobs) drawn[i]->sample.logprob = tokens[i].logprob;
   }
-  for (Chunk& chunk : work.chunks) {
+  for (size_t c = 0; c < work.chunks.size(); ++c) {
+    Chunk& chunk = work.chunks[c];
     const Sequence& sequence = *chunk.sequence;
     const sampling::SamplingParams& params = sequence.request.sampling;
-    bool host_sampled =
-        chunk.samples && std::find(drawn.begin(), drawn.end(), &chunk) == drawn.end();
-    if (host_sampled) {
+    if (chunk.samples && !on_backend[c]) {
       size_t row = chunk.first_logit_row + chunk.logit_rows - 1;
       chunk.sample = sample_next(sequence, host_rows(logits, row, 1), chunk.output_position);
     }
