@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "kernels/draw_math.h"
 
 namespace deepinfer::sampling {
 namespace {
@@ -86,6 +87,34 @@ TEST(Sampling, RankingCutsBreakTiesByLowerIdAndTopPStopsAtItsMass) {
   DrawnToken best = draw_token(flat.data(), 4, greedy);
   EXPECT_EQ(best.token, 1);
   EXPECT_NEAR(best.logprob, log_softmax(flat.data(), 4)[1], 1e-6);
+}
+
+// A nearly flat distribution whose top-p prefix (~2,500 tokens) is longer than the first
+// head the reference ranks (1,024): the cut and the draw still follow the whole ranking.
+TEST(Sampling, TopPPrefixLongerThanTheFirstRankedHead) {
+  const int64_t vocab = 5000;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i)
+    logits[static_cast<size_t>(i)] = -1e-4f * static_cast<float>(i);
+  TokenDraw draw;
+  draw.temperature = 1.0f;
+  draw.top_p = 0.5f;
+  // Ranked order is id order here: the kept prefix and the draw's walk, stated directly.
+  std::vector<uint64_t> masses;
+  uint64_t total = 0;
+  for (float logit : logits)
+    total += masses.emplace_back(draw::mass(draw::scaled(logit, 0.0f, 1.0f)));
+  uint64_t need = draw::top_p_mass(draw.top_p, total), running = 0;
+  size_t prefix = 0;
+  while (running < need) running += masses[prefix++];
+  ASSERT_GT(prefix, 1024u);
+  for (double u : {0.0, 0.25, 0.5, 0.999}) {
+    draw.uniform = u;
+    uint64_t target = draw::draw_target(u, running), walked = 0;
+    int32_t want = 0;
+    while ((walked += masses[static_cast<size_t>(want)]) <= target) ++want;
+    EXPECT_EQ(draw_token(logits.data(), vocab, draw).token, want) << u;
+  }
 }
 
 TEST(Sampling, DrawsFollowTheTemperatureScaledDistribution) {

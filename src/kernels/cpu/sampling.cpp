@@ -43,19 +43,26 @@ std::vector<bool> ranked_survivors(const Weighed& w, const TokenDraw& draw) {
     return ka > kb || (ka == kb && a < b);
   };
   int64_t keep = top_k ? draw.top_k : vocab;
-  if (top_p) {
-    std::sort(order.begin(), order.end(), ranks_before);
+  if (!top_p) {
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), ranks_before);
+  } else {
+    // Rank only a head of the order, widening it until it holds top_p of the mass: the kept
+    // prefix is usually a few hundred tokens of a 128 k vocabulary.
     uint64_t need = draw::top_p_mass(draw.top_p, w.total);
-    uint64_t running = 0;
-    for (int64_t i = 0; i < keep; ++i) {
-      running += w.masses[static_cast<size_t>(order[static_cast<size_t>(i)])];
-      if (running >= need) {
-        keep = i + 1;
+    for (int64_t head = std::min<int64_t>(keep, 1024);; head = std::min<int64_t>(keep, head * 8)) {
+      std::nth_element(order.begin(), order.begin() + head - 1, order.end(), ranks_before);
+      std::sort(order.begin(), order.begin() + head, ranks_before);
+      uint64_t running = 0;
+      int64_t reached = -1;
+      for (int64_t i = 0; i < head && reached < 0; ++i) {
+        running += w.masses[static_cast<size_t>(order[static_cast<size_t>(i)])];
+        if (running >= need) reached = i + 1;
+      }
+      if (reached > 0 || head == keep) {
+        keep = reached > 0 ? reached : keep;
         break;
       }
     }
-  } else {
-    std::partial_sort(order.begin(), order.begin() + keep, order.end(), ranks_before);
   }
   std::vector<bool> kept(w.keys.size(), false);
   for (int64_t i = 0; i < keep; ++i)
