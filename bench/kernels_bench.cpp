@@ -115,6 +115,41 @@ BENCHMARK(BM_MatmulPrefillBf16)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// One host draw (the CPU backend's sample_rows, and the host path of every backend) over a
+// Llama-3-sized vocabulary of peaked logits: 200 likely tokens over a flat N(0, 1) tail.
+// Arguments: temperature x 10 (0: greedy), top_k, top_p x 100.
+void BM_Draw(benchmark::State& state) {
+  const int64_t vocab = 128256;
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  uint64_t bits = 12345;
+  for (float& logit : logits) {  // a uniform sum of four: close enough to normal here
+    float sum = 0.0f;
+    for (int i = 0; i < 4; ++i) {
+      bits = bits * 6364136223846793005ull + 1442695040888963407ull;
+      sum += static_cast<float>(bits >> 40) / static_cast<float>(1 << 24) - 0.5f;
+    }
+    logit = sum * 1.7f;
+  }
+  for (int64_t i = 0; i < 200; ++i) logits[static_cast<size_t>(i * 601)] += 12.0f;
+  TokenDraw draw;
+  draw.temperature = static_cast<float>(state.range(0)) / 10.0f;
+  draw.top_k = static_cast<int32_t>(state.range(1));
+  draw.top_p = static_cast<float>(state.range(2)) / 100.0f;
+  draw.with_logprob = false;
+  int64_t draws = 0;
+  for (auto _ : state) {
+    draw.uniform = static_cast<double>(draws++ % 97) / 97.0;
+    benchmark::DoNotOptimize(draw_token(logits.data(), vocab, draw));
+  }
+}
+BENCHMARK(BM_Draw)
+    ->ArgNames({"temperature_x10", "top_k", "top_p_x100"})
+    ->Args({0, 0, 100})
+    ->Args({8, 0, 100})
+    ->Args({8, 50, 100})
+    ->Args({8, 0, 90})
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace deepinfer
 
