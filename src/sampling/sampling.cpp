@@ -116,7 +116,9 @@ bool needs_only_logits(const SamplingParams& params) {
 
 Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& params,
               const TokenHistory& history, uint64_t draw_seed, uint64_t position) {
-  std::vector<float> processed(logits, logits + vocab_size);
+  // Reused per thread: a fresh half-megabyte vector per token costs page faults.
+  thread_local std::vector<float> processed;
+  processed.assign(logits, logits + vocab_size);
   process(processed, params, history);
   Sample result;
   result.token =
