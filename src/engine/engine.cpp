@@ -267,19 +267,26 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
 // in the backend's memory: rows whose sampling needs nothing else are drawn there (a GPU sends
 // back a token, not a row of 128 k floats); only the others are copied to the host.
 void Engine::execute(StepWork& work) {
-  const int32_t vocab = model_.config().vocab_size;
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   Tensor logits = step_logits(work.batch.logit_rows.size());
   model_.forward_into(work.batch, cache_, logits);
   std::vector<TokenDraw> draws;
   std::vector<Chunk*> drawn;
   std::vector<bool> on_backend(work.chunks.size(), false);
+  std::vector<std::pair<size_t, size_t>> host_ranges;  // [first row, end row) read on the host
   for (size_t c = 0; c < work.chunks.size(); ++c) {
     Chunk& chunk = work.chunks[c];
     const Sequence& sequence = *chunk.sequence;
     const sampling::SamplingParams& params = sequence.request.sampling;
-    if (!chunk.samples || sequence.matcher || !sampling::needs_only_logits(params)) continue;
+    size_t end = chunk.first_logit_row + chunk.logit_rows;
+    if (chunk.prompt_rows) host_ranges.emplace_back(chunk.first_logit_row, end);
+    if (!chunk.samples) continue;
+    if (sequence.matcher || !sampling::needs_only_logits(params)) {
+      if (!chunk.prompt_rows) host_ranges.emplace_back(end - 1, end);
+      continue;
+    }
     TokenDraw draw = sampling::draw_of(params, sequence.seed, chunk.output_position);
-    draw.row = static_cast<int64_t>(chunk.first_logit_row + chunk.logit_rows - 1);
+    draw.row = static_cast<int64_t>(end - 1);
     draws.push_back(draw);
     drawn.push_back(&chunk);
     on_backend[c] = true;
@@ -290,22 +297,23 @@ void Engine::execute(StepWork& work) {
     drawn[i]->sample.token = tokens[i].token;
     if (drawn[i]->sequence->request.sampling.logprobs) drawn[i]->sample.logprob = tokens[i].logprob;
   }
+  const float* host = host_logits(logits, host_ranges);
   for (size_t c = 0; c < work.chunks.size(); ++c) {
     Chunk& chunk = work.chunks[c];
     const Sequence& sequence = *chunk.sequence;
-    const sampling::SamplingParams& params = sequence.request.sampling;
+    const float* rows = host + chunk.first_logit_row * vocab;
     if (chunk.samples && !on_backend[c]) {
-      size_t row = chunk.first_logit_row + chunk.logit_rows - 1;
-      chunk.sample = sample_next(sequence, host_rows(logits, row, 1), chunk.output_position);
+      chunk.sample =
+          sample_next(sequence, rows + (chunk.logit_rows - 1) * vocab, chunk.output_position);
     }
     if (!chunk.prompt_rows) continue;
-    const float* rows = host_rows(logits, chunk.first_logit_row, chunk.logit_rows);
     for (size_t r = 0; r < chunk.logit_rows; ++r) {
       int64_t next = chunk.start + static_cast<int64_t>(r) + 1;
       if (next >= sequence.prompt_size()) break;
-      chunk.prompt_scores.push_back(sampling::score_token(
-          rows + r * static_cast<size_t>(vocab), vocab,
-          sequence.request.prompt[static_cast<size_t>(next)], params.prompt_logprobs));
+      chunk.prompt_scores.push_back(
+          sampling::score_token(rows + r * vocab, static_cast<int32_t>(vocab),
+                                sequence.request.prompt[static_cast<size_t>(next)],
+                                sequence.request.sampling.prompt_logprobs));
     }
   }
 }
@@ -324,16 +332,24 @@ Tensor Engine::step_logits(size_t rows) {
                             model_.ops().device());
 }
 
-// Logits rows [first, first + count) readable on the host: the backend's own memory on the
-// CPU, a copy into page-locked memory otherwise.
-const float* Engine::host_rows(const Tensor& logits, size_t first, size_t count) {
-  const size_t vocab = static_cast<size_t>(logits.dim(-1));
-  const float* rows = logits.as<const float>() + first * vocab;
+// The logits laid out as on the backend, with the rows of `ranges` (in row order) readable on
+// the host: the backend's own memory on the CPU; otherwise page-locked memory that each run
+// of adjacent rows is copied into at once.
+const float* Engine::host_logits(const Tensor& logits,
+                                 const std::vector<std::pair<size_t, size_t>>& ranges) {
   Ops& ops = model_.ops();
-  if (ops.device() == Device::kCpu) return rows;
+  if (ops.device() == Device::kCpu) return logits.as<const float>();
   if (!host_logits_) host_logits_ = ops.allocate_host(logits_floats_ * sizeof(float));
-  float* host = static_cast<float*>(host_logits_.get()) + first * vocab;
-  ops.to_host(host, rows, count * vocab * sizeof(float));
+  auto* host = static_cast<float*>(host_logits_.get());
+  const size_t row_bytes = static_cast<size_t>(logits.dim(-1)) * sizeof(float);
+  for (size_t i = 0; i < ranges.size();) {
+    size_t first = ranges[i].first, end = ranges[i].second;
+    for (++i; i < ranges.size() && ranges[i].first <= end; ++i)
+      end = std::max(end, ranges[i].second);
+    ops.to_host(reinterpret_cast<std::byte*>(host) + first * row_bytes,
+                reinterpret_cast<const std::byte*>(logits.data) + first * row_bytes,
+                (end - first) * row_bytes);
+  }
   return host;
 }
 

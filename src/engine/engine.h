@@ -103,7 +103,8 @@ class Engine {
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
   Tensor step_logits(size_t rows);
-  const float* host_rows(const Tensor& logits, size_t first, size_t count);
+  const float* host_logits(const Tensor& logits,
+                           const std::vector<std::pair<size_t, size_t>>& ranges);
   sampling::Sample sample_next(const Sequence& sequence, const float* logits,
                                uint64_t position) const;
   void apply_samples(StepWork& done, StepWork* next);

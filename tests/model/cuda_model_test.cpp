@@ -114,6 +114,24 @@ INSTANTIATE_TEST_SUITE_P(DenseFamilies, CudaFixture,
                                            "demo-code-target"),
                          testing::fixture_test_name);
 
+// Every submitted request run to the end, by id.
+std::map<std::string, GenerationResult> results_by_id(Engine& engine) {
+  std::map<std::string, GenerationResult> results;
+  for (GenerationResult& result : engine.run_to_completion()) results[result.id] = result;
+  return results;
+}
+
+// The same tokens for every request, and logprobs within `tolerance`.
+void expect_same_outputs(std::map<std::string, GenerationResult>& want,
+                         std::map<std::string, GenerationResult>& got, double tolerance) {
+  for (auto& [id, result] : want) {
+    ASSERT_EQ(got[id].tokens, result.tokens) << id;
+    for (size_t i = 0; i < result.logprobs.size(); ++i)
+      EXPECT_NEAR(got[id].logprobs[i].logprob, result.logprobs[i].logprob, tolerance)
+          << id << " " << i;
+  }
+}
+
 // The engine's batches (mixed prefill chunks and decodes, several sequences) on the GPU pick
 // the same greedy tokens as on the CPU while the CPU's margin allows.
 TEST(CudaEngine, BatchedGreedyMatchesTheCpu) {
@@ -181,17 +199,11 @@ TEST(CudaEngine, DeviceSamplingEqualsHostSampling) {
       request.ignore_eos = true;
       engine.submit(request);
     }
-    std::map<std::string, GenerationResult> results;
-    for (GenerationResult& result : engine.run_to_completion()) results[result.id] = result;
-    return results;
+    return results_by_id(engine);
   };
   auto device = run(Way::kDrawn);
   auto host = run(Way::kThroughHost);
-  for (auto& [id, result] : host) {
-    ASSERT_EQ(device[id].tokens, result.tokens) << id;
-    for (size_t i = 0; i < result.logprobs.size(); ++i)
-      EXPECT_NEAR(device[id].logprobs[i].logprob, result.logprobs[i].logprob, 1e-4) << id;
-  }
+  expect_same_outputs(host, device, 1e-4);
   auto top_one = run(Way::kTopOne);
   auto greedy = run(Way::kGreedy);
   for (auto& [id, result] : greedy) EXPECT_EQ(top_one[id].tokens, result.tokens) << id;
@@ -232,17 +244,11 @@ TEST(CudaEngine, RecordedDecodeStepsMatchEagerOnes) {
       request.ignore_eos = true;
       engine.submit(request);
     }
-    std::map<std::string, GenerationResult> results;
-    for (GenerationResult& result : engine.run_to_completion()) results[result.id] = result;
-    return results;
+    return results_by_id(engine);
   };
   auto want = run(*eager);
   auto got = run(*recorded);
-  for (auto& [id, result] : want) {
-    ASSERT_EQ(got[id].tokens, result.tokens) << id;
-    for (size_t i = 0; i < result.logprobs.size(); ++i)
-      EXPECT_NEAR(got[id].logprobs[i].logprob, result.logprobs[i].logprob, 1e-5) << id << " " << i;
-  }
+  expect_same_outputs(want, got, 1e-5);
 }
 
 // MLA (latent cache: absorbed decode, expanded prompts), MoE routing and FP8 weights.
