@@ -22,6 +22,27 @@ void Ops::to_host(void* destination, const void* source, size_t bytes) {
   if (bytes > 0) std::memcpy(destination, source, bytes);
 }
 
+void Ops::norm_matmuls(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                       const std::vector<MatmulJob>& jobs) {
+  for (const MatmulJob& job : jobs)
+    DI_CHECK(job.input == nullptr, "norm_matmuls: every product reads the normalised x");
+  rmsnorm(x, norm_weight, eps, normed);
+  matmuls(normed, jobs);
+}
+
+void Ops::matmul_add(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& scratch,
+                     Tensor& y) {
+  matmul(x, weight, bias, scratch);
+  add(y, scratch);
+}
+
+void Ops::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos, const float* sin,
+                        int rotary_dim, const AttentionBatch& batch, const PagedKvView& cache) {
+  rope(q, cos, sin, rotary_dim, false);
+  rope(k, cos, sin, rotary_dim, false);
+  kv_write(k, &v, batch, cache);
+}
+
 size_t Ops::available_memory() const {
   std::ifstream meminfo("/proc/meminfo");
   std::string line;

@@ -167,6 +167,16 @@ class Ops {
   // Several matmuls of the same x (q/k/v, gate/up) as one parallel pass, so decode pays one
   // thread-pool round trip instead of one per matrix. Same results as separate calls.
   virtual void matmuls(const Tensor& x, const std::vector<MatmulJob>& jobs) = 0;
+  // The pre-norm of a transformer block and the products that read it: matmuls over
+  // rmsnorm(x) * norm_weight. `normed` ([rows, x width]) is scratch for backends that write
+  // the normalised rows out (the CPU; a GPU normalises inside the decode products instead).
+  virtual void norm_matmuls(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                            const std::vector<MatmulJob>& jobs);
+  // The residual update after attention or the MLP: y += x W^T (+ bias). `scratch` ([rows,
+  // n]) is where backends that add in a second pass put the product (a GPU adds inside the
+  // decode product).
+  virtual void matmul_add(const Tensor& x, const Tensor& weight, const Tensor* bias,
+                          Tensor& scratch, Tensor& y);
   // x [T, H, *] and out [T, H, *] may be strided views (last axis contiguous).
   //   transposed = false: out[t, h, :rows] = x[t, h, :K] * W_h^T     (W_h = the head's rows)
   //   transposed = true:  out[t, h, :K]    = x[t, h, :rows] * W_h
@@ -201,6 +211,12 @@ class Ops {
   // cache keeps values inside keys) into the slots batch.slot_mapping names.
   virtual void kv_write(const Tensor& k, const Tensor* v, const AttentionBatch& batch,
                         const PagedKvView& cache) = 0;
+  // Rotates q [T, heads, head_dim] and k [T, kv_heads, head_dim] as rope does (pairs i and
+  // i + rotary_dim / 2) and writes k and v into the cache as kv_write does: one kernel where
+  // a GPU would launch three per layer.
+  virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
+                             const float* sin, int rotary_dim, const AttentionBatch& batch,
+                             const PagedKvView& cache);
   // Copies the keys of cached tokens [0, count) of one sequence into keys [count, key width].
   virtual void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count,
                             Tensor& keys) = 0;

@@ -185,10 +185,10 @@ void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inp
   Tensor q = s.q.view();
   Tensor k = s.k.view();
   Tensor v = s.v.view();
-  ops_.rmsnorm(s.hidden.view(), *layer.input_norm, static_cast<float>(c.rms_norm_eps), normed);
-  ops_.matmuls(normed, {{layer.q_proj, layer.q_bias, &q},
-                        {layer.k_proj, layer.k_bias, &k},
-                        {layer.v_proj, layer.v_bias, &v}});
+  ops_.norm_matmuls(s.hidden.view(), *layer.input_norm, static_cast<float>(c.rms_norm_eps), normed,
+                    {{layer.q_proj, layer.q_bias, &q},
+                     {layer.k_proj, layer.k_bias, &k},
+                     {layer.v_proj, layer.v_bias, &v}});
   Tensor q_heads = heads_view(s.q, c.num_heads, c.head_dim);
   Tensor k_heads = heads_view(s.k, c.num_kv_heads, c.head_dim);
   Tensor v_heads = heads_view(s.v, c.num_kv_heads, c.head_dim);
@@ -197,19 +197,17 @@ void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inp
     ops_.rmsnorm(k_heads, *layer.k_norm, static_cast<float>(c.rms_norm_eps), k_heads);
   }
   auto rope = static_cast<size_t>(layer.rope_index);
-  ops_.rope(q_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, false);
-  ops_.rope(k_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, false);
   const AttentionBatch& view = inputs.attention[static_cast<size_t>(
       cache.groups().layer_group[static_cast<size_t>(layer_index)])];
   PagedKvView kv = cache.layer(layer_index);
-  ops_.kv_write(k_heads, &v_heads, view, kv);
+  ops_.rope_kv_write(q_heads, k_heads, v_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim,
+                     view, kv);
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)],
                        attention);
-  ops_.matmul(s.attention.view(), *layer.o_proj, layer.o_bias, normed);
   Tensor hidden = s.hidden.view();
-  ops_.add(hidden, normed);
+  ops_.matmul_add(s.attention.view(), *layer.o_proj, layer.o_bias, normed, hidden);
 }
 
 void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
@@ -217,17 +215,15 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   Tensor gate = s.gate.view();
   Tensor up = s.up.view();
   Tensor hidden = s.hidden.view();
-  ops_.rmsnorm(s.hidden.view(), *layer.post_attention_norm,
-               static_cast<float>(config_.rms_norm_eps), normed);
-  ops_.matmuls(normed,
-               {{layer.gate_proj, layer.gate_bias, &gate}, {layer.up_proj, layer.up_bias, &up}});
+  ops_.norm_matmuls(hidden, *layer.post_attention_norm, static_cast<float>(config_.rms_norm_eps),
+                    normed,
+                    {{layer.gate_proj, layer.gate_bias, &gate}, {layer.up_proj, layer.up_bias, &up}});
   if (config_.activation == Activation::kSilu) {
     ops_.silu_mul(gate, up, gate);
   } else {
     ops_.gelu_tanh_mul(gate, up, gate);
   }
-  ops_.matmul(gate, *layer.down_proj, layer.down_bias, normed);
-  ops_.add(hidden, normed);
+  ops_.matmul_add(gate, *layer.down_proj, layer.down_bias, normed, hidden);
 }
 
 std::vector<std::vector<float>> DenseTransformer::rope_tables(const ForwardBatch& batch) const {

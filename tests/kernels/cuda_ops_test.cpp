@@ -12,6 +12,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <utility>
 
 #include "core/dtype.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -218,6 +219,38 @@ TEST_F(CudaOpsParity, GroupedDecodeProducts) {
   }
 }
 
+// The fused forms of a block's pre-norm + products and of its residual update at decode row
+// counts: normalised and added inside the products' launch while x fits the 64 KB staged in
+// shared memory (8 x 2048), the plain ops one after the other beyond (8 x 4096).
+TEST_F(CudaOpsParity, NormedProductsAndResidualUpdates) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 4096}, {3, 2048}, {8, 2048}, {8, 4096}};
+  for (auto [rows, k] : shapes) {
+    Both x = random({rows, k}), norm = random({k}, DType::kBF16);
+    Both wq = random({512, k}, DType::kBF16, 0.05f), wk = random({128, k}, DType::kBF16, 0.05f);
+    Both bias = random({128}, DType::kBF16);
+    Both q = output({rows, 512}), kk = output({rows, 128}), normed = output({rows, k});
+    auto pick = [](Both& both, bool device) {
+      return device ? &both.device_view : &both.host_view;
+    };
+    auto jobs = [&](bool device) {
+      return std::vector<MatmulJob>{{pick(wq, device), nullptr, pick(q, device)},
+                                    {pick(wk, device), pick(bias, device), pick(kk, device)}};
+    };
+    cpu_->norm_matmuls(x.host_view, norm.host_view, 1e-5f, normed.host_view, jobs(false));
+    gpu_->norm_matmuls(x.device_view, norm.device_view, 1e-5f, normed.device_view, jobs(true));
+    EXPECT_LT(error(q), kF32Products) << rows << " rows";
+    EXPECT_LT(error(kk), kF32Products) << rows << " rows";
+
+    Both residual = random({rows, 512}), scratch = output({rows, 512});
+    Both wo = random({512, k}, DType::kBF16, 0.05f), o_bias = random({512}, DType::kBF16);
+    cpu_->matmul_add(x.host_view, wo.host_view, &o_bias.host_view, scratch.host_view,
+                     residual.host_view);
+    gpu_->matmul_add(x.device_view, wo.device_view, &o_bias.device_view, scratch.device_view,
+                     residual.device_view);
+    EXPECT_LT(error(residual), kF32Products) << rows << " rows";
+  }
+}
+
 TEST_F(CudaOpsParity, StridedCopy) {
   const int64_t tokens = 3, heads = 4, width = 64, row = 80;
   Both source = random({tokens, width});
@@ -299,6 +332,35 @@ TEST_F(CudaOpsParity, NormsEmbeddingAndRope) {
     gpu_->rope(x.device_view, cos.device_view.as<const float>(), sin.device_view.as<const float>(),
                dim, interleaved);
     EXPECT_LT(error(x), kExact) << "interleaved " << interleaved;
+  }
+}
+
+// Rotation of q and k fused with the cache write (full and partial rotary dims), against
+// rope, rope and kv_write on the CPU: q, k and every slot of an f32 cache.
+TEST_F(CudaOpsParity, RopeFusedWithTheKvWrite) {
+  const int64_t tokens = 5, heads = 8, kv_heads = 2, dim = 64, slots = 64;
+  std::vector<int64_t> slot_of = {3, 17, 40, 41, 63};
+  BackendMemory device_slots;
+  const void* slot_mapping = backend_copy(*gpu_, slot_of.data(), slot_of.size() * 8, device_slots);
+  for (int rotary : {64, 32}) {
+    Both q = random({tokens, heads, dim}), k = random({tokens, kv_heads, dim});
+    Both v = random({tokens, kv_heads, dim});
+    Both cos = random({tokens, rotary / 2}), sin = random({tokens, rotary / 2});
+    Both keys = random({slots, kv_heads * dim}), values = random({slots, kv_heads * dim});
+    auto run = [&](Ops& ops, bool device, const int64_t* mapping) {
+      auto view = [device](Both& both) -> Tensor& {
+        return device ? both.device_view : both.host_view;
+      };
+      AttentionBatch batch;
+      batch.slot_mapping = mapping;
+      PagedKvView cache{view(keys).data, view(values).data, 16, static_cast<int>(kv_heads),
+                        static_cast<int>(dim), static_cast<int>(dim), false, DType::kF32};
+      ops.rope_kv_write(view(q), view(k), view(v), view(cos).as<const float>(),
+                        view(sin).as<const float>(), rotary, batch, cache);
+    };
+    run(*cpu_, false, slot_of.data());
+    run(*gpu_, true, static_cast<const int64_t*>(slot_mapping));
+    for (Both* out : {&q, &k, &keys, &values}) EXPECT_LT(error(*out), kExact) << rotary;
   }
 }
 

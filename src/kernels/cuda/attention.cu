@@ -36,6 +36,43 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int64_t* s
     store_kv(values, slot * value_width + i, v[token * value_width + i]);
 }
 
+__device__ void rotate(float* v, int i, int half, float c, float s) {
+  const float x0 = v[i], x1 = v[i + half];
+  v[i] = x0 * c - x1 * s;
+  v[i + half] = x1 * c + x0 * s;
+}
+
+// Block per token: q's pairs rotated in place; k's rotated in place and, with its
+// unrotated tail and v, stored into the token's cache slot. Every element has one owner.
+template <typename T>
+__global__ void rope_kv_write_kernel(float* q, int heads, float* k, const float* v,
+                                     const float* cos, const float* sin, int rotary_dim,
+                                     const int64_t* slot_mapping, PagedKvView cache) {
+  const int64_t token = blockIdx.x;
+  const int dim = cache.key_dim, half = rotary_dim / 2;
+  const float* c = cos + token * half;
+  const float* s = sin + token * half;
+  for (int p = threadIdx.x; p < heads * half; p += blockDim.x)
+    rotate(q + (token * heads + p / half) * dim, p % half, half, c[p % half], s[p % half]);
+  const int64_t width = int64_t{cache.num_kv_heads} * dim;
+  const int64_t slot = slot_mapping[token];
+  float* key = k + token * width;
+  T* keys = static_cast<T*>(cache.keys) + slot * width;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
+    const int head = static_cast<int>(e / dim), d = static_cast<int>(e % dim);
+    if (d < half) {
+      float* head_key = key + int64_t{head} * dim;
+      rotate(head_key, d, half, c[d], s[d]);
+      store_kv(keys, int64_t{head} * dim + d, head_key[d]);
+      store_kv(keys, int64_t{head} * dim + d + half, head_key[d + half]);
+    } else if (d >= rotary_dim) {
+      store_kv(keys, e, key[e]);
+    }
+  }
+  T* values = static_cast<T*>(cache.values) + slot * width;
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) store_kv(values, e, v[token * width + e]);
+}
+
 __device__ int sequence_of(const int32_t* query_start, int num_seqs, int64_t row) {
   int low = 0, high = num_seqs - 1;
   while (low < high) {
@@ -285,6 +322,24 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
         <<<static_cast<unsigned>(tokens), 256, 0, stream>>>(k, v, slot_mapping, cache);
   }
   check_launch("kv_write");
+}
+
+void rope_kv_write(float* q, int heads, float* k, const float* v, const float* cos,
+                   const float* sin, int rotary_dim, const int64_t* slot_mapping, int64_t tokens,
+                   const PagedKvView& cache, cudaStream_t stream) {
+  if (cache.values_in_keys || cache.value_dim != cache.key_dim || rotary_dim % 2 != 0 ||
+      rotary_dim > cache.key_dim)
+    fail("rope_kv_write: a cache of separate keys and values of one size, rotary_dim {} <= {}",
+         rotary_dim, cache.key_dim);
+  if (tokens == 0) return;
+  if (cache.dtype == DType::kBF16) {
+    rope_kv_write_kernel<__nv_bfloat16><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
+        q, heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
+  } else {
+    rope_kv_write_kernel<float><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
+        q, heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
+  }
+  check_launch("rope_kv_write");
 }
 
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context) {

@@ -85,10 +85,28 @@ struct FewRowsProduct {
   const uint16_t* weight = nullptr;
   int64_t n = 0;
   float* y = nullptr;
+  bool accumulate = false;  // y += x W^T (a residual update) instead of y = x W^T
+};
+// x's rows RMS-normalised and scaled by `weight` (f32, bf16 or f16) inside the launch, as
+// rmsnorm would write them, before the products read them.
+struct FewRowsNorm {
+  const void* weight = nullptr;
+  DType dtype = DType::kBF16;
+  float eps = 0.0f;
 };
 void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count, int64_t rows,
-                          int64_t k, cudaStream_t stream = nullptr);
+                          int64_t k, cudaStream_t stream = nullptr,
+                          const FewRowsNorm* norm = nullptr);
+// Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
+// shared memory).
+bool few_rows_can_normalise(int64_t rows, int64_t k);
 
+// As Ops::rope_kv_write: q [tokens, heads, key_dim] and k [tokens, kv_heads, key_dim]
+// contiguous, v [tokens, kv_heads, value_dim] with value_dim == key_dim, cos/sin
+// [tokens, rotary_dim / 2].
+void rope_kv_write(float* q, int heads, float* k, const float* v, const float* cos,
+                   const float* sin, int rotary_dim, const int64_t* slot_mapping, int64_t tokens,
+                   const PagedKvView& cache, cudaStream_t stream = nullptr);
 // As Ops::kv_write: k [tokens, kv_heads * key_dim] (and v, unless the cache keeps values in
 // keys) into the slots slot_mapping names. Every pointer on the device.
 void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64_t tokens,

@@ -199,20 +199,40 @@ class CudaOps final : public Ops {
     }
     for (size_t first = 0; first < together.size(); first += kMaxFewRowsProducts) {
       size_t count = std::min<size_t>(kMaxFewRowsProducts, together.size() - first);
-      FewRowsProduct products[kMaxFewRowsProducts];
-      for (size_t i = 0; i < count; ++i) {
-        const MatmulJob& job = *together[first + i];
-        products[i] = {job.weight->as<const uint16_t>(), job.weight->dim(0), job.out->as<float>()};
-      }
-      matmul_bf16_few_rows(x.as<const float>(), products, static_cast<int>(count), rows_of(x),
-                           x.dim(-1), stream());
-      for (size_t i = 0; i < count; ++i) {
-        const MatmulJob& job = *together[first + i];
-        if (job.bias)
-          add_bias(job.out->as<float>(), device_weight(*job.bias), rows_of(x), job.weight->dim(0),
-                   stream());
-      }
+      few_rows_group(x, {together.begin() + static_cast<std::ptrdiff_t>(first),
+                         together.begin() + static_cast<std::ptrdiff_t>(first + count)},
+                     nullptr, false);
     }
+  }
+
+  // Decode: the norm happens inside the products' launch (one kernel fewer per block).
+  void norm_matmuls(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                    const std::vector<MatmulJob>& jobs) override {
+    bool inside = !jobs.empty() && jobs.size() <= kMaxFewRowsProducts &&
+                  norm_weight.device == Device::kCuda && norm_weight.numel() == x.dim(-1) &&
+                  few_rows_can_normalise(rows_of(x), x.dim(-1));
+    std::vector<const MatmulJob*> group;
+    for (const MatmulJob& job : jobs) {
+      inside = inside && fits_few_rows_group(x, job);
+      group.push_back(&job);
+    }
+    if (!inside) {
+      Ops::norm_matmuls(x, norm_weight, eps, normed, jobs);
+      return;
+    }
+    FewRowsNorm norm{norm_weight.data, norm_weight.dtype, eps};
+    few_rows_group(x, group, &norm, false);
+  }
+
+  // Decode: the product adds itself into y (one kernel fewer per residual update).
+  void matmul_add(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& scratch,
+                  Tensor& y) override {
+    MatmulJob job{&weight, bias, &y};
+    if (!fits_few_rows_group(x, job)) {
+      Ops::matmul_add(x, weight, bias, scratch, y);
+      return;
+    }
+    few_rows_group(x, {&job}, nullptr, true);
   }
 
   void head_matmul(const Tensor& x, const Tensor& weight, const HeadSlices& slices, bool transposed,
@@ -324,6 +344,23 @@ class CudaOps final : public Ops {
                    k.dim(0), cache, stream());
   }
 
+  void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos, const float* sin,
+                     int rotary_dim, const AttentionBatch& batch,
+                     const PagedKvView& cache) override {
+    bool fused = q.is_contiguous() && k.is_contiguous() && v.is_contiguous() && q.rank == 3 &&
+                 k.rank == 3 && q.dim(2) == cache.key_dim && k.dim(1) == cache.num_kv_heads &&
+                 k.dim(2) == cache.key_dim && !cache.values_in_keys &&
+                 cache.value_dim == cache.key_dim && rotary_dim % 2 == 0;
+    if (!fused) {
+      Ops::rope_kv_write(q, k, v, cos, sin, rotary_dim, batch, cache);
+      return;
+    }
+    require_device(q, "rope_kv_write");
+    cuda::rope_kv_write(q.as<float>(), static_cast<int>(q.dim(1)), k.as<float>(),
+                        v.as<const float>(), cos, sin, rotary_dim, batch.slot_mapping, k.dim(0),
+                        cache, stream());
+  }
+
   void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count,
                     Tensor& keys) override {
     DI_CHECK(keys.numel() >= count * cache.key_stride(),
@@ -404,6 +441,25 @@ class CudaOps final : public Ops {
     BackendMemory memory = allocate_scratch(values.size() * sizeof(T));
     to_backend(memory.get(), values.data(), values.size() * sizeof(T));
     return memory;
+  }
+
+  // Up to kMaxFewRowsProducts bf16 products of x in one launch (each fits_few_rows_group),
+  // then their biases.
+  void few_rows_group(const Tensor& x, const std::vector<const MatmulJob*>& group,
+                      const FewRowsNorm* norm, bool accumulate) {
+    FewRowsProduct products[kMaxFewRowsProducts];
+    for (size_t i = 0; i < group.size(); ++i) {
+      const MatmulJob& job = *group[i];
+      products[i] = {job.weight->as<const uint16_t>(), job.weight->dim(0), job.out->as<float>(),
+                     accumulate};
+    }
+    matmul_bf16_few_rows(x.as<const float>(), products, static_cast<int>(group.size()), rows_of(x),
+                         x.dim(-1), stream(), norm);
+    for (const MatmulJob* job : group) {
+      if (job->bias)
+        add_bias(job->out->as<float>(), device_weight(*job->bias), rows_of(x), job->weight->dim(0),
+                 stream());
+    }
   }
 
   bool fits_few_rows_group(const Tensor& x, const MatmulJob& job) const {

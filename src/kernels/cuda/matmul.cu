@@ -2,6 +2,7 @@
 // cuBLASLt on the tensor cores for prefill.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <utility>
@@ -59,16 +60,58 @@ struct Products {
   float* y[kMaxProducts];
   int64_t n[kMaxProducts];
   int64_t end[kMaxProducts];
+  bool accumulate[kMaxProducts];
   int count;
+  FewRowsNorm norm;  // weight null: x is read as it is
 };
+
+__device__ float norm_scale(const FewRowsNorm& norm, int64_t i) {
+  if (norm.dtype == DType::kBF16)
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(norm.weight)[i]);
+  if (norm.dtype == DType::kF16) return __half2float(static_cast<const __half*>(norm.weight)[i]);
+  return static_cast<const float*>(norm.weight)[i];
+}
+
+// rmsnorm of the block's staged rows in place, with rmsnorm_kernel's arithmetic.
+template <int kRows>
+__device__ void normalise_staged(float* x, int64_t k, const FewRowsNorm& norm) {
+  __shared__ float partial[kWarpsPerBlock];
+  for (int r = 0; r < kRows; ++r) {
+    float* row = x + r * k;
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) sum += row[i] * row[i];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
+    __syncthreads();
+    float total = 0.0f;
+    for (int w = 0; w < kWarpsPerBlock; ++w) total += partial[w];
+    const float scale = rsqrtf(total / static_cast<float>(k) + norm.eps);
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
+      row[i] = row[i] * scale * norm_scale(norm, i);
+    __syncthreads();
+  }
+}
+
+// x up to this size is first copied into the block's shared memory: every warp of the block
+// reads all of x, and from L2 that was up to twice the weight bytes for the 8B's products.
+constexpr size_t kMaxStagedBytes = 64 << 10;
 
 // One warp per output column: lanes stride over k in 16-byte chunks, each weight chunk used
 // for every row of x; then a warp reduction. (Two warps per column, each over half of k,
 // measured slower for every 8B decode shape on the H200: q/k/v 63% -> 51% of copy.)
-template <int kRows, typename Chunks>
+template <int kRows, typename Chunks, bool kStaged>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
+    few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products, int64_t k) {
   constexpr int kPer = Chunks::kPerChunk;
+  extern __shared__ float4 staged[];
+  const float* x = x_global;
+  if constexpr (kStaged) {
+    const auto* from = reinterpret_cast<const float4*>(x_global);
+    for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
+    __syncthreads();
+    if (products.norm.weight) normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
+    x = reinterpret_cast<const float*>(staged);
+  }
   const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   if (global_column >= products.end[products.count - 1]) return;
   // Compile-time indices only: the parameter arrays stay in the constant bank.
@@ -76,13 +119,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   Chunks format{};
   float* y = nullptr;
   int64_t n = 0, column = global_column;
-  bool found = false;
+  bool found = false, accumulate = false;
 #pragma unroll
   for (int i = 0; i < kMaxProducts; ++i) {
     if (!found && i < products.count && global_column < products.end[i]) {
       weight = products.weight[i];
       format = products.format[i];
       y = products.y[i];
+      accumulate = products.accumulate[i];
       n = products.n[i];
       column = global_column - (products.end[i] - products.n[i]);
       found = true;
@@ -126,7 +170,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int r = 0; r < kRows; ++r) {
     float sum = acc[r];
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) y[r * n + column] = sum;
+    if (lane == 0) y[r * n + column] = accumulate ? y[r * n + column] + sum : sum;
   }
 }
 
@@ -134,7 +178,20 @@ template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  few_rows_kernel<kRows><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
+  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  if (staged_bytes > kMaxStagedBytes) {
+    few_rows_kernel<kRows, Chunks, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
+    return;
+  }
+  static const bool configured = [] {
+    cudaFuncSetAttribute(few_rows_kernel<kRows, Chunks, true>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(kMaxStagedBytes));
+    return true;
+  }();
+  (void)configured;
+  few_rows_kernel<kRows, Chunks, true>
+      <<<blocks, kWarpsPerBlock * 32, staged_bytes, stream>>>(x, products, k);
 }
 
 // The row count as a template argument (1 to 8), so the accumulators stay in registers:
@@ -187,10 +244,16 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
                   "matmul_bf16_few_rows");
 }
 
+bool few_rows_can_normalise(int64_t rows, int64_t k) {
+  return rows >= 1 && rows <= 8 && static_cast<size_t>(rows * k) * sizeof(float) <= kMaxStagedBytes;
+}
+
 void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count, int64_t rows,
-                          int64_t k, cudaStream_t stream) {
+                          int64_t k, cudaStream_t stream, const FewRowsNorm* norm) {
   if (count < 1 || count > kMaxProducts)
     fail("matmul_bf16_few_rows: {} products (1 to {})", count, kMaxProducts);
+  if (norm && !few_rows_can_normalise(rows, k))
+    fail("matmul_bf16_few_rows: cannot normalise {} rows of {} inside the products", rows, k);
   Products<Bf16Chunks> batch{};
   int64_t end = 0;
   for (int i = 0; i < count; ++i) {
@@ -198,8 +261,10 @@ void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int co
     batch.y[i] = products[i].y;
     batch.n[i] = products[i].n;
     batch.end[i] = end += products[i].n;
+    batch.accumulate[i] = products[i].accumulate;
   }
   batch.count = count;
+  if (norm) batch.norm = *norm;
   launch_few_rows(x, batch, rows, k, stream, "matmul_bf16_few_rows");
 }
 
