@@ -56,6 +56,7 @@ DeviceBuffer random_bf16(size_t count, uint32_t seed) {
 int main() {
   try {
     if (device_count() == 0) fail("no CUDA device");
+    configure_few_rows_kernels();
     cudaDeviceProp properties{};
     cudaGetDeviceProperties(&properties, 0);
     fmt::print("device: {} ({} SMs, {} MB L2)\n", properties.name, properties.multiProcessorCount,

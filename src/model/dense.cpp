@@ -215,9 +215,9 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   Tensor gate = s.gate.view();
   Tensor up = s.up.view();
   Tensor hidden = s.hidden.view();
-  ops_.norm_matmuls(hidden, *layer.post_attention_norm, static_cast<float>(config_.rms_norm_eps),
-                    normed,
-                    {{layer.gate_proj, layer.gate_bias, &gate}, {layer.up_proj, layer.up_bias, &up}});
+  ops_.norm_matmuls(
+      hidden, *layer.post_attention_norm, static_cast<float>(config_.rms_norm_eps), normed,
+      {{layer.gate_proj, layer.gate_bias, &gate}, {layer.up_proj, layer.up_bias, &up}});
   if (config_.activation == Activation::kSilu) {
     ops_.silu_mul(gate, up, gate);
   } else {

@@ -21,6 +21,7 @@ class CudaKernels : public ::testing::Test {
  protected:
   void SetUp() override {
     if (device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    configure_few_rows_kernels();  // what CudaOps does when it starts
     cpu_ = make_cpu_ops();
   }
   std::vector<float> random(size_t count, float scale = 1.0f) {

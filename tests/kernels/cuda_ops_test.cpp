@@ -353,8 +353,9 @@ TEST_F(CudaOpsParity, RopeFusedWithTheKvWrite) {
       };
       AttentionBatch batch;
       batch.slot_mapping = mapping;
-      PagedKvView cache{view(keys).data, view(values).data, 16, static_cast<int>(kv_heads),
-                        static_cast<int>(dim), static_cast<int>(dim), false, DType::kF32};
+      PagedKvView cache{
+          view(keys).data,       view(values).data,     16,    static_cast<int>(kv_heads),
+          static_cast<int>(dim), static_cast<int>(dim), false, DType::kF32};
       ops.rope_kv_write(view(q), view(k), view(v), view(cos).as<const float>(),
                         view(sin).as<const float>(), rotary, batch, cache);
     };

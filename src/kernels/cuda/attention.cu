@@ -70,7 +70,8 @@ __global__ void rope_kv_write_kernel(float* q, int heads, float* k, const float*
     }
   }
   T* values = static_cast<T*>(cache.values) + slot * width;
-  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) store_kv(values, e, v[token * width + e]);
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x)
+    store_kv(values, e, v[token * width + e]);
 }
 
 __device__ int sequence_of(const int32_t* query_start, int num_seqs, int64_t row) {

@@ -97,6 +97,9 @@ struct FewRowsNorm {
 void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count, int64_t rows,
                           int64_t k, cudaStream_t stream = nullptr,
                           const FewRowsNorm* norm = nullptr);
+// Once per device, before any few-rows product (and outside graph capture): lets the
+// kernels that stage x in shared memory use more than the default 48 KB of it.
+void configure_few_rows_kernels();
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

@@ -86,6 +86,7 @@ class CudaOps final : public Ops {
     check(cudaGetDeviceProperties(&properties, device), "properties");
     name_ = std::string("cuda-") + properties.name;
     lt_ = std::make_unique<LtMatmul>();
+    configure_few_rows_kernels();
   }
 
   std::string name() const override { return name_; }
@@ -199,8 +200,9 @@ class CudaOps final : public Ops {
     }
     for (size_t first = 0; first < together.size(); first += kMaxFewRowsProducts) {
       size_t count = std::min<size_t>(kMaxFewRowsProducts, together.size() - first);
-      few_rows_group(x, {together.begin() + static_cast<std::ptrdiff_t>(first),
-                         together.begin() + static_cast<std::ptrdiff_t>(first + count)},
+      few_rows_group(x,
+                     {together.begin() + static_cast<std::ptrdiff_t>(first),
+                      together.begin() + static_cast<std::ptrdiff_t>(first + count)},
                      nullptr, false);
     }
   }

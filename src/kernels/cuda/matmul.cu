@@ -109,7 +109,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const auto* from = reinterpret_cast<const float4*>(x_global);
     for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
     __syncthreads();
-    if (products.norm.weight) normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
+    if (products.norm.weight)
+      normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
     x = reinterpret_cast<const float*>(staged);
   }
   const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
@@ -180,16 +181,10 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
   auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   if (staged_bytes > kMaxStagedBytes) {
-    few_rows_kernel<kRows, Chunks, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
+    few_rows_kernel<kRows, Chunks, false>
+        <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
     return;
   }
-  static const bool configured = [] {
-    cudaFuncSetAttribute(few_rows_kernel<kRows, Chunks, true>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(kMaxStagedBytes));
-    return true;
-  }();
-  (void)configured;
   few_rows_kernel<kRows, Chunks, true>
       <<<blocks, kWarpsPerBlock * 32, staged_bytes, stream>>>(x, products, k);
 }
@@ -232,6 +227,11 @@ __global__ void to_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t count
     out[i] = __float2bfloat16_rn(x[i]);
 }
 
+void check_attribute(cudaError_t status) {
+  if (status != cudaSuccess)
+    fail("few-rows products: shared memory attribute: {}", cudaGetErrorString(status));
+}
+
 void check_lt(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt {}: status {}", what, int(status));
 }
@@ -242,6 +242,25 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
                           int64_t k, float* y, cudaStream_t stream) {
   launch_few_rows(x, single_product(weight, Bf16Chunks{}, n, y), rows, k, stream,
                   "matmul_bf16_few_rows");
+}
+
+namespace {
+
+// The staged kernels may use kMaxStagedBytes of dynamic shared memory (over the 48 KB
+// default), for every row count.
+template <typename Chunks, int... kMinusOne>
+void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
+  (check_attribute(cudaFuncSetAttribute(few_rows_kernel<kMinusOne + 1, Chunks, true>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(kMaxStagedBytes))),
+   ...);
+}
+
+}  // namespace
+
+void configure_few_rows_kernels() {
+  allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
+  allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
 }
 
 bool few_rows_can_normalise(int64_t rows, int64_t k) {
