@@ -5,6 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <map>
+#include <memory>
+#include <tuple>
 #include <utility>
 
 #include "core/error.h"
@@ -293,64 +296,91 @@ void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* sca
   launch_few_rows(x, single_product(weight, format, n, y), rows, k, stream, "matmul_fp8_few_rows");
 }
 
+// A product shape's descriptors and algorithm, made once: the heuristic query alone costs
+// tens of microseconds of host time, and a 64-way decode step runs 224 such products.
+struct LtPlan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  LtPlan() = default;
+  LtPlan(const LtPlan&) = delete;
+  LtPlan& operator=(const LtPlan&) = delete;
+  ~LtPlan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (op) cublasLtMatmulDescDestroy(op);
+  }
+};
+
 struct LtMatmul::Impl {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace{size_t{32} << 20};
+  // Keyed by (rows, n, k); prompt chunks bring many row counts, so the cache is bounded.
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
+  static constexpr size_t kMaxPlans = 4096;
+
+  const LtPlan& plan(int64_t rows, int64_t n, int64_t k);
 };
+
+// Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
+const LtPlan& LtMatmul::Impl::plan(int64_t rows, int64_t n, int64_t k) {
+  std::unique_ptr<LtPlan>& slot = plans[{rows, n, k}];
+  if (slot) return *slot;
+  auto made = std::make_unique<LtPlan>();
+  check_lt(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  cublasOperation_t transpose = CUBLAS_OP_T;
+  check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
+                                          sizeof(transpose)),
+           "transa");
+  auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+  check_lt(cublasLtMatrixLayoutCreate(&made->a, CUDA_R_16BF, u(k), u(n), k), "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&made->b, CUDA_R_16BF, u(k), u(rows), k), "layout b");
+  check_lt(cublasLtMatrixLayoutCreate(&made->d, CUDA_R_32F, u(n), u(rows), n), "layout d");
+  cublasLtMatmulPreference_t preference = nullptr;
+  check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
+  size_t workspace_bytes = workspace.bytes();
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  cublasStatus_t status =
+      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace_bytes, sizeof(workspace_bytes));
+  if (status == CUBLAS_STATUS_SUCCESS)
+    status = cublasLtMatmulAlgoGetHeuristic(handle, made->op, made->a, made->b, made->d, made->d,
+                                            preference, 1, &heuristic, &found);
+  cublasLtMatmulPreferenceDestroy(preference);
+  check_lt(status, "heuristic");
+  if (found == 0) fail("cuBLASLt: no algorithm for a bf16 {}x{}x{} product", rows, n, k);
+  made->algo = heuristic.algo;
+  if (plans.size() > kMaxPlans) {
+    plans.clear();
+    return *(plans[{rows, n, k}] = std::move(made));
+  }
+  slot = std::move(made);
+  return *slot;
+}
 
 LtMatmul::LtMatmul() : impl_(std::make_unique<Impl>()) {
   check_lt(cublasLtCreate(&impl_->handle), "create");
 }
 
 LtMatmul::~LtMatmul() {
+  impl_->plans.clear();
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
 
-// Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
 void LtMatmul::run(const float* x, uint16_t* x_bf16, const uint16_t* weight, int64_t rows,
                    int64_t n, int64_t k, float* y, cudaStream_t stream) {
   const int64_t count = rows * k;
   auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
   to_bf16_kernel<<<blocks, 256, 0, stream>>>(x, reinterpret_cast<__nv_bfloat16*>(x_bf16), count);
   check_launch("to_bf16");
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  check_lt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  cublasOperation_t transpose = CUBLAS_OP_T;
-  check_lt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
-                                          sizeof(transpose)),
-           "transa");
-  check_lt(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, static_cast<uint64_t>(k),
-                                      static_cast<uint64_t>(n), k),
-           "layout a");
-  check_lt(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, static_cast<uint64_t>(k),
-                                      static_cast<uint64_t>(rows), k),
-           "layout b");
-  check_lt(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, static_cast<uint64_t>(n),
-                                      static_cast<uint64_t>(rows), n),
-           "layout d");
-  check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
-  size_t workspace_bytes = impl_->workspace.bytes();
-  check_lt(
-      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes)),
-      "workspace");
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  check_lt(cublasLtMatmulAlgoGetHeuristic(impl_->handle, op, a, b, d, d, preference, 1, &heuristic,
-                                          &found),
-           "heuristic");
-  if (found == 0) fail("cuBLASLt: no algorithm for a bf16 {}x{}x{} product", rows, n, k);
+  const LtPlan& p = impl_->plan(rows, n, k);
   const float one = 1.0f, zero = 0.0f;
-  check_lt(cublasLtMatmul(impl_->handle, op, &one, weight, a, x_bf16, b, &zero, y, d, y, d,
-                          &heuristic.algo, impl_->workspace.data(), workspace_bytes, stream),
+  check_lt(cublasLtMatmul(impl_->handle, p.op, &one, weight, p.a, x_bf16, p.b, &zero, y, p.d, y,
+                          p.d, &p.algo, impl_->workspace.data(), impl_->workspace.bytes(), stream),
            "matmul");
-  cublasLtMatmulPreferenceDestroy(preference);
-  cublasLtMatrixLayoutDestroy(d);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatmulDescDestroy(op);
 }
 
 }  // namespace deepinfer::cuda
