@@ -55,8 +55,7 @@ void decode_logits(Ops& ops, const Tensor& hidden, const Tensor& final_norm, con
                    float eps, Tensor& logits) {
   BackendTensor normed(ops, {hidden.dim(0), hidden.dim(-1)});
   Tensor normed_view = normed.view();
-  ops.rmsnorm(hidden, final_norm, eps, normed_view);
-  ops.matmul(normed_view, lm_head, nullptr, logits);
+  ops.norm_matmuls(hidden, final_norm, eps, normed_view, {{&lm_head, nullptr, &logits}});
 }
 
 void final_logits(Ops& ops, const ForwardBatch& batch, Tensor hidden, const Tensor& final_norm,
