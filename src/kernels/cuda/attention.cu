@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_elements.cuh"
+#include "kernels/cuda/overlap.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -48,6 +49,8 @@ template <typename T>
 __global__ void rope_kv_write_kernel(float* q, int heads, float* k, const float* v,
                                      const float* cos, const float* sin, int rotary_dim,
                                      const int64_t* slot_mapping, PagedKvView cache) {
+  release_dependents();
+  await_producer();
   const int64_t token = blockIdx.x;
   const int dim = cache.key_dim, half = rotary_dim / 2;
   const float* c = cos + token * half;
@@ -173,6 +176,8 @@ template <typename T, int kGroup>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
                              float scale, int window, float* out, float* partials) {
+  release_dependents();
+  await_producer();
   const int64_t row = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int split = blockIdx.z, splits = gridDim.z;
@@ -284,6 +289,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Block (row, KV head): the splits' partial results rescaled to one max and added.
 __global__ void merge_splits_kernel(const float* partials, int heads, int num_kv_heads, int splits,
                                     float* out) {
+  release_dependents();
+  await_producer();
   const int64_t row = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int group = heads / num_kv_heads;
@@ -334,11 +341,11 @@ void rope_kv_write(float* q, int heads, float* k, const float* v, const float* c
          rotary_dim, cache.key_dim);
   if (tokens == 0) return;
   if (cache.dtype == DType::kBF16) {
-    rope_kv_write_kernel<__nv_bfloat16><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
-        q, heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
+    launch_overlapped(rope_kv_write_kernel<__nv_bfloat16>, static_cast<unsigned>(tokens), 256, 0,
+                      stream, q, heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
   } else {
-    rope_kv_write_kernel<float><<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
-        q, heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
+    launch_overlapped(rope_kv_write_kernel<float>, static_cast<unsigned>(tokens), 256, 0, stream, q,
+                      heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
   }
   check_launch("rope_kv_write");
 }
@@ -377,8 +384,8 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
     dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
               static_cast<unsigned>(splits));
     auto launch = [&](auto kernel) {
-      kernel<<<grid, kWarps * 32, 0, stream>>>(q, heads, batch, cache, scale, window, out,
-                                               workspace);
+      launch_overlapped(kernel, grid, kWarps * 32, 0, stream, q, heads, batch, cache, scale, window,
+                        out, workspace);
     };
     // Registers sized to the group (up to the next power of two): a group of 4 (Llama 3 8B)
     // in a kernel sized for 8 held half the warps an SM could run.
@@ -399,8 +406,8 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
     check_launch("paged_attention (grouped)");
     if (splits > 1) {
       dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
-      merge_splits_kernel<<<merge_grid, kGroupDim, 0, stream>>>(workspace, heads,
-                                                                cache.num_kv_heads, splits, out);
+      launch_overlapped(merge_splits_kernel, merge_grid, kGroupDim, 0, stream, workspace, heads,
+                        cache.num_kv_heads, splits, out);
       check_launch("paged_attention (merge)");
     }
     return;

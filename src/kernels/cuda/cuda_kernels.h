@@ -45,6 +45,9 @@ class DeviceBuffer {
 // Throws Error naming `what` and the last launch's error, if any.
 void check_launch(const char* what);
 void synchronize();
+// Whether kernels that may overlap their predecessor (programmatic dependent launch, see
+// overlap.cuh) are launched that way; DEEPINFER_CUDA_OVERLAP=0 turns it off.
+bool overlap_launches();
 
 // y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32, bf16 or f16.
 // Rows start `x_stride` / `y_stride` floats apart (a slice of wider rows, as MLA's latents).

@@ -1,5 +1,7 @@
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 #include "core/error.h"
@@ -57,6 +59,14 @@ void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
 
 void check_launch(const char* what) {
   check(cudaGetLastError(), what);
+}
+
+bool overlap_launches() {
+  static const bool enabled = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_OVERLAP");
+    return setting == nullptr || std::strcmp(setting, "0") != 0;
+  }();
+  return enabled;
 }
 
 void synchronize() {

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/overlap.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -24,6 +25,8 @@ constexpr int kCachedPerThread = 32;  // rows up to 8192 wide stay in registers
 // (a decode step's norm is a latency, not a bandwidth, problem).
 __global__ void rmsnorm_kernel(const float* x, int64_t x_stride, const void* weight, DType dtype,
                                int64_t n, float eps, float* y, int64_t y_stride) {
+  release_dependents();
+  await_producer();
   const float* row = x + blockIdx.x * x_stride;
   float* out = y + blockIdx.x * y_stride;
   const bool cached = n <= int64_t{kCachedPerThread} * blockDim.x;
@@ -64,6 +67,8 @@ __global__ void rmsnorm_kernel(const float* x, int64_t x_stride, const void* wei
 }
 
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t count) {
+  release_dependents();
+  await_producer();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
     float g = gate[i];
@@ -72,6 +77,8 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t count) {
+  release_dependents();
+  await_producer();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x)
     y[i] += x[i];
@@ -114,20 +121,20 @@ int grid_for(int64_t count) {
 void rmsnorm(const float* x, int64_t x_stride, const void* weight, DType weight_dtype, int64_t rows,
              int64_t n, float eps, float* y, int64_t y_stride, cudaStream_t stream) {
   if (rows == 0) return;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(
-      x, x_stride, weight, weight_dtype, n, eps, y, y_stride);
+  launch_overlapped(rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, x_stride,
+                    weight, weight_dtype, n, eps, y, y_stride);
   check_launch("rmsnorm");
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  silu_mul_kernel<<<grid_for(count), kThreads, 0, stream>>>(gate, up, out, count);
+  launch_overlapped(silu_mul_kernel, grid_for(count), kThreads, 0, stream, gate, up, out, count);
   check_launch("silu_mul");
 }
 
 void add(float* y, const float* x, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
-  add_kernel<<<grid_for(count), kThreads, 0, stream>>>(y, x, count);
+  launch_overlapped(add_kernel, grid_for(count), kThreads, 0, stream, y, x, count);
   check_launch("add");
 }
 

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/overlap.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -106,18 +107,14 @@ template <int kRows, typename Chunks, bool kStaged>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products, int64_t k) {
   constexpr int kPer = Chunks::kPerChunk;
-  extern __shared__ float4 staged[];
-  const float* x = x_global;
-  if constexpr (kStaged) {
-    const auto* from = reinterpret_cast<const float4*>(x_global);
-    for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
-    __syncthreads();
-    if (products.norm.weight)
-      normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
-    x = reinterpret_cast<const float*>(staged);
-  }
+  // Several loads in flight per lane before the first is used: a short row is then read in
+  // one or two round trips to memory instead of one per chunk. Eight for one or two rows
+  // (batch-1 decode, where an 8 KB row is the whole job of a warp), four when the rows'
+  // accumulators and x loads need the registers.
+  constexpr int kInFlight = kRows <= 2 ? 8 : 4;
+  release_dependents();
   const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (global_column >= products.end[products.count - 1]) return;
+  const bool has_column = global_column < products.end[products.count - 1];
   // Compile-time indices only: the parameter arrays stay in the constant bank.
   const uint4* weight = nullptr;
   Chunks format{};
@@ -139,6 +136,26 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int lane = threadIdx.x % 32;
   const int64_t chunks = k / kPer;
   const uint4* row = weight + column * chunks;
+  // The weights are no kernel's output: the first loads go out before the wait for x, while
+  // the previous kernel finishes.
+  uint4 loaded[kInFlight];
+  const bool prefetched = has_column && lane + 32 * (kInFlight - 1) < chunks;
+  if (prefetched) {
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) loaded[i] = row[lane + 32 * i];
+  }
+  await_producer();
+  extern __shared__ float4 staged[];
+  const float* x = x_global;
+  if constexpr (kStaged) {
+    const auto* from = reinterpret_cast<const float4*>(x_global);
+    for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
+    __syncthreads();
+    if (products.norm.weight)
+      normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
+    x = reinterpret_cast<const float*>(staged);
+  }
+  if (!has_column) return;
   float acc[kRows] = {};
   auto consume = [&](uint4 packed, int64_t chunk) {
     float w[kPer];
@@ -156,16 +173,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       acc[r] += sum * scale;
     }
   };
-  // Several loads in flight per lane before the first is used: a short row is then read in
-  // one or two round trips to memory instead of one per chunk. Eight for one or two rows
-  // (batch-1 decode, where an 8 KB row is the whole job of a warp), four when the rows'
-  // accumulators and x loads need the registers.
-  constexpr int kInFlight = kRows <= 2 ? 8 : 4;
   int64_t chunk = lane;
-  for (; chunk + 32 * (kInFlight - 1) < chunks; chunk += 32 * kInFlight) {
-    uint4 loaded[kInFlight];
+  for (bool first = true; chunk + 32 * (kInFlight - 1) < chunks;
+       chunk += 32 * kInFlight, first = false) {
+    if (!(first && prefetched)) {
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) loaded[i] = row[chunk + 32 * i];
+      for (int i = 0; i < kInFlight; ++i) loaded[i] = row[chunk + 32 * i];
+    }
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) consume(loaded[i], chunk + 32 * i);
   }
@@ -184,12 +198,12 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
   auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   if (staged_bytes > kMaxStagedBytes) {
-    few_rows_kernel<kRows, Chunks, false>
-        <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(x, products, k);
+    launch_overlapped(few_rows_kernel<kRows, Chunks, false>, blocks, kWarpsPerBlock * 32, 0, stream,
+                      x, products, k);
     return;
   }
-  few_rows_kernel<kRows, Chunks, true>
-      <<<blocks, kWarpsPerBlock * 32, staged_bytes, stream>>>(x, products, k);
+  launch_overlapped(few_rows_kernel<kRows, Chunks, true>, blocks, kWarpsPerBlock * 32, staged_bytes,
+                    stream, x, products, k);
 }
 
 // The row count as a template argument (1 to 8), so the accumulators stay in registers:
