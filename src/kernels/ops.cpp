@@ -2,6 +2,7 @@
 #include "kernels/ops.h"
 
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <sstream>
 
@@ -41,6 +42,57 @@ void Ops::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
   rope(q, cos, sin, rotary_dim, false);
   rope(k, cos, sin, rotary_dim, false);
   kv_write(k, &v, batch, cache);
+}
+
+void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
+                         Tensor& out) {
+  const ExpertRouting& routing = experts.routing;
+  const int64_t hidden = x.dim(1);
+  const auto per_token = static_cast<size_t>(routing.experts_per_token);
+  std::vector<int32_t> chosen(static_cast<size_t>(x.dim(0)) * per_token);
+  std::vector<float> weights(chosen.size());
+  route_experts(router_logits, experts.correction_bias, routing, chosen.data(), weights.data());
+
+  // The rows (and their weights) each expert takes, in row order.
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(routing.num_experts));
+  std::vector<std::vector<float>> scales(rows.size());
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    auto e = static_cast<size_t>(chosen[i]);
+    rows[e].push_back(static_cast<int32_t>(i / per_token));
+    scales[e].push_back(weights[i]);
+  }
+  struct Active {
+    size_t expert;
+    BackendTensor input, gate, up, output;
+  };
+  std::vector<Active> active;
+  for (size_t e = 0; e < rows.size(); ++e) {
+    if (rows[e].empty()) continue;
+    auto count = static_cast<int64_t>(rows[e].size());
+    int64_t inter = experts.gate[e]->dim(0);
+    active.push_back({e, BackendTensor(*this, {count, hidden}),
+                      BackendTensor(*this, {count, inter}), BackendTensor(*this, {count, inter}),
+                      BackendTensor(*this, {count, hidden})});
+    Tensor input = active.back().input.view();
+    gather_rows(x, rows[e], input);
+  }
+  std::deque<Tensor> views;  // the jobs point into it: a deque keeps elements where they are
+  auto view_of = [&](const BackendTensor& tensor) { return &views.emplace_back(tensor.view()); };
+  // Every chosen expert's gate and up products in one parallel pass, then the downs in another.
+  std::vector<MatmulJob> up_jobs, down_jobs;
+  for (Active& a : active) {
+    up_jobs.push_back({experts.gate[a.expert], nullptr, view_of(a.gate), view_of(a.input)});
+    up_jobs.push_back({experts.up[a.expert], nullptr, view_of(a.up), view_of(a.input)});
+  }
+  if (!up_jobs.empty()) matmuls(x, up_jobs);
+  for (Active& a : active) {
+    Tensor gate = a.gate.view();
+    silu_mul(gate, a.up.view(), gate);
+    down_jobs.push_back({experts.down[a.expert], nullptr, view_of(a.output), view_of(a.gate)});
+  }
+  if (!down_jobs.empty()) matmuls(x, down_jobs);
+  for (const Active& a : active)
+    add_scaled_rows(out, rows[a.expert], scales[a.expert], a.output.view());
 }
 
 size_t Ops::available_memory() const {

@@ -87,6 +87,15 @@ struct ExpertRouting {
   float scaling = 1.0f;    // routed_scaling_factor, applied last
 };
 
+// The routed experts of one MoE layer: expert e is the gated MLP
+// down[e](silu(gate[e] x) * up[e] x); correction_bias (may be empty) is the router's
+// noaux_tc bias, as route_experts takes it.
+struct RoutedExperts {
+  ExpertRouting routing;
+  std::vector<float> correction_bias;
+  std::vector<const Tensor*> gate, up, down;
+};
+
 // One row's draw for Ops::sample_rows: the sampling that needs nothing but the logits (rows
 // with penalties, logit bias or a grammar mask are sampled on the host).
 struct TokenDraw {
@@ -194,6 +203,12 @@ class Ops {
   // used to choose, never the weights.
   virtual void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
                              const ExpertRouting& routing, int32_t* experts, float* weights) = 0;
+  // out [T, hidden] += the weighted sum, over the experts route_experts chooses for each row
+  // of router_logits [T, num_experts], of those experts' outputs for the row of x [T, hidden].
+  // The default groups the rows by expert on the host and runs each chosen expert once over
+  // its rows; a GPU keeps decode batches on the device.
+  virtual void routed_experts(const Tensor& x, const Tensor& router_logits,
+                              const RoutedExperts& experts, Tensor& out);
   // out[i] = table[ids[i]] widened to f32.
   virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
   // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.

@@ -281,7 +281,7 @@ std::vector<const Tensor*> DeepseekModel::weights_read_per_token() const {
     read.push_back(layer.moe.router);
     add_mlp(layer.moe.shared);
     for (int e = 0; e < config_.moe.experts_per_token; ++e)
-      add_mlp(layer.moe.experts[static_cast<size_t>(e)]);
+      add_mlp(layer.moe.expert(static_cast<size_t>(e)));
   }
   return read;
 }

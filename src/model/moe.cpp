@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 
 #include "core/error.h"
 
@@ -42,6 +41,7 @@ MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefi
                     const ModelConfig& config) {
   const MoeConfig& moe = config.moe;
   MoeWeights weights;
+  weights.routed.routing = routing_of(moe);
   int64_t hidden = config.hidden_size;
   weights.router = layer_weight(store, prefix + "gate.weight", {moe.num_experts, hidden});
   if (moe.selection == ExpertSelection::kNoAuxTc) {
@@ -61,12 +61,15 @@ MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefi
         std::memcpy(&bits, raw.data() + e * 2, 2);
         value = bf16_to_f32(bits);
       }
-      weights.correction_bias.push_back(value);
+      weights.routed.correction_bias.push_back(value);
     }
   }
   for (int e = 0; e < moe.num_experts; ++e) {
-    weights.experts.push_back(bind_gated_mlp(store, fmt::format("{}experts.{}.", prefix, e), hidden,
-                                             moe.expert_intermediate_size));
+    GatedMlp expert = bind_gated_mlp(store, fmt::format("{}experts.{}.", prefix, e), hidden,
+                                     moe.expert_intermediate_size);
+    weights.routed.gate.push_back(expert.gate);
+    weights.routed.up.push_back(expert.up);
+    weights.routed.down.push_back(expert.down);
   }
   if (moe.num_shared_experts > 0) {
     weights.shared = bind_gated_mlp(store, prefix + "shared_experts.", hidden,
@@ -89,72 +92,15 @@ ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_l
 void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
              Tensor& out) {
   int64_t tokens = normed.dim(0);
-  int64_t hidden = normed.dim(1);
   BackendTensor logits(ops, {tokens, moe.num_experts});
   Tensor logits_view = logits.view();
   ops.matmul(normed, *weights.router, nullptr, logits_view);
-  ExpertChoice choice = route_tokens(ops, moe, logits.view(), weights.correction_bias);
-
-  // Tokens (and their weights) per expert, in token order.
-  auto experts = static_cast<size_t>(moe.num_experts);
-  std::vector<std::vector<int32_t>> rows(experts);
-  std::vector<std::vector<float>> scales(experts);
-  for (size_t i = 0; i < choice.experts.size(); ++i) {
-    auto e = static_cast<size_t>(choice.experts[i]);
-    rows[e].push_back(static_cast<int32_t>(i / static_cast<size_t>(moe.experts_per_token)));
-    scales[e].push_back(choice.weights[i]);
+  if (weights.shared.gate) {
+    run_gated_mlp(ops, weights.shared, normed, out);
+  } else {
+    ops.copy(BackendTensor::zeros(ops, {tokens, normed.dim(1)}).view(), out);
   }
-  struct Active {
-    size_t expert;
-    BackendTensor input, gate, up, output;
-  };
-  std::vector<Active> active;
-  int64_t inter = moe.expert_intermediate_size;
-  for (size_t e = 0; e < experts; ++e) {
-    if (rows[e].empty()) continue;
-    auto count = static_cast<int64_t>(rows[e].size());
-    active.push_back({e, BackendTensor(ops, {count, hidden}), BackendTensor(ops, {count, inter}),
-                      BackendTensor(ops, {count, inter}), BackendTensor(ops, {count, hidden})});
-    Tensor input = active.back().input.view();
-    ops.gather_rows(normed, rows[e], input);
-  }
-  bool shared = weights.shared.gate != nullptr;
-  int64_t shared_inter = shared ? weights.shared.gate->dim(0) : 0;
-  BackendTensor shared_gate(ops, {tokens, std::max<int64_t>(shared_inter, 1)});
-  BackendTensor shared_up(ops, {tokens, std::max<int64_t>(shared_inter, 1)});
-  std::deque<Tensor> views;  // the jobs point into it: a deque keeps elements where they are
-  auto view_of = [&](const BackendTensor& tensor) -> Tensor* {
-    return &views.emplace_back(tensor.view());
-  };
-
-  std::vector<MatmulJob> up_jobs;
-  for (Active& a : active) {
-    const GatedMlp& mlp = weights.experts[a.expert];
-    up_jobs.push_back({mlp.gate, nullptr, view_of(a.gate), view_of(a.input)});
-    up_jobs.push_back({mlp.up, nullptr, view_of(a.up), view_of(a.input)});
-  }
-  if (shared) {
-    up_jobs.push_back({weights.shared.gate, nullptr, view_of(shared_gate)});
-    up_jobs.push_back({weights.shared.up, nullptr, view_of(shared_up)});
-  }
-  ops.matmuls(normed, up_jobs);
-
-  std::vector<MatmulJob> down_jobs;
-  for (Active& a : active) {
-    Tensor gate = a.gate.view();
-    ops.silu_mul(gate, a.up.view(), gate);
-    down_jobs.push_back(
-        {weights.experts[a.expert].down, nullptr, view_of(a.output), view_of(a.gate)});
-  }
-  if (shared) {
-    Tensor gate = shared_gate.view();
-    ops.silu_mul(gate, shared_up.view(), gate);
-    down_jobs.push_back({weights.shared.down, nullptr, &out, view_of(shared_gate)});
-  }
-  ops.matmuls(normed, down_jobs);
-  if (!shared) ops.copy(BackendTensor::zeros(ops, {tokens, hidden}).view(), out);
-  for (const Active& a : active)
-    ops.add_scaled_rows(out, rows[a.expert], scales[a.expert], a.output.view());
+  ops.routed_experts(normed, logits.view(), weights.routed, out);
 }
 
 }  // namespace deepinfer

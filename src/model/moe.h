@@ -11,10 +11,12 @@
 namespace deepinfer {
 
 struct MoeWeights {
-  const Tensor* router = nullptr;      // mlp.gate.weight [experts, hidden]
-  std::vector<float> correction_bias;  // e_score_correction_bias (noaux_tc), widened
-  std::vector<GatedMlp> experts;
+  const Tensor* router = nullptr;  // mlp.gate.weight [experts, hidden]
+  // The routing rule, e_score_correction_bias (noaux_tc, widened) and the experts' weights.
+  RoutedExperts routed;
   GatedMlp shared;  // all null without shared experts
+
+  GatedMlp expert(size_t e) const { return {routed.gate[e], routed.up[e], routed.down[e]}; }
 };
 
 // `ops` reads the routing bias back when the weights live in its memory.
@@ -33,9 +35,8 @@ struct ExpertChoice {
 ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_logits,
                           const std::vector<float>& correction_bias);
 
-// out [T, hidden] = the routed experts' weighted outputs plus the shared experts' output for
-// normed [T, hidden]. Each expert runs once over the tokens routed to it; experts nobody chose
-// are skipped, and all experts' matmuls share two parallel passes.
+// out [T, hidden] = the shared experts' output for normed [T, hidden] plus the routed experts'
+// weighted outputs (Ops::routed_experts).
 void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
              Tensor& out);
 
