@@ -429,25 +429,83 @@ TEST_F(CudaOpsParity, SamplingDrawsTheReferenceToken) {
   }
 }
 
+// V3's noaux_tc (sigmoid, biased top-two group sums), V2's group-limited greedy and plain
+// softmax top-k: the same experts; weights within the exp's last-bit differences.
 TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
-  const int64_t tokens = 9;
-  ExpertRouting routing;
-  routing.num_experts = 16;
-  routing.experts_per_token = 4;
-  routing.scoring = ExpertRouting::Scoring::kSigmoid;
-  routing.group_ranking = ExpertRouting::GroupRanking::kTopTwoSum;
-  routing.num_groups = 4;
-  routing.topk_groups = 2;
-  routing.normalize = true;
-  routing.scaling = 2.5f;
-  Both logits = random({tokens, routing.num_experts});
-  std::vector<float> bias(16, 0.1f);
-  std::vector<int32_t> cpu_experts(36), gpu_experts(36);
-  std::vector<float> cpu_weights(36), gpu_weights(36);
-  cpu_->route_experts(logits.host_view, bias, routing, cpu_experts.data(), cpu_weights.data());
-  gpu_->route_experts(logits.device_view, bias, routing, gpu_experts.data(), gpu_weights.data());
-  EXPECT_EQ(gpu_experts, cpu_experts);
-  EXPECT_EQ(gpu_weights, cpu_weights);
+  struct Case {
+    int experts, per_token, groups, topk_groups;
+    ExpertRouting::Scoring scoring;
+    ExpertRouting::GroupRanking ranking;
+    bool bias, normalize;
+  };
+  using S = ExpertRouting::Scoring;
+  using G = ExpertRouting::GroupRanking;
+  for (const Case& c : {Case{16, 4, 4, 2, S::kSigmoid, G::kTopTwoSum, true, true},
+                        Case{256, 8, 8, 4, S::kSigmoid, G::kTopTwoSum, true, true},
+                        Case{160, 6, 8, 3, S::kSoftmax, G::kBestExpert, false, false},
+                        Case{64, 6, 1, 1, S::kSoftmax, G::kNone, false, true}}) {
+    SCOPED_TRACE(c.experts);
+    const int64_t tokens = 37;
+    ExpertRouting routing;
+    routing.num_experts = c.experts;
+    routing.experts_per_token = c.per_token;
+    routing.scoring = c.scoring;
+    routing.group_ranking = c.ranking;
+    routing.num_groups = c.groups;
+    routing.topk_groups = c.topk_groups;
+    routing.normalize = c.normalize;
+    routing.scaling = 2.5f;
+    Both logits = random({tokens, routing.num_experts});
+    std::vector<float> bias;
+    std::normal_distribution<float> normal(0.0f, 0.1f);
+    for (int e = 0; c.bias && e < c.experts; ++e) bias.push_back(normal(rng_));
+    const auto entries = static_cast<size_t>(tokens * c.per_token);
+    std::vector<int32_t> cpu_experts(entries), gpu_experts(entries);
+    std::vector<float> cpu_weights(entries), gpu_weights(entries);
+    cpu_->route_experts(logits.host_view, bias, routing, cpu_experts.data(), cpu_weights.data());
+    gpu_->route_experts(logits.device_view, bias, routing, gpu_experts.data(), gpu_weights.data());
+    EXPECT_EQ(gpu_experts, cpu_experts);
+    for (size_t i = 0; i < entries; ++i)
+      EXPECT_NEAR(gpu_weights[i], cpu_weights[i], 1e-6f * std::abs(cpu_weights[i])) << i;
+  }
+}
+
+// The routed half of an MoE layer, bf16 and FP8 experts: decode batches (routed, grouped and
+// run on the GPU) against the CPU's host grouping, adding into an existing output. 64 tokens
+// give every expert more than the eight rows one work item takes.
+TEST_F(CudaOpsParity, RoutedExpertsOnTheDevice) {
+  const int experts = 16, per_token = 4;
+  const int64_t hidden = 256, inter = 160;
+  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+    std::deque<Both> weights;
+    RoutedExperts host, device;
+    for (auto* side : {&host, &device}) {
+      side->routing.num_experts = experts;
+      side->routing.experts_per_token = per_token;
+      side->routing.normalize = true;
+    }
+    const float scale = dtype == DType::kBF16 ? 0.05f : 1.0f;
+    auto add = [&](std::vector<const Tensor*>& on_host, std::vector<const Tensor*>& on_device,
+                   int64_t n, int64_t k) {
+      Both& w = weights.emplace_back(random({n, k}, dtype, scale));
+      if (dtype == DType::kF8E4M3) attach_scales(w, n, k);
+      on_host.push_back(&w.host_view);
+      on_device.push_back(&w.device_view);
+    };
+    for (int e = 0; e < experts; ++e) {
+      add(host.gate, device.gate, inter, hidden);
+      add(host.up, device.up, inter, hidden);
+      add(host.down, device.down, hidden, inter);
+    }
+    for (int64_t tokens : {1, 6, 64}) {
+      SCOPED_TRACE(tokens);
+      Both x = random({tokens, hidden}), logits = random({tokens, experts});
+      Both out = random({tokens, hidden});
+      cpu_->routed_experts(x.host_view, logits.host_view, host, out.host_view);
+      gpu_->routed_experts(x.device_view, logits.device_view, device, out.device_view);
+      EXPECT_LT(error(out), kF32Products);
+    }
+  }
 }
 
 // Prompt batches take the tensor-core kernel: a 100-token chunk over 40 cached tokens and a

@@ -213,4 +213,38 @@ void strided_copy(const float* source, float* destination, const StridedCopy& co
 void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count, float* keys,
                   cudaStream_t stream = nullptr);
 
+// Mixture of experts on the device (moe.cu), for batches small enough to route there.
+constexpr int kMaxRoutedExperts = 1024;
+constexpr int kMaxExpertsPerToken = 16;
+constexpr int kMaxRoutedPairs = 4096;  // tokens * experts_per_token
+constexpr int kScaleBlockEdge = 128;   // the FP8 experts' scale blocks are 128 x 128
+
+// One of the experts' matrices (gate, up or down) for every expert: device arrays indexed by
+// expert.
+struct ExpertMatrix {
+  const void* const* weights = nullptr;  // each [n, k], bf16 or FP8 e4m3
+  const float* const* scales = nullptr;  // FP8: each expert's 128 x 128 block scales
+  int64_t n = 0;
+  int64_t scale_cols = 0;
+};
+struct ExpertWeights {
+  ExpertMatrix gate, up, down;
+  DType dtype = DType::kBF16;
+  int64_t inter = 0;  // the experts' intermediate width
+};
+
+// The CPU's route_token for each row of logits [tokens, num_experts], on the device:
+// experts/weights [tokens * experts_per_token]; correction_bias may be null.
+void route_experts(const float* logits, int64_t tokens, const float* correction_bias,
+                   const ExpertRouting& routing, int32_t* experts, float* weights,
+                   cudaStream_t stream = nullptr);
+size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routing, int64_t hidden,
+                                      int64_t inter);
+// out [tokens, hidden] += Ops::routed_experts' sum for x [tokens, hidden], all on the device;
+// workspace holds routed_experts_workspace_bytes.
+void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
+                    const float* correction_bias, const ExpertRouting& routing,
+                    const ExpertWeights& weights, void* workspace, float* out,
+                    cudaStream_t stream = nullptr);
+
 }  // namespace deepinfer::cuda

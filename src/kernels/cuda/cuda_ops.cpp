@@ -6,8 +6,8 @@
 #include <limits>
 
 #include "core/error.h"
-#include "kernels/cpu/routing.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/expert_tables.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -283,20 +283,44 @@ class CudaOps final : public Ops {
                           stream());
   }
 
-  // The choice itself is a few comparisons per token; it runs on the host over the copied
-  // logits, with the CPU backend's routing code, because the MoE layer groups tokens by
-  // expert on the host anyway.
   void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
                      const ExpertRouting& routing, int32_t* experts, float* weights) override {
     require_device(router_logits, "route_experts");
-    std::vector<float> logits(static_cast<size_t>(router_logits.numel()));
-    to_host(logits.data(), router_logits.data, logits.size() * sizeof(float));
-    int64_t tokens = rows_of(router_logits);
-    int64_t k = routing.experts_per_token;
-    for (int64_t t = 0; t < tokens; ++t) {
-      cpu::route_token(logits.data() + t * routing.num_experts, correction_bias, routing,
-                       experts + t * k, weights + t * k);
+    DI_CHECK(router_logits.is_contiguous() && router_logits.dim(-1) == routing.num_experts,
+             "route_experts: logits {} must be contiguous rows of {} experts",
+             router_logits.shape_string(), routing.num_experts);
+    const int64_t tokens = rows_of(router_logits);
+    const auto entries = static_cast<size_t>(tokens * routing.experts_per_token);
+    BackendMemory bias = correction_bias.empty() ? nullptr : upload(correction_bias);
+    BackendMemory chosen = allocate_scratch(2 * entries * sizeof(float));
+    auto* chosen_experts = static_cast<int32_t*>(chosen.get());
+    auto* chosen_weights = reinterpret_cast<float*>(chosen_experts + entries);
+    cuda::route_experts(router_logits.as<const float>(), tokens,
+                        static_cast<const float*>(bias.get()), routing, chosen_experts,
+                        chosen_weights, stream());
+    to_host(experts, chosen_experts, entries * sizeof(int32_t));
+    to_host(weights, chosen_weights, entries * sizeof(float));
+  }
+
+  // Decode batches route, group and run their experts on the device; bigger batches (prompts)
+  // take the default path, whose per-expert products run on the tensor cores.
+  void routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
+                      Tensor& out) override {
+    const DeviceExperts& tables = expert_tables_.find(*this, experts);
+    const int64_t tokens = rows_of(x), hidden = x.dim(-1);
+    const bool on_device = tables.usable && x.is_contiguous() && out.is_contiguous() &&
+                           router_logits.is_contiguous() &&
+                           tokens * experts.routing.experts_per_token <= kMaxRoutedPairs &&
+                           hidden == experts.gate[0]->dim(1) && rows_of(out) == tokens;
+    if (!on_device) {
+      Ops::routed_experts(x, router_logits, experts, out);
+      return;
     }
+    BackendMemory workspace = allocate_scratch(
+        routed_experts_workspace_bytes(tokens, experts.routing, hidden, tables.weights.inter));
+    cuda::routed_experts(x.as<const float>(), router_logits.as<const float>(), tokens, hidden,
+                         tables.correction_bias, experts.routing, tables.weights, workspace.get(),
+                         out.as<float>(), stream());
   }
 
   void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
@@ -499,6 +523,7 @@ class CudaOps final : public Ops {
   std::string name_;
   std::shared_ptr<CUstream_st> stream_;
   std::unique_ptr<LtMatmul> lt_;
+  ExpertTables expert_tables_;
 };
 
 }  // namespace

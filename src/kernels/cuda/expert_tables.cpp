@@ -1,0 +1,97 @@
+#include "kernels/cuda/expert_tables.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+std::vector<const void*> addresses_of(const RoutedExperts& experts) {
+  std::vector<const void*> key;
+  for (const auto* kind : {&experts.gate, &experts.up, &experts.down})
+    for (const Tensor* weight : *kind) key.push_back(weight->data);
+  return key;
+}
+
+bool fp8_blocks(const Tensor& weight) {
+  return weight.dtype == DType::kF8E4M3 && weight.block_scales &&
+         weight.block_scales->block_rows == kScaleBlockEdge &&
+         weight.block_scales->block_cols == kScaleBlockEdge;
+}
+
+// Whether every expert's matrices are device weights of one kernel-readable dtype and the
+// shapes gate/up [inter, hidden], down [hidden, inter].
+bool device_readable(const RoutedExperts& experts) {
+  const auto count = experts.gate.size();
+  if (count == 0 || experts.up.size() != count || experts.down.size() != count ||
+      count > static_cast<size_t>(kMaxRoutedExperts) ||
+      experts.routing.num_experts != static_cast<int>(count) ||
+      experts.routing.experts_per_token > kMaxExpertsPerToken)
+    return false;
+  const Tensor& first = *experts.gate[0];
+  const int64_t inter = first.dim(0), hidden = first.dim(1);
+  for (size_t e = 0; e < count; ++e) {
+    for (const Tensor* weight : {experts.gate[e], experts.up[e], experts.down[e]}) {
+      if (weight->device != Device::kCuda || weight->dtype != first.dtype || weight->rank != 2 ||
+          !weight->is_contiguous())
+        return false;
+      if (weight->dtype != DType::kBF16 && !fp8_blocks(*weight)) return false;
+    }
+    if (experts.gate[e]->dim(0) != inter || experts.gate[e]->dim(1) != hidden ||
+        experts.up[e]->dim(0) != inter || experts.up[e]->dim(1) != hidden ||
+        experts.down[e]->dim(0) != hidden || experts.down[e]->dim(1) != inter)
+      return false;
+  }
+  return true;
+}
+
+DeviceExperts make_tables(Ops& ops, const RoutedExperts& experts) {
+  DeviceExperts tables;
+  if (!device_readable(experts)) return tables;
+  const size_t count = experts.gate.size();
+  const bool fp8 = experts.gate[0]->dtype == DType::kF8E4M3;
+  // Six arrays of pointers (weights, then FP8 scales, per kind), then the bias.
+  std::vector<const void*> pointers;
+  for (const auto* kind : {&experts.gate, &experts.up, &experts.down})
+    for (const Tensor* weight : *kind) pointers.push_back(weight->data);
+  for (const auto* kind : {&experts.gate, &experts.up, &experts.down})
+    for (const Tensor* weight : *kind)
+      pointers.push_back(fp8 ? weight->block_scales->data : nullptr);
+  const size_t pointer_bytes = pointers.size() * sizeof(void*);
+  const size_t bias_bytes = experts.correction_bias.size() * sizeof(float);
+  tables.memory = ops.allocate(pointer_bytes + bias_bytes);
+  auto* base = static_cast<char*>(tables.memory.get());
+  ops.to_backend(base, pointers.data(), pointer_bytes);
+  if (bias_bytes > 0) {
+    ops.to_backend(base + pointer_bytes, experts.correction_bias.data(), bias_bytes);
+    tables.correction_bias = reinterpret_cast<const float*>(base + pointer_bytes);
+  }
+  ops.synchronize();  // the host vectors go away on return
+  auto table = [&](size_t index) {
+    return reinterpret_cast<const void* const*>(base) + index * count;
+  };
+  auto scales = [&](size_t index) {
+    return fp8 ? reinterpret_cast<const float* const*>(table(3 + index)) : nullptr;
+  };
+  auto scale_cols = [&](const Tensor& weight) { return fp8 ? weight.block_scales->cols : 0; };
+  const Tensor& gate = *experts.gate[0];
+  const Tensor& down = *experts.down[0];
+  tables.weights.gate = {table(0), scales(0), gate.dim(0), scale_cols(gate)};
+  tables.weights.up = {table(1), scales(1), gate.dim(0), scale_cols(*experts.up[0])};
+  tables.weights.down = {table(2), scales(2), down.dim(0), scale_cols(down)};
+  tables.weights.dtype = gate.dtype;
+  tables.weights.inter = gate.dim(0);
+  tables.usable = true;
+  return tables;
+}
+
+}  // namespace
+
+const DeviceExperts& ExpertTables::find(Ops& ops, const RoutedExperts& experts) {
+  std::vector<const void*> key = addresses_of(experts);
+  auto found = entries_.find(&experts);
+  if (found != entries_.end() && found->second.key == key) return found->second.tables;
+  Entry& entry = entries_[&experts];
+  entry.key = std::move(key);
+  entry.tables = make_tables(ops, experts);
+  return entry.tables;
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,414 @@
+// Mixture-of-experts layers of decode batches without leaving the device: the router's
+// choice, the (token, expert) pairs grouped by expert, every chosen expert's gated MLP over
+// its pairs (each weight row read once per group of up to eight pairs), and the weighted sum
+// per token. No host round trip, so a step stays one stream of kernels.
+#include <algorithm>
+#include <cfloat>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/weight_chunks.cuh"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kRouteThreads = 256;
+constexpr int kGroupThreads = 1024;
+constexpr int kRowsPerItem = 8;
+constexpr int kWarpsPerBlock = 8;
+
+struct Best {
+  float value;
+  int index;
+};
+
+// The larger value; of equal values the lower index (the CPU's top_indices order).
+__device__ Best better(Best a, Best b) {
+  return (b.value > a.value || (b.value == a.value && b.index < a.index)) ? b : a;
+}
+
+__device__ Best warp_best(Best best) {
+  for (int offset = 16; offset > 0; offset /= 2) {
+    Best other{__shfl_xor_sync(0xffffffffu, best.value, offset),
+               __shfl_xor_sync(0xffffffffu, best.index, offset)};
+    best = better(best, other);
+  }
+  return best;
+}
+
+// The block's best (value, index); every thread gets it.
+__device__ Best block_best(Best best) {
+  __shared__ Best per_warp[kRouteThreads / 32];
+  best = warp_best(best);
+  if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = best;
+  __syncthreads();
+  Best total = per_warp[0];
+  for (int w = 1; w < kRouteThreads / 32; ++w) total = better(total, per_warp[w]);
+  __syncthreads();
+  return total;
+}
+
+__device__ float block_sum(float value) {
+  __shared__ float per_warp[kRouteThreads / 32];
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  if (threadIdx.x % 32 == 0) per_warp[threadIdx.x / 32] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kRouteThreads / 32; ++w) total += per_warp[w];
+  __syncthreads();
+  return total;
+}
+
+// scores = softmax or sigmoid of the row's logits.
+__device__ void score_experts(const float* logits, const ExpertRouting& routing, float* scores) {
+  const int experts = routing.num_experts;
+  if (routing.scoring == ExpertRouting::Scoring::kSigmoid) {
+    for (int e = threadIdx.x; e < experts; e += blockDim.x)
+      scores[e] = 1.0f / (1.0f + expf(-logits[e]));
+    __syncthreads();
+    return;
+  }
+  Best top{-FLT_MAX, 0};
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) top = better(top, {logits[e], e});
+  const float max_logit = block_best(top).value;
+  float partial = 0.0f;
+  for (int e = threadIdx.x; e < experts; e += blockDim.x)
+    partial += scores[e] = expf(logits[e] - max_logit);
+  const float total = block_sum(partial);
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) scores[e] /= total;
+  __syncthreads();
+}
+
+// Zeroes the candidates outside the topk_groups best groups (one thread per group ranks it).
+__device__ void keep_best_groups(const ExpertRouting& routing, float* candidates) {
+  __shared__ float group_score[kMaxRoutedExperts];
+  __shared__ bool keep[kMaxRoutedExperts];
+  const int per_group = routing.num_experts / routing.num_groups;
+  for (int g = threadIdx.x; g < routing.num_groups; g += blockDim.x) {
+    const float* members = candidates + g * per_group;
+    Best first{-FLT_MAX, 0}, second{-FLT_MAX, 0};
+    for (int i = 0; i < per_group; ++i) first = better(first, {members[i], i});
+    for (int i = 0; i < per_group; ++i)
+      if (i != first.index) second = better(second, {members[i], i});
+    group_score[g] = routing.group_ranking == ExpertRouting::GroupRanking::kTopTwoSum
+                         ? first.value + second.value
+                         : first.value;
+    keep[g] = false;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int round = 0; round < routing.topk_groups; ++round) {
+      Best best{-FLT_MAX, routing.num_groups};
+      for (int g = 0; g < routing.num_groups; ++g)
+        if (!keep[g]) best = better(best, {group_score[g], g});
+      if (best.index < routing.num_groups) keep[best.index] = true;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < routing.num_experts; e += blockDim.x)
+    if (!keep[e / per_group]) candidates[e] = 0.0f;
+  __syncthreads();
+}
+
+// Block per token: route_token's choice (experts largest biased score first) and weights.
+__global__ void __launch_bounds__(kRouteThreads)
+    route_kernel(const float* logits, const float* correction_bias, ExpertRouting routing,
+                 int32_t* experts, float* weights) {
+  __shared__ float scores[kMaxRoutedExperts];
+  __shared__ float candidates[kMaxRoutedExperts];
+  __shared__ bool taken[kMaxRoutedExperts];
+  __shared__ int chosen[kMaxExpertsPerToken];
+  const int64_t token = blockIdx.x;
+  score_experts(logits + token * routing.num_experts, routing, scores);
+  for (int e = threadIdx.x; e < routing.num_experts; e += blockDim.x) {
+    candidates[e] = scores[e] + (correction_bias ? correction_bias[e] : 0.0f);
+    taken[e] = false;
+  }
+  __syncthreads();
+  if (routing.group_ranking != ExpertRouting::GroupRanking::kNone && routing.num_groups > 1)
+    keep_best_groups(routing, candidates);
+  for (int round = 0; round < routing.experts_per_token; ++round) {
+    Best best{-FLT_MAX, routing.num_experts};
+    for (int e = threadIdx.x; e < routing.num_experts; e += blockDim.x)
+      if (!taken[e]) best = better(best, {candidates[e], e});
+    best = block_best(best);
+    if (threadIdx.x == 0) {
+      chosen[round] = best.index;
+      taken[best.index] = true;
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  const int k = routing.experts_per_token;
+  float total = 0.0f;
+  for (int i = 0; i < k; ++i) total += scores[chosen[i]];
+  float factor = routing.scaling;
+  if (routing.normalize) factor /= total + 1e-20f;
+  for (int i = 0; i < k; ++i) {
+    experts[token * k + i] = chosen[i];
+    weights[token * k + i] = scores[chosen[i]] * factor;
+  }
+}
+
+// The work items of the expert products: each a run of at most kRowsPerItem pairs of one
+// expert in `order` (pairs sorted by expert, in pair order within an expert).
+struct Items {
+  int32_t* order;   // [pairs]
+  int32_t* expert;  // [max items]
+  int32_t* start;   // into order
+  int32_t* rows;
+  int32_t* count;  // [1]
+};
+
+__global__ void __launch_bounds__(kGroupThreads)
+    group_by_expert_kernel(const int32_t* experts, int pairs, int num_experts, Items items) {
+  __shared__ int32_t chosen[kMaxRoutedPairs];
+  __shared__ int32_t counts[kMaxRoutedExperts];
+  __shared__ int32_t starts[kMaxRoutedExperts];
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+    chosen[p] = experts[p];
+    atomicAdd(&counts[chosen[p]], 1);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int run = 0, count = 0;
+    for (int e = 0; e < num_experts; ++e) {
+      starts[e] = run;
+      for (int done = 0; done < counts[e]; done += kRowsPerItem, ++count) {
+        items.expert[count] = e;
+        items.start[count] = run + done;
+        items.rows[count] = min(kRowsPerItem, counts[e] - done);
+      }
+      run += counts[e];
+    }
+    *items.count = count;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
+    int at = starts[e];
+    for (int p = 0; p < pairs && at < starts[e] + counts[e]; ++p)
+      if (chosen[p] == e) items.order[at++] = p;
+  }
+}
+
+template <typename Chunks>
+__device__ Chunks format_of(const float* scales, int64_t scale_cols);
+template <>
+__device__ Bf16Chunks format_of<Bf16Chunks>(const float*, int64_t) {
+  return {};
+}
+template <>
+__device__ Fp8Chunks format_of<Fp8Chunks>(const float* scales, int64_t scale_cols) {
+  return {scales, scale_cols};
+}
+
+// One or two per-expert products of the same rows, their output columns end to end.
+struct ExpertProducts {
+  ExpertMatrix matrix[2];
+  int count;
+};
+
+// Warp per (output column, item): the expert's weight row against the item's pairs' x rows
+// (x row of pair p: p / pairs_per_x_row). Output row p of `out` [pairs, columns].
+template <typename Chunks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    expert_rows_kernel(const float* __restrict__ x, int64_t k, int pairs_per_x_row, Items items,
+                       ExpertProducts products, float* out) {
+  constexpr int kPer = Chunks::kPerChunk;
+  const int item = blockIdx.y;
+  if (item >= *items.count) return;
+  const int64_t columns = products.matrix[0].n + (products.count > 1 ? products.matrix[1].n : 0);
+  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  if (global_column >= columns) return;
+  const bool second = global_column >= products.matrix[0].n;
+  const ExpertMatrix& matrix = products.matrix[second ? 1 : 0];
+  const int64_t column = global_column - (second ? products.matrix[0].n : 0);
+  const int expert = items.expert[item];
+  const Chunks format =
+      format_of<Chunks>(matrix.scales ? matrix.scales[expert] : nullptr, matrix.scale_cols);
+  const int64_t chunks = k / kPer;
+  const uint4* row = static_cast<const uint4*>(matrix.weights[expert]) + column * chunks;
+  const int rows = items.rows[item];
+  const int32_t* pair = items.order + items.start[item];
+  const float* x_rows[kRowsPerItem];
+#pragma unroll
+  for (int r = 0; r < kRowsPerItem; ++r)
+    x_rows[r] = x + (r < rows ? pair[r] / pairs_per_x_row : 0) * k;
+  float acc[kRowsPerItem] = {};
+  const int lane = threadIdx.x % 32;
+  for (int64_t chunk = lane; chunk < chunks; chunk += 32) {
+    float w[kPer];
+    format.widen(row[chunk], w);
+    const float scale = format.scale(column, chunk);
+#pragma unroll
+    for (int r = 0; r < kRowsPerItem; ++r) {
+      if (r >= rows) break;
+      const float4* xr = reinterpret_cast<const float4*>(x_rows[r] + chunk * kPer);
+      float sum = 0.0f;
+#pragma unroll
+      for (int q = 0; q < kPer / 4; ++q) {
+        float4 a = xr[q];
+        sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
+      }
+      acc[r] += sum * scale;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerItem; ++r) {
+    float sum = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0 && r < rows) out[pair[r] * columns + global_column] = sum;
+  }
+}
+
+// act[p, i] = silu(gate_up[p, i]) * gate_up[p, inter + i].
+__global__ void gated_activation_kernel(const float* gate_up, int64_t pairs, int64_t inter,
+                                        float* act) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs * inter;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t p = i / inter, j = i % inter;
+    const float g = gate_up[p * 2 * inter + j];
+    act[i] = g / (1.0f + expf(-g)) * gate_up[p * 2 * inter + inter + j];
+  }
+}
+
+// out[t, :] += sum over the token's pairs s of weights[s] * expert_out[s, :], in pair order.
+__global__ void combine_kernel(const float* expert_out, const float* weights, int per_token,
+                               int64_t hidden, float* out) {
+  const int64_t token = blockIdx.x;
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    float sum = 0.0f;
+    for (int s = 0; s < per_token; ++s) {
+      const int64_t pair = token * per_token + s;
+      sum += weights[pair] * expert_out[pair * hidden + j];
+    }
+    out[token * hidden + j] += sum;
+  }
+}
+
+size_t round_up(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
+// Where each piece of the workspace starts.
+struct Workspace {
+  int32_t* experts;
+  float* weights;
+  Items items;
+  float* gate_up;
+  float* act;
+  float* expert_out;
+};
+
+Workspace carve(void* base, int64_t pairs, int64_t max_items, int64_t hidden, int64_t inter) {
+  auto* at = static_cast<char*>(base);
+  auto take = [&](size_t bytes) {
+    char* piece = at;
+    at += round_up(bytes);
+    return piece;
+  };
+  const auto count = static_cast<size_t>(pairs);
+  const auto item_count = static_cast<size_t>(max_items);
+  Workspace w{};
+  w.experts = reinterpret_cast<int32_t*>(take(count * 4));
+  w.weights = reinterpret_cast<float*>(take(count * 4));
+  w.items.order = reinterpret_cast<int32_t*>(take(count * 4));
+  w.items.expert = reinterpret_cast<int32_t*>(take(item_count * 4));
+  w.items.start = reinterpret_cast<int32_t*>(take(item_count * 4));
+  w.items.rows = reinterpret_cast<int32_t*>(take(item_count * 4));
+  w.items.count = reinterpret_cast<int32_t*>(take(4));
+  w.gate_up = reinterpret_cast<float*>(take(count * static_cast<size_t>(2 * inter) * 4));
+  w.act = reinterpret_cast<float*>(take(count * static_cast<size_t>(inter) * 4));
+  w.expert_out = reinterpret_cast<float*>(take(count * static_cast<size_t>(hidden) * 4));
+  return w;
+}
+
+int64_t max_items(int64_t pairs, int num_experts) {
+  return (pairs + kRowsPerItem - 1) / kRowsPerItem + std::min<int64_t>(pairs, num_experts);
+}
+
+template <typename Chunks>
+void launch_products(const float* x, int64_t k, int pairs_per_x_row, const Items& items,
+                     const ExpertProducts& products, unsigned grid_items, float* out,
+                     cudaStream_t stream) {
+  const int64_t columns = products.matrix[0].n + (products.count > 1 ? products.matrix[1].n : 0);
+  dim3 grid(static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock), grid_items);
+  expert_rows_kernel<Chunks>
+      <<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, k, pairs_per_x_row, items, products, out);
+}
+
+}  // namespace
+
+void route_experts(const float* logits, int64_t tokens, const float* correction_bias,
+                   const ExpertRouting& routing, int32_t* experts, float* weights,
+                   cudaStream_t stream) {
+  if (routing.num_experts > kMaxRoutedExperts || routing.experts_per_token > kMaxExpertsPerToken ||
+      routing.experts_per_token > routing.num_experts)
+    fail("route_experts: {} of {} experts (at most {} of {})", routing.experts_per_token,
+         routing.num_experts, kMaxExpertsPerToken, kMaxRoutedExperts);
+  if (tokens == 0) return;
+  route_kernel<<<static_cast<unsigned>(tokens), kRouteThreads, 0, stream>>>(
+      logits, correction_bias, routing, experts, weights);
+  check_launch("route_experts");
+}
+
+size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routing, int64_t hidden,
+                                      int64_t inter) {
+  const int64_t pairs = tokens * routing.experts_per_token;
+  const auto count = static_cast<size_t>(pairs);
+  const auto items = static_cast<size_t>(max_items(pairs, routing.num_experts));
+  return 3 * round_up(count * 4) + 3 * round_up(items * 4) + round_up(4) +
+         round_up(count * static_cast<size_t>(2 * inter) * 4) +
+         round_up(count * static_cast<size_t>(inter) * 4) +
+         round_up(count * static_cast<size_t>(hidden) * 4);
+}
+
+void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
+                    const float* correction_bias, const ExpertRouting& routing,
+                    const ExpertWeights& weights, void* workspace, float* out,
+                    cudaStream_t stream) {
+  const int64_t pairs = tokens * routing.experts_per_token;
+  if (pairs > kMaxRoutedPairs)
+    fail("routed_experts: {} pairs (at most {})", pairs, kMaxRoutedPairs);
+  const int per = weights.dtype == DType::kF8E4M3 ? Fp8Chunks::kPerChunk : Bf16Chunks::kPerChunk;
+  if (hidden % per != 0 || weights.inter % per != 0)
+    fail("routed_experts: hidden {} and expert width {} must be multiples of {}", hidden,
+         weights.inter, per);
+  if (tokens == 0) return;
+  Workspace w =
+      carve(workspace, pairs, max_items(pairs, routing.num_experts), hidden, weights.inter);
+  route_experts(router_logits, tokens, correction_bias, routing, w.experts, w.weights, stream);
+  group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(w.experts, static_cast<int>(pairs),
+                                                          routing.num_experts, w.items);
+  check_launch("routed_experts (grouping)");
+  const auto grid_items = static_cast<unsigned>(max_items(pairs, routing.num_experts));
+  const ExpertProducts gate_up{{weights.gate, weights.up}, 2};
+  const ExpertProducts down{{weights.down, weights.down}, 1};
+  const int per_token = routing.experts_per_token;
+  const int64_t inter = weights.inter;
+  if (weights.dtype == DType::kF8E4M3) {
+    launch_products<Fp8Chunks>(x, hidden, per_token, w.items, gate_up, grid_items, w.gate_up,
+                               stream);
+  } else {
+    launch_products<Bf16Chunks>(x, hidden, per_token, w.items, gate_up, grid_items, w.gate_up,
+                                stream);
+  }
+  check_launch("routed_experts (gate/up)");
+  const auto act_blocks =
+      static_cast<unsigned>(std::min<int64_t>((pairs * inter + 255) / 256, 4096));
+  gated_activation_kernel<<<act_blocks, 256, 0, stream>>>(w.gate_up, pairs, inter, w.act);
+  if (weights.dtype == DType::kF8E4M3) {
+    launch_products<Fp8Chunks>(w.act, inter, 1, w.items, down, grid_items, w.expert_out, stream);
+  } else {
+    launch_products<Bf16Chunks>(w.act, inter, 1, w.items, down, grid_items, w.expert_out, stream);
+  }
+  check_launch("routed_experts (down)");
+  combine_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(w.expert_out, w.weights,
+                                                                    per_token, hidden, out);
+  check_launch("routed_experts (combine)");
+}
+
+}  // namespace deepinfer::cuda

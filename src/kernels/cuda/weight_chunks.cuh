@@ -1,0 +1,49 @@
+// How the bandwidth-bound products read a weight row: 16-byte chunks widened to floats
+// in registers, with the scale of each chunk's dot product (bf16: none; DeepSeek FP8: the
+// 128 x 128 block's).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+constexpr int kScaleBlock = 128;
+
+// How a 16-byte chunk of a weight row becomes floats, and the scale of its dot product.
+struct Bf16Chunks {
+  static constexpr int kPerChunk = 8;
+  __device__ float scale(int64_t, int64_t) const { return 1.0f; }
+  __device__ void widen(uint4 packed, float* w) const {
+    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 f = __bfloat1622float2(pairs[j]);
+      w[2 * j] = f.x;
+      w[2 * j + 1] = f.y;
+    }
+  }
+};
+
+// DeepSeek FP8: a chunk's 16 weights lie inside one 128 x 128 scale block.
+struct Fp8Chunks {
+  static constexpr int kPerChunk = 16;
+  const float* scales;
+  int64_t scale_cols;
+  __device__ float scale(int64_t column, int64_t chunk) const {
+    return scales[(column / kScaleBlock) * scale_cols + chunk * kPerChunk / kScaleBlock];
+  }
+  __device__ void widen(uint4 packed, float* w) const {
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&packed);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      __nv_fp8_e4m3 value;
+      value.__x = bytes[j];
+      w[j] = static_cast<float>(value);
+    }
+  }
+};
+
+}  // namespace deepinfer::cuda
