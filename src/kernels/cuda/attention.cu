@@ -166,10 +166,64 @@ constexpr int kMaxGroup = 8;    // query heads per KV head it handles
 // A split's partial result per head: the unnormalised values, then max and sum, padded so
 // every record starts 16-byte aligned (the values are written as float4).
 constexpr int kPartialFloats = kGroupDim + 4;
-constexpr int64_t kKeysPerSplit = 32;
+constexpr int64_t kKeysPerSplit = 128;  // a tile of 32 for each of the block's warps
 
-// Block (row, KV head, split) for the common GQA shape: every K/V row is read once, 16 bytes
-// a lane, for all the group's query heads; two keys per warp iteration keep loads in flight.
+__device__ float warp_max(float value) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value = fmaxf(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  return value;
+}
+
+__device__ void widen_chunk(uint4 packed, float* w) {
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(pairs[i]);
+    w[2 * i] = f.x;
+    w[2 * i + 1] = f.y;
+  }
+}
+// score[h] = key . queries[h] over kGroupDim dims, the key read by this lane alone in
+// 16-byte chunks.
+template <int kGroup>
+__device__ void key_scores(const __nv_bfloat16* key, const float4 (*queries)[kGroupDim / 4],
+                           int group, float* score) {
+  const uint4* chunks = reinterpret_cast<const uint4*>(key);
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) score[h] = 0.0f;
+#pragma unroll 8
+  for (int c = 0; c < kGroupDim / 8; ++c) {
+    float w[8];
+    widen_chunk(chunks[c], w);
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      if (h >= group) break;
+      const float4 a = queries[h][2 * c], b = queries[h][2 * c + 1];
+      score[h] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
+                  w[6] * b.z + w[7] * b.w;
+    }
+  }
+}
+template <int kGroup>
+__device__ void key_scores(const float* key, const float4 (*queries)[kGroupDim / 4], int group,
+                           float* score) {
+  const float4* chunks = reinterpret_cast<const float4*>(key);
+#pragma unroll
+  for (int h = 0; h < kGroup; ++h) score[h] = 0.0f;
+#pragma unroll 8
+  for (int c = 0; c < kGroupDim / 4; ++c) {
+    const float4 w = chunks[c];
+#pragma unroll
+    for (int h = 0; h < kGroup; ++h) {
+      if (h >= group) break;
+      const float4 a = queries[h][c];
+      score[h] += w.x * a.x + w.y * a.y + w.z * a.z + w.w * a.w;
+    }
+  }
+}
+
+// Block (row, KV head, split) for the common GQA shape: every K/V row is read once for all
+// the group's query heads, keys in 16-byte chunks by one lane each, values by the warp.
 // With several splits each block takes one contiguous share of the keys and leaves its
 // partial result in `partials` for merge_splits_kernel.
 template <typename T, int kGroup>
@@ -195,52 +249,67 @@ __global__ void __launch_bounds__(kWarps * 32)
   const float4* query =
       reinterpret_cast<const float4*>(q + (row * heads + int64_t{kv_head} * group) * kGroupDim);
 
-  float4 qh[kGroup];
+  // The group's queries, pre-scaled, in shared memory: each lane reads all of them against
+  // its own key (broadcast reads).
+  __shared__ float4 queries[kGroup][kGroupDim / 4];
+  for (int i = threadIdx.x; i < kGroup * kGroupDim / 4; i += blockDim.x) {
+    const int h = i / (kGroupDim / 4);
+    const float4 value = h < group ? query[i] : make_float4(0, 0, 0, 0);
+    queries[h][i % (kGroupDim / 4)] =
+        make_float4(value.x * scale, value.y * scale, value.z * scale, value.w * scale);
+  }
+  __syncthreads();
   float running_max[kGroup], running_sum[kGroup];
   float4 acc[kGroup];
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) {
-    qh[h] = h < group ? query[h * (kGroupDim / 4) + lane] : make_float4(0, 0, 0, 0);
     running_max[h] = -FLT_MAX;
     running_sum[h] = 0.0f;
     acc[h] = make_float4(0, 0, 0, 0);
   }
-  auto slot_of = [&](int64_t j) {
-    return int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
-  };
-  auto attend = [&](float4 k, float4 v) {
+  const T* keys = static_cast<const T*>(cache.keys) + int64_t{kv_head} * kGroupDim;
+  const T* values = static_cast<const T*>(cache.values);
+  const int64_t value_offset = int64_t{kv_head} * kGroupDim / 4 + lane;
+  // Tiles of 32 keys per warp: lane i scores key i of the tile against every query of the
+  // group (one warp reduction per tile for the max and the sum, not one per key), then the
+  // warp walks the tile's values with each lane owning four dims.
+  for (int64_t tile = first + int64_t{warp} * 32; tile <= last; tile += kWarps * 32) {
+    const int64_t j = tile + lane;
+    const bool valid = j <= last;
+    const int64_t slot =
+        valid ? int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size : 0;
+    float score[kGroup];
+    key_scores<kGroup>(keys + slot * stride, queries, group, score);
+    float weight[kGroup];
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       if (h >= group) break;
-      float score = warp_sum(qh[h].x * k.x + qh[h].y * k.y + qh[h].z * k.z + qh[h].w * k.w) * scale;
-      float new_max = fmaxf(running_max[h], score);
-      float rescale = __expf(running_max[h] - new_max), weight = __expf(score - new_max);
-      running_sum[h] = running_sum[h] * rescale + weight;
+      const float s = valid ? score[h] : -FLT_MAX;
+      const float new_max = fmaxf(running_max[h], warp_max(s));
+      const float rescale = __expf(running_max[h] - new_max);
+      weight[h] = valid ? __expf(s - new_max) : 0.0f;
+      running_sum[h] = running_sum[h] * rescale + warp_sum(weight[h]);
       running_max[h] = new_max;
-      acc[h].x = acc[h].x * rescale + weight * v.x;
-      acc[h].y = acc[h].y * rescale + weight * v.y;
-      acc[h].z = acc[h].z * rescale + weight * v.z;
-      acc[h].w = acc[h].w * rescale + weight * v.w;
+      acc[h].x *= rescale;
+      acc[h].y *= rescale;
+      acc[h].z *= rescale;
+      acc[h].w *= rescale;
     }
-  };
-  const int64_t offset = int64_t{kv_head} * kGroupDim / 4 + lane;
-  const T* keys = static_cast<const T*>(cache.keys);
-  const T* values = static_cast<const T*>(cache.values);
-  // Two keys per warp step. Four, with the block-table slots looked up a step ahead, measured
-  // slower on the H200 (64 x 2000 f32: 0.52 -> 0.80 ms; register pressure), 2026-12-02.
-  int64_t j = first + warp;
-  for (; j + kWarps <= last; j += 2 * kWarps) {
-    const int64_t a = slot_of(j), b = slot_of(j + kWarps);
-    float4 ka = load_kv4(keys + a * stride, offset);
-    float4 kb = load_kv4(keys + b * stride, offset);
-    float4 va = load_kv4(values + a * stride, offset);
-    float4 vb = load_kv4(values + b * stride, offset);
-    attend(ka, va);
-    attend(kb, vb);
-  }
-  if (j <= last) {
-    const int64_t a = slot_of(j);
-    attend(load_kv4(keys + a * stride, offset), load_kv4(values + a * stride, offset));
+    const int count = static_cast<int>(min(int64_t{32}, last - tile + 1));
+#pragma unroll 4
+    for (int i = 0; i < count; ++i) {
+      const int64_t key_slot = __shfl_sync(0xffffffffu, slot, i);
+      const float4 v = load_kv4(values + key_slot * stride, value_offset);
+#pragma unroll
+      for (int h = 0; h < kGroup; ++h) {
+        if (h >= group) break;
+        const float p = __shfl_sync(0xffffffffu, weight[h], i);
+        acc[h].x += p * v.x;
+        acc[h].y += p * v.y;
+        acc[h].z += p * v.z;
+        acc[h].w += p * v.w;
+      }
+    }
   }
   __shared__ float maxes[kWarps][kGroup], sums[kWarps][kGroup];
   __shared__ float4 partial[kWarps][kGroup][kGroupDim / 4];
