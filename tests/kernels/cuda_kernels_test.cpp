@@ -135,7 +135,8 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
       dy = poisoned(rows * n);
     }
     DeviceBuffer dx_bf16(rows * k * sizeof(uint16_t));
-    lt.run(dx.as<float>(), dx_bf16.as<uint16_t>(), dw.as<uint16_t>(), rows, n, k, dy.as<float>());
+    lt.run(dx.as<float>(), dx_bf16.as<uint16_t>(), dw.as<uint16_t>(), DType::kBF16, rows, n, k,
+           dy.as<float>());
     synchronize();
     EXPECT_LT(relative_error(download(dy), want), 1e-2) << rows << " rows (cuBLASLt)";
   }

@@ -52,7 +52,8 @@ DeviceCeilings measure_device_ceilings() {
   LtMatmul lt;
   double seconds = fastest_seconds(
       [&] {
-        lt.run(x.as<float>(), x_bf16.as<uint16_t>(), weight.as<uint16_t>(), m, m, m, y.as<float>());
+        lt.run(x.as<float>(), x_bf16.as<uint16_t>(), weight.as<uint16_t>(), DType::kBF16, m, m, m,
+               y.as<float>());
       },
       5);
   ceilings.bf16_flops_per_s = 2.0 * static_cast<double>(m * m) * static_cast<double>(m) / seconds;

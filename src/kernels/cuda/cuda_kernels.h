@@ -144,22 +144,26 @@ void flash_attention(const float* q, int64_t rows, int heads, const AttentionBat
                      const PagedKvView& cache, float scale, int window, float* out,
                      cudaStream_t stream = nullptr);
 
+// The same for an f16 weight.
+void matmul_f16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n, int64_t k,
+                         float* y, cudaStream_t stream = nullptr);
 // The same for a DeepSeek-style FP8 e4m3 weight [n, k] with f32 scales per 128 x 128 block
 // ([ceil(n / 128), ceil(k / 128)]): dequantised in registers, never widened in memory.
 // rows <= 8, k % 16 == 0.
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
                          int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
 
-// The same product for any number of rows through cuBLASLt on the tensor cores: x is
-// rounded to bf16 (into `x_bf16`, rows * k elements), accumulation is f32, y is f32.
+// The same product (bf16 or f16 weights) for any number of rows through cuBLASLt on the tensor
+// cores: x is rounded to the weight's type, accumulation is f32, y is f32.
 class LtMatmul {
  public:
   LtMatmul();
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
-  void run(const float* x, uint16_t* x_bf16, const uint16_t* weight, int64_t rows, int64_t n,
-           int64_t k, float* y, cudaStream_t stream = nullptr);
+  // dtype: the weight's, bf16 or f16; x is rounded to it into x_rounded [rows, k] first.
+  void run(const float* x, uint16_t* x_rounded, const uint16_t* weight, DType dtype, int64_t rows,
+           int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
 
  private:
   struct Impl;

@@ -505,15 +505,18 @@ class CudaOps final : public Ops {
     int64_t k = weight.dim(1);
     bool fp8 = weight.dtype == DType::kF8E4M3 && weight.block_scales &&
                weight.block_scales->block_rows == 128 && weight.block_scales->block_cols == 128;
+    const bool half = weight.dtype == DType::kBF16 || weight.dtype == DType::kF16;
     if (rows <= kFewRows && weight.dtype == DType::kBF16 && k % 8 == 0) {
       matmul_bf16_few_rows(x, weight.as<const uint16_t>(), rows, n, k, y, stream());
+    } else if (rows <= kFewRows && weight.dtype == DType::kF16 && k % 8 == 0) {
+      matmul_f16_few_rows(x, weight.as<const uint16_t>(), rows, n, k, y, stream());
     } else if (rows <= kFewRows && fp8 && k % 16 == 0) {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
                           stream());
-    } else if (weight.dtype == DType::kBF16 && k % 8 == 0) {
+    } else if (half && k % 8 == 0) {
       BackendMemory rounded = allocate_scratch(static_cast<size_t>(rows * k) * 2);
-      lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), rows, n, k, y,
-               stream());
+      lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), weight.dtype,
+               rows, n, k, y, stream());
     } else {
       matmul_tiled(x, device_weight(weight), rows, n, y, stream());
     }

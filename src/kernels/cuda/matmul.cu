@@ -204,10 +204,16 @@ Products<Chunks> single_product(const void* weight, Chunks format, int64_t n, fl
   return products;
 }
 
-__global__ void to_bf16_kernel(const float* x, __nv_bfloat16* out, int64_t count) {
+// x rounded to the weight's 16-bit type, the activations cuBLASLt multiplies.
+__global__ void to_half_kernel(const float* x, void* out, bool bf16, int64_t count) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = __float2bfloat16_rn(x[i]);
+       i += int64_t{gridDim.x} * blockDim.x) {
+    if (bf16) {
+      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(x[i]);
+    } else {
+      static_cast<__half*>(out)[i] = __float2half_rn(x[i]);
+    }
+  }
 }
 
 void check_attribute(cudaError_t status) {
@@ -243,6 +249,7 @@ void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
 
 void configure_few_rows_kernels() {
   allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
+  allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
   allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
 }
 
@@ -268,6 +275,12 @@ void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int co
   batch.count = count;
   if (norm) batch.norm = *norm;
   launch_few_rows(x, batch, rows, k, stream, "matmul_bf16_few_rows");
+}
+
+void matmul_f16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n, int64_t k,
+                         float* y, cudaStream_t stream) {
+  launch_few_rows(x, single_product(weight, F16Chunks{}, n, y), rows, k, stream,
+                  "matmul_f16_few_rows");
 }
 
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
@@ -297,16 +310,16 @@ struct LtPlan {
 struct LtMatmul::Impl {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace{size_t{32} << 20};
-  // Keyed by (rows, n, k); prompt chunks bring many row counts, so the cache is bounded.
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
+  // Keyed by (bf16, rows, n, k); prompt chunks bring many row counts, so the cache is bounded.
+  std::map<std::tuple<bool, int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
   static constexpr size_t kMaxPlans = 4096;
 
-  const LtPlan& plan(int64_t rows, int64_t n, int64_t k);
+  const LtPlan& plan(bool bf16, int64_t rows, int64_t n, int64_t k);
 };
 
 // Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
-const LtPlan& LtMatmul::Impl::plan(int64_t rows, int64_t n, int64_t k) {
-  std::unique_ptr<LtPlan>& slot = plans[{rows, n, k}];
+const LtPlan& LtMatmul::Impl::plan(bool bf16, int64_t rows, int64_t n, int64_t k) {
+  std::unique_ptr<LtPlan>& slot = plans[{bf16, rows, n, k}];
   if (slot) return *slot;
   auto made = std::make_unique<LtPlan>();
   check_lt(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
@@ -315,8 +328,9 @@ const LtPlan& LtMatmul::Impl::plan(int64_t rows, int64_t n, int64_t k) {
                                           sizeof(transpose)),
            "transa");
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  check_lt(cublasLtMatrixLayoutCreate(&made->a, CUDA_R_16BF, u(k), u(n), k), "layout a");
-  check_lt(cublasLtMatrixLayoutCreate(&made->b, CUDA_R_16BF, u(k), u(rows), k), "layout b");
+  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  check_lt(cublasLtMatrixLayoutCreate(&made->a, type, u(k), u(n), k), "layout a");
+  check_lt(cublasLtMatrixLayoutCreate(&made->b, type, u(k), u(rows), k), "layout b");
   check_lt(cublasLtMatrixLayoutCreate(&made->d, CUDA_R_32F, u(n), u(rows), n), "layout d");
   cublasLtMatmulPreference_t preference = nullptr;
   check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
@@ -331,11 +345,12 @@ const LtPlan& LtMatmul::Impl::plan(int64_t rows, int64_t n, int64_t k) {
                                             preference, 1, &heuristic, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   check_lt(status, "heuristic");
-  if (found == 0) fail("cuBLASLt: no algorithm for a bf16 {}x{}x{} product", rows, n, k);
+  if (found == 0)
+    fail("cuBLASLt: no algorithm for a {} {}x{}x{} product", bf16 ? "bf16" : "f16", rows, n, k);
   made->algo = heuristic.algo;
   if (plans.size() > kMaxPlans) {
     plans.clear();
-    return *(plans[{rows, n, k}] = std::move(made));
+    return *(plans[{bf16, rows, n, k}] = std::move(made));
   }
   slot = std::move(made);
   return *slot;
@@ -350,15 +365,18 @@ LtMatmul::~LtMatmul() {
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
 
-void LtMatmul::run(const float* x, uint16_t* x_bf16, const uint16_t* weight, int64_t rows,
-                   int64_t n, int64_t k, float* y, cudaStream_t stream) {
+void LtMatmul::run(const float* x, uint16_t* x_rounded, const uint16_t* weight, DType dtype,
+                   int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream) {
+  if (dtype != DType::kBF16 && dtype != DType::kF16)
+    fail("cuBLASLt products take bf16 or f16 weights, not {}", dtype_name(dtype));
+  const bool bf16 = dtype == DType::kBF16;
   const int64_t count = rows * k;
   auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
-  to_bf16_kernel<<<blocks, 256, 0, stream>>>(x, reinterpret_cast<__nv_bfloat16*>(x_bf16), count);
-  check_launch("to_bf16");
-  const LtPlan& p = impl_->plan(rows, n, k);
+  to_half_kernel<<<blocks, 256, 0, stream>>>(x, x_rounded, bf16, count);
+  check_launch("rounding x for cuBLASLt");
+  const LtPlan& p = impl_->plan(bf16, rows, n, k);
   const float one = 1.0f, zero = 0.0f;
-  check_lt(cublasLtMatmul(impl_->handle, p.op, &one, weight, p.a, x_bf16, p.b, &zero, y, p.d, y,
+  check_lt(cublasLtMatmul(impl_->handle, p.op, &one, weight, p.a, x_rounded, p.b, &zero, y, p.d, y,
                           p.d, &p.algo, impl_->workspace.data(), impl_->workspace.bytes(), stream),
            "matmul");
 }

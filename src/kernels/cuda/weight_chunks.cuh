@@ -1,9 +1,10 @@
 // How the bandwidth-bound products read a weight row: 16-byte chunks widened to floats
-// in registers, with the scale of each chunk's dot product (bf16: none; DeepSeek FP8: the
-// 128 x 128 block's).
+// in registers, with the scale of each chunk's dot product (bf16, f16: none; DeepSeek FP8:
+// the 128 x 128 block's).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -21,6 +22,20 @@ struct Bf16Chunks {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       float2 f = __bfloat1622float2(pairs[j]);
+      w[2 * j] = f.x;
+      w[2 * j + 1] = f.y;
+    }
+  }
+};
+
+struct F16Chunks {
+  static constexpr int kPerChunk = 8;
+  __device__ float scale(int64_t, int64_t) const { return 1.0f; }
+  __device__ void widen(uint4 packed, float* w) const {
+    const __half2* pairs = reinterpret_cast<const __half2*>(&packed);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float2 f = __half22float2(pairs[j]);
       w[2 * j] = f.x;
       w[2 * j + 1] = f.y;
     }
