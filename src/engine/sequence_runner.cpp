@@ -31,6 +31,25 @@ std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool
   return logits;
 }
 
+int32_t SequenceRunner::feed_greedy(int32_t token) {
+  int64_t needed = length_ + 1;
+  DI_CHECK(needed <= capacity_, "sequence of {} tokens exceeds the {} this run was sized for",
+           needed, capacity_);
+  blocks_.reserve(cache_, needed);
+  ForwardBatch batch;
+  batch.add_sequence({token}, length_, blocks_, cache_.shape().block_size, false);
+  if (last_logits_.data() == nullptr)
+    last_logits_ = BackendTensor(model_.ops(), {1, model_.config().vocab_size});
+  Tensor logits = last_logits_.view();
+  model_.forward_into(batch, cache_, logits);
+  TokenDraw greedy;
+  greedy.with_logprob = false;
+  DrawnToken drawn;
+  model_.ops().sample_rows(logits, {greedy}, &drawn);
+  length_ = needed;
+  return drawn.token;
+}
+
 int32_t argmax(const float* values, int64_t count) {
   return static_cast<int32_t>(std::max_element(values, values + count) - values);
 }

@@ -20,6 +20,9 @@ class SequenceRunner {
   // ([count, vocab], row-major) when `all_logits`, else only for the last one.
   std::vector<float> feed(const std::vector<int32_t>& tokens, bool all_logits,
                           const HiddenStateSink& hidden_sink = nullptr);
+  // Feeds one token and returns the greedy next one, drawn where the logits are (on a GPU only
+  // the token comes back, as in the engine).
+  int32_t feed_greedy(int32_t token);
   int64_t length() const { return length_; }
   int64_t capacity() const { return capacity_; }
 
@@ -29,6 +32,7 @@ class SequenceRunner {
   SequenceKv blocks_;
   int64_t length_ = 0;
   int64_t capacity_;
+  BackendTensor last_logits_;  // feed_greedy's [1, vocab], made on first use
 };
 
 struct GreedyOptions {

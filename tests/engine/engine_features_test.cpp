@@ -168,4 +168,20 @@ TEST(EngineFeatures, BatchInvariantModeGivesBitwiseLogprobsInAnyBatch) {
 }
 
 }  // namespace
+TEST(EngineFeatures, SequenceRunnerFeedGreedyFollowsTheGreedyTokens) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
+  std::vector<int32_t> prompt = prompt_of(9, 3, model->config().vocab_size);
+  GreedyOptions options;
+  options.max_new_tokens = 8;
+  options.stop_at_eos = false;
+  std::vector<int32_t> expected = generate_greedy(*model, prompt, options);
+  SequenceRunner runner(*model, 32);
+  std::vector<float> logits = runner.feed(prompt, false);
+  std::vector<int32_t> drawn = {argmax(logits.data(), model->config().vocab_size)};
+  while (drawn.size() < expected.size()) drawn.push_back(runner.feed_greedy(drawn.back()));
+  EXPECT_EQ(drawn, expected);
+  EXPECT_EQ(runner.length(), static_cast<int64_t>(prompt.size() + expected.size() - 1));
+}
+
 }  // namespace deepinfer

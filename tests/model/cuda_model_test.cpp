@@ -76,6 +76,12 @@ TEST_P(CudaFixture, GreedyTokensMatchUpToTheMargin) {
     ASSERT_EQ(generated[compared], expected[compared]) << "step " << compared;
   std::printf("%zu of %zu greedy tokens compared (margin >= %.3f)\n", compared, expected.size(),
               margin_needed);
+  // The same steps drawn on the device (bench's batch-1 decode): the same tokens.
+  SequenceRunner runner(*model_, static_cast<int64_t>(prompt.size() + expected.size()));
+  std::vector<float> first = runner.feed(prompt, false);
+  std::vector<int32_t> drawn = {argmax(first.data(), model_->config().vocab_size)};
+  while (drawn.size() < generated.size()) drawn.push_back(runner.feed_greedy(drawn.back()));
+  EXPECT_EQ(drawn, generated);
 }
 
 TEST_P(CudaFixture, HiddenStatesAndChunkedPrefill) {
