@@ -95,7 +95,7 @@ run() {
   echo
   echo "== summary =="
   [[ -f $out/parity.txt ]] && grep -E "tests ran|PASSED|FAILED" "$out/parity.txt" | tail -4
-  [[ -f $out/bench.txt ]] && grep -E "^copy|back to back|attention|TFLOP/s" "$out/bench.txt"
+  [[ -f $out/bench.txt ]] && grep -E "^copy|back to back|issues them|attention|TFLOP/s" "$out/bench.txt"
   [[ -f $out/model.txt ]] && grep -E "copy|peak|prompt|decode" "$out/model.txt"
   [[ -f $out/engine.txt ]] && tail -8 "$out/engine.txt"
   return 0

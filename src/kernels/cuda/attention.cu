@@ -222,6 +222,19 @@ __device__ void key_scores(const float* key, const float4 (*queries)[kGroupDim /
   }
 }
 
+// Dims [chunk * n, (chunk + 1) * n) of a value row as floats, one 16-byte load (n = 8 for
+// bf16, 4 for f32).
+__device__ void value_chunk(const __nv_bfloat16* row, int chunk, float* v) {
+  widen_chunk(reinterpret_cast<const uint4*>(row)[chunk], v);
+}
+__device__ void value_chunk(const float* row, int chunk, float* v) {
+  const float4 f = reinterpret_cast<const float4*>(row)[chunk];
+  v[0] = f.x;
+  v[1] = f.y;
+  v[2] = f.z;
+  v[3] = f.w;
+}
+
 // Block (row, KV head, split) for the common GQA shape: every K/V row is read once for all
 // the group's query heads, keys in 16-byte chunks by one lane each, values by the warp.
 // With several splits each block takes one contiguous share of the keys and leaves its
@@ -259,20 +272,26 @@ __global__ void __launch_bounds__(kWarps * 32)
         make_float4(value.x * scale, value.y * scale, value.z * scale, value.w * scale);
   }
   __syncthreads();
+  // Each load of the values covers kDims dims of kKeysPerLoad keys: a bf16 row of 128 is 16
+  // lanes of 16 bytes, so a warp reads two keys' values per load.
+  constexpr int kDims = 16 / sizeof(T);
+  constexpr int kLanesPerKey = kGroupDim / kDims;
+  constexpr int kKeysPerLoad = 32 / kLanesPerKey;
+  const int key_of_lane = lane / kLanesPerKey, dims_of_lane = lane % kLanesPerKey;
   float running_max[kGroup], running_sum[kGroup];
-  float4 acc[kGroup];
+  float acc[kGroup][kDims];
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) {
     running_max[h] = -FLT_MAX;
     running_sum[h] = 0.0f;
-    acc[h] = make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int d = 0; d < kDims; ++d) acc[h][d] = 0.0f;
   }
   const T* keys = static_cast<const T*>(cache.keys) + int64_t{kv_head} * kGroupDim;
-  const T* values = static_cast<const T*>(cache.values);
-  const int64_t value_offset = int64_t{kv_head} * kGroupDim / 4 + lane;
+  const T* values = static_cast<const T*>(cache.values) + int64_t{kv_head} * kGroupDim;
   // Tiles of 32 keys per warp: lane i scores key i of the tile against every query of the
   // group (one warp reduction per tile for the max and the sum, not one per key), then the
-  // warp walks the tile's values with each lane owning four dims.
+  // warp walks the tile's values, every lane loading 16 bytes of a value row at a time.
   for (int64_t tile = first + int64_t{warp} * 32; tile <= last; tile += kWarps * 32) {
     const int64_t j = tile + lane;
     const bool valid = j <= last;
@@ -290,24 +309,27 @@ __global__ void __launch_bounds__(kWarps * 32)
       weight[h] = valid ? __expf(s - new_max) : 0.0f;
       running_sum[h] = running_sum[h] * rescale + warp_sum(weight[h]);
       running_max[h] = new_max;
-      acc[h].x *= rescale;
-      acc[h].y *= rescale;
-      acc[h].z *= rescale;
-      acc[h].w *= rescale;
+#pragma unroll
+      for (int d = 0; d < kDims; ++d) acc[h][d] *= rescale;
     }
     const int count = static_cast<int>(min(int64_t{32}, last - tile + 1));
-#pragma unroll 4
-    for (int i = 0; i < count; ++i) {
-      const int64_t key_slot = __shfl_sync(0xffffffffu, slot, i);
-      const float4 v = load_kv4(values + key_slot * stride, value_offset);
+#pragma unroll 8
+    for (int i = 0; i < count; i += kKeysPerLoad) {
+      const int key = i + key_of_lane;  // < 32
+      const int64_t key_slot = __shfl_sync(0xffffffffu, slot, key);
+      float v[kDims];
+      if (key < count) {
+        value_chunk(values + key_slot * stride, dims_of_lane, v);
+      } else {
+#pragma unroll
+        for (int d = 0; d < kDims; ++d) v[d] = 0.0f;
+      }
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
         if (h >= group) break;
-        const float p = __shfl_sync(0xffffffffu, weight[h], i);
-        acc[h].x += p * v.x;
-        acc[h].y += p * v.y;
-        acc[h].z += p * v.z;
-        acc[h].w += p * v.w;
+        const float p = __shfl_sync(0xffffffffu, weight[h], key);
+#pragma unroll
+        for (int d = 0; d < kDims; ++d) acc[h][d] += p * v[d];
       }
     }
   }
@@ -319,7 +341,17 @@ __global__ void __launch_bounds__(kWarps * 32)
       maxes[warp][h] = running_max[h];
       sums[warp][h] = running_sum[h];
     }
-    partial[warp][h][lane] = acc[h];
+    // The lanes that held other keys' values of the same dims add theirs in.
+#pragma unroll
+    for (int d = 0; d < kDims; ++d)
+      for (int offset = kLanesPerKey; offset < 32; offset *= 2)
+        acc[h][d] += __shfl_xor_sync(0xffffffffu, acc[h][d], offset);
+    if (key_of_lane == 0) {
+#pragma unroll
+      for (int q = 0; q < kDims / 4; ++q)
+        partial[warp][h][dims_of_lane * (kDims / 4) + q] =
+            make_float4(acc[h][4 * q], acc[h][4 * q + 1], acc[h][4 * q + 2], acc[h][4 * q + 3]);
+    }
   }
   __syncthreads();
   // Warp w writes head w, w + kWarps, ...: each lane four of its dims.

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -62,71 +63,61 @@ __device__ void normalise_staged(float* x, int64_t k, const FewRowsNorm& norm) {
   }
 }
 
-// x up to this size is first copied into the block's shared memory: every warp of the block
-// reads all of x, and from L2 that was up to twice the weight bytes for the 8B's products.
+// The most x (rows * k floats) a block stages in shared memory to normalise it in place.
 constexpr size_t kMaxStagedBytes = 64 << 10;
 
-// One warp per output column: lanes stride over k in 16-byte chunks, each weight chunk used
-// for every row of x; then a warp reduction. (Two warps per column, each over half of k,
-// measured slower for every 8B decode shape on the H200: q/k/v 63% -> 51% of copy.)
-template <int kRows, typename Chunks, bool kStaged>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products, int64_t k) {
-  constexpr int kPer = Chunks::kPerChunk;
-  // Several loads in flight per lane before the first is used: a short row is then read in
-  // one or two round trips to memory instead of one per chunk. Eight for one or two rows
-  // (batch-1 decode, where an 8 KB row is the whole job of a warp), four when the rows'
-  // accumulators and x loads need the registers.
-  constexpr int kInFlight = kRows <= 2 ? 8 : 4;
-  release_dependents();
-  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  const bool has_column = global_column < products.end[products.count - 1];
-  // Compile-time indices only: the parameter arrays stay in the constant bank.
-  const uint4* weight = nullptr;
+// Several loads in flight per lane before the first is used: a short row is then read in one
+// or two round trips to memory instead of one per chunk. Eight for one or two rows (batch-1
+// decode, where an 8 KB row is the whole job of a warp), four when the rows' accumulators and
+// x loads need the registers.
+template <int kRows>
+constexpr int kInFlight = kRows <= 2 ? 8 : 4;
+
+// Where one output column's weight row and result live.
+template <typename Chunks>
+struct Column {
+  const uint4* row = nullptr;
   Chunks format{};
   float* y = nullptr;
-  int64_t n = 0, column = global_column;
-  bool found = false, accumulate = false;
+  int64_t n = 0, index = 0;
+  bool accumulate = false;
+};
+
+template <typename Chunks>
+__device__ Column<Chunks> column_of(const Products<Chunks>& products, int64_t global_column,
+                                    int64_t chunks) {
+  Column<Chunks> c;
+  bool found = false;
+  // Compile-time indices only: the parameter arrays stay in the constant bank.
 #pragma unroll
   for (int i = 0; i < kMaxProducts; ++i) {
     if (!found && i < products.count && global_column < products.end[i]) {
-      weight = products.weight[i];
-      format = products.format[i];
-      y = products.y[i];
-      accumulate = products.accumulate[i];
-      n = products.n[i];
-      column = global_column - (products.end[i] - products.n[i]);
+      c.format = products.format[i];
+      c.y = products.y[i];
+      c.accumulate = products.accumulate[i];
+      c.n = products.n[i];
+      c.index = global_column - (products.end[i] - products.n[i]);
+      c.row = products.weight[i] + c.index * chunks;
       found = true;
     }
   }
+  return c;
+}
+
+// One warp's column: lanes stride over k in 16-byte chunks, each weight chunk used for every
+// row of x; then a warp reduction. `loaded` holds the first kInFlight chunks if `prefetched`.
+template <int kRows, typename Chunks>
+__device__ void column_product(const float* x, int64_t k, const Column<Chunks>& c,
+                               uint4 (&loaded)[kInFlight<kRows>], bool prefetched) {
+  constexpr int kPer = Chunks::kPerChunk;
+  constexpr int kLoads = kInFlight<kRows>;
   const int lane = threadIdx.x % 32;
   const int64_t chunks = k / kPer;
-  const uint4* row = weight + column * chunks;
-  // The weights are no kernel's output: the first loads go out before the wait for x, while
-  // the previous kernel finishes.
-  uint4 loaded[kInFlight];
-  const bool prefetched = has_column && lane + 32 * (kInFlight - 1) < chunks;
-  if (prefetched) {
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) loaded[i] = row[lane + 32 * i];
-  }
-  await_producer();
-  extern __shared__ float4 staged[];
-  const float* x = x_global;
-  if constexpr (kStaged) {
-    const auto* from = reinterpret_cast<const float4*>(x_global);
-    for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
-    __syncthreads();
-    if (products.norm.weight)
-      normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
-    x = reinterpret_cast<const float*>(staged);
-  }
-  if (!has_column) return;
   float acc[kRows] = {};
   auto consume = [&](uint4 packed, int64_t chunk) {
     float w[kPer];
-    format.widen(packed, w);
-    const float scale = format.scale(column, chunk);
+    c.format.widen(packed, w);
+    const float scale = c.format.scale(c.index, chunk);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * kPer);
@@ -140,36 +131,126 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     }
   };
   int64_t chunk = lane;
-  for (bool first = true; chunk + 32 * (kInFlight - 1) < chunks;
-       chunk += 32 * kInFlight, first = false) {
+  for (bool first = true; chunk + 32 * (kLoads - 1) < chunks; chunk += 32 * kLoads, first = false) {
     if (!(first && prefetched)) {
 #pragma unroll
-      for (int i = 0; i < kInFlight; ++i) loaded[i] = row[chunk + 32 * i];
+      for (int i = 0; i < kLoads; ++i) loaded[i] = c.row[chunk + 32 * i];
     }
 #pragma unroll
-    for (int i = 0; i < kInFlight; ++i) consume(loaded[i], chunk + 32 * i);
+    for (int i = 0; i < kLoads; ++i) consume(loaded[i], chunk + 32 * i);
   }
-  for (; chunk < chunks; chunk += 32) consume(row[chunk], chunk);
+  for (; chunk < chunks; chunk += 32) consume(c.row[chunk], chunk);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     float sum = acc[r];
     for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0) y[r * n + column] = accumulate ? y[r * n + column] + sum : sum;
+    if (lane == 0) c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sum : sum;
   }
 }
 
+// A warp per output column. Unstaged: a block per eight columns, x read through L2.
+// (Two warps per column, each over half of k, measured slower for every 8B decode shape on
+// the H200: q/k/v 63% -> 51% of copy.)
+template <int kRows, typename Chunks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
+  release_dependents();
+  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t chunks = k / Chunks::kPerChunk;
+  const bool has_column = global_column < products.end[products.count - 1];
+  const Column<Chunks> c = column_of(products, global_column, chunks);
+  // The weights are no kernel's output: the first loads go out before the wait for x, while
+  // the previous kernel finishes.
+  uint4 loaded[kInFlight<kRows>];
+  const int lane = threadIdx.x % 32;
+  const bool prefetched = has_column && lane + 32 * (kInFlight<kRows> - 1) < chunks;
+  if (prefetched) {
+#pragma unroll
+    for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
+  }
+  await_producer();
+  if (has_column) column_product<kRows>(x, k, c, loaded, prefetched);
+}
+
+// Staged: x (normalised first when the products carry a norm) copied once into the block's
+// shared memory; as many blocks as fit on the GPU at once, each then taking every
+// gridDim.x-th group of eight columns, so x is staged once per block rather than once per
+// eight columns (all blocks staging the same lines at once measured slower than reading x
+// through L2 for the 8B's small products).
+template <int kRows, typename Chunks>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    staged_few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products,
+                           int64_t k) {
+  release_dependents();
+  const int64_t columns = products.end[products.count - 1];
+  const int64_t chunks = k / Chunks::kPerChunk;
+  int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  Column<Chunks> c = column_of(products, global_column, chunks);
+  uint4 loaded[kInFlight<kRows>];
+  const int lane = threadIdx.x % 32;
+  const bool prefetched = global_column < columns && lane + 32 * (kInFlight<kRows> - 1) < chunks;
+  if (prefetched) {
+#pragma unroll
+    for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
+  }
+  await_producer();
+  extern __shared__ float4 staged[];
+  const auto* from = reinterpret_cast<const float4*>(x_global);
+  for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
+  __syncthreads();
+  if (products.norm.weight)
+    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
+  const float* x = reinterpret_cast<const float*>(staged);
+  for (bool first = true; global_column < columns;
+       global_column += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
+    if (!first) c = column_of(products, global_column, chunks);
+    column_product<kRows>(x, k, c, loaded, first && prefetched);
+  }
+}
+
+// What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels (outside
+// any graph capture): multiprocessors, shared memory per multiprocessor, and blocks per
+// multiprocessor as registers allow, per row count (bf16 and FP8 alike: the larger).
+struct StagedLimits {
+  int sms = 0;
+  int64_t shared_per_sm = 0;
+  int by_registers[9] = {};
+};
+StagedLimits staged_limits;
+
+template <int kRows, typename Chunks>
+void find_register_limit() {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, staged_few_rows_kernel<kRows, Chunks>,
+                                                    kWarpsPerBlock * 32, 0) == cudaSuccess)
+    staged_limits.by_registers[kRows] = std::max(staged_limits.by_registers[kRows], per_sm);
+}
+
+// Blocks of the staged kernel that fit on the GPU at once with `staged_bytes` each (the
+// runtime reserves 1 KB of shared memory per block besides).
+int64_t resident_blocks(int rows, size_t staged_bytes) {
+  const int64_t by_shared =
+      staged_limits.shared_per_sm / (static_cast<int64_t>(staged_bytes) + 1024);
+  const int64_t per_sm = std::min<int64_t>(by_shared, staged_limits.by_registers[rows]);
+  return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
+}
+
+// x is staged when the products normalise it (the norm needs all of x in the block); plain
+// products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
-  auto blocks = static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
-  if (staged_bytes > kMaxStagedBytes) {
-    launch_overlapped(few_rows_kernel<kRows, Chunks, false>, blocks, kWarpsPerBlock * 32, 0, stream,
-                      x, products, k);
+  const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (!products.norm.weight) {
+    launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
+                      kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
   }
-  launch_overlapped(few_rows_kernel<kRows, Chunks, true>, blocks, kWarpsPerBlock * 32, staged_bytes,
-                    stream, x, products, k);
+  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const auto blocks =
+      static_cast<unsigned>(std::min(column_blocks, resident_blocks(kRows, staged_bytes)));
+  launch_overlapped(staged_few_rows_kernel<kRows, Chunks>, blocks, kWarpsPerBlock * 32,
+                    staged_bytes, stream, x, products, k);
 }
 
 // The row count as a template argument (1 to 8), so the accumulators stay in registers:
@@ -218,7 +299,7 @@ __global__ void to_half_kernel(const float* x, void* out, bool bf16, int64_t cou
 
 void check_attribute(cudaError_t status) {
   if (status != cudaSuccess)
-    fail("few-rows products: shared memory attribute: {}", cudaGetErrorString(status));
+    fail("few-rows products: setting up the kernels: {}", cudaGetErrorString(status));
 }
 
 void check_lt(cublasStatus_t status, const char* what) {
@@ -239,15 +320,23 @@ namespace {
 // default), for every row count.
 template <typename Chunks, int... kMinusOne>
 void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
-  (check_attribute(cudaFuncSetAttribute(few_rows_kernel<kMinusOne + 1, Chunks, true>,
+  (check_attribute(cudaFuncSetAttribute(staged_few_rows_kernel<kMinusOne + 1, Chunks>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kMaxStagedBytes))),
    ...);
+  (find_register_limit<kMinusOne + 1, Chunks>(), ...);
 }
 
 }  // namespace
 
 void configure_few_rows_kernels() {
+  int device = 0, shared = 0;
+  check_attribute(cudaGetDevice(&device));
+  check_attribute(
+      cudaDeviceGetAttribute(&staged_limits.sms, cudaDevAttrMultiProcessorCount, device));
+  check_attribute(
+      cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  staged_limits.shared_per_sm = shared;
   allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
   allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
   allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
