@@ -235,68 +235,44 @@ __device__ void value_chunk(const float* row, int chunk, float* v) {
   v[3] = f.w;
 }
 
-// Block (row, KV head, split) for the common GQA shape: every K/V row is read once for all
-// the group's query heads, keys in 16-byte chunks by one lane each, values by the warp.
-// With several splits each block takes one contiguous share of the keys and leaves its
-// partial result in `partials` for merge_splits_kernel.
-template <typename T, int kGroup>
-__global__ void __launch_bounds__(kWarps * 32)
-    grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
-                             float scale, int window, float* out, float* partials) {
-  release_dependents();
-  await_producer();
-  const int64_t row = blockIdx.x;
-  const int kv_head = blockIdx.y;
-  const int split = blockIdx.z, splits = gridDim.z;
-  const int group = heads / cache.num_kv_heads;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
-  const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
-  const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
-  const int64_t window_first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
-  const int64_t share = (position - window_first + splits) / splits;
-  const int64_t first = window_first + split * share;
-  const int64_t last = min(position, first + share - 1);
-  const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
-  const int64_t stride = key_stride(cache);
-  const float4* query =
-      reinterpret_cast<const float4*>(q + (row * heads + int64_t{kv_head} * group) * kGroupDim);
+// The warps' results of a grouped block, in shared memory: each warp's running max and sum
+// and unnormalised values per head.
+template <int kGroup>
+struct GroupPartials {
+  float maxes[kWarps][kGroup], sums[kWarps][kGroup];
+  float4 values[kWarps][kGroup][kGroupDim / 4];
+};
 
-  // The group's queries, pre-scaled, in shared memory: each lane reads all of them against
-  // its own key (broadcast reads).
-  __shared__ float4 queries[kGroup][kGroupDim / 4];
-  for (int i = threadIdx.x; i < kGroup * kGroupDim / 4; i += blockDim.x) {
-    const int h = i / (kGroupDim / 4);
-    const float4 value = h < group ? query[i] : make_float4(0, 0, 0, 0);
-    queries[h][i % (kGroupDim / 4)] =
-        make_float4(value.x * scale, value.y * scale, value.z * scale, value.w * scale);
-  }
-  __syncthreads();
-  // Each load of the values covers kDims dims of kKeysPerLoad keys: a bf16 row of 128 is 16
-  // lanes of 16 bytes, so a warp reads two keys' values per load.
-  constexpr int kDims = 16 / sizeof(T);
-  constexpr int kLanesPerKey = kGroupDim / kDims;
-  constexpr int kKeysPerLoad = 32 / kLanesPerKey;
-  const int key_of_lane = lane / kLanesPerKey, dims_of_lane = lane % kLanesPerKey;
+// One warp's online softmax over its tiles of 32 keys for every query of the group. Scores:
+// lane i takes key i of the tile against all the queries (one warp reduction per tile for the
+// max and the sum, not one per key). Values: each load covers kDims dims of kKeysPerLoad keys
+// (a bf16 row of 128 is 16 lanes of 16 bytes, so a warp reads two keys' values per load).
+template <typename T, int kGroup>
+struct WarpAttention {
+  static constexpr int kDims = 16 / sizeof(T);
+  static constexpr int kLanesPerKey = kGroupDim / kDims;
+  static constexpr int kKeysPerLoad = 32 / kLanesPerKey;
+  int group, key_of_lane, dims_of_lane;
   float running_max[kGroup], running_sum[kGroup];
   float acc[kGroup][kDims];
+
+  __device__ explicit WarpAttention(int group_size)
+      : group(group_size),
+        key_of_lane(threadIdx.x % 32 / kLanesPerKey),
+        dims_of_lane(threadIdx.x % 32 % kLanesPerKey) {
 #pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-    running_max[h] = -FLT_MAX;
-    running_sum[h] = 0.0f;
+    for (int h = 0; h < kGroup; ++h) {
+      running_max[h] = -FLT_MAX;
+      running_sum[h] = 0.0f;
 #pragma unroll
-    for (int d = 0; d < kDims; ++d) acc[h][d] = 0.0f;
+      for (int d = 0; d < kDims; ++d) acc[h][d] = 0.0f;
+    }
   }
-  const T* keys = static_cast<const T*>(cache.keys) + int64_t{kv_head} * kGroupDim;
-  const T* values = static_cast<const T*>(cache.values) + int64_t{kv_head} * kGroupDim;
-  // Tiles of 32 keys per warp: lane i scores key i of the tile against every query of the
-  // group (one warp reduction per tile for the max and the sum, not one per key), then the
-  // warp walks the tile's values, every lane loading 16 bytes of a value row at a time.
-  for (int64_t tile = first + int64_t{warp} * 32; tile <= last; tile += kWarps * 32) {
-    const int64_t j = tile + lane;
-    const bool valid = j <= last;
-    const int64_t slot =
-        valid ? int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size : 0;
+
+  // Keys [tile, tile + count) (count <= 32); `slot` is this lane's key's cache slot.
+  __device__ void attend(const T* keys, const T* values, int64_t stride, int64_t slot, int count,
+                         const float4 (*queries)[kGroupDim / 4]) {
+    const bool valid = threadIdx.x % 32 < count;
     float score[kGroup];
     key_scores<kGroup>(keys + slot * stride, queries, group, score);
     float weight[kGroup];
@@ -312,7 +288,6 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int d = 0; d < kDims; ++d) acc[h][d] *= rescale;
     }
-    const int count = static_cast<int>(min(int64_t{32}, last - tile + 1));
 #pragma unroll 8
     for (int i = 0; i < count; i += kKeysPerLoad) {
       const int key = i + key_of_lane;  // < 32
@@ -333,58 +308,117 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-  __shared__ float maxes[kWarps][kGroup], sums[kWarps][kGroup];
-  __shared__ float4 partial[kWarps][kGroup][kGroupDim / 4];
+
+  // The lanes that held other keys' values of the same dims add theirs in; one lane per
+  // dims chunk writes the warp's record.
+  __device__ void store(GroupPartials<kGroup>& partials, int warp) {
 #pragma unroll
-  for (int h = 0; h < kGroup; ++h) {
-    if (lane == 0) {
-      maxes[warp][h] = running_max[h];
-      sums[warp][h] = running_sum[h];
-    }
-    // The lanes that held other keys' values of the same dims add theirs in.
+    for (int h = 0; h < kGroup; ++h) {
+      if (threadIdx.x % 32 == 0) {
+        partials.maxes[warp][h] = running_max[h];
+        partials.sums[warp][h] = running_sum[h];
+      }
 #pragma unroll
-    for (int d = 0; d < kDims; ++d)
-      for (int offset = kLanesPerKey; offset < 32; offset *= 2)
-        acc[h][d] += __shfl_xor_sync(0xffffffffu, acc[h][d], offset);
-    if (key_of_lane == 0) {
+      for (int d = 0; d < kDims; ++d)
+        for (int offset = kLanesPerKey; offset < 32; offset *= 2)
+          acc[h][d] += __shfl_xor_sync(0xffffffffu, acc[h][d], offset);
+      if (key_of_lane == 0) {
 #pragma unroll
-      for (int q = 0; q < kDims / 4; ++q)
-        partial[warp][h][dims_of_lane * (kDims / 4) + q] =
-            make_float4(acc[h][4 * q], acc[h][4 * q + 1], acc[h][4 * q + 2], acc[h][4 * q + 3]);
+        for (int q = 0; q < kDims / 4; ++q)
+          partials.values[warp][h][dims_of_lane * (kDims / 4) + q] =
+              make_float4(acc[h][4 * q], acc[h][4 * q + 1], acc[h][4 * q + 2], acc[h][4 * q + 3]);
+      }
     }
   }
-  __syncthreads();
-  // Warp w writes head w, w + kWarps, ...: each lane four of its dims.
+};
+
+// The block's warps merged per head (warp w writes heads w, w + kWarps, ...: each lane four
+// dims): the final output with one split, else the split's partial record.
+template <int kGroup>
+__device__ void write_group(const GroupPartials<kGroup>& partials, int group, float* out,
+                            float* partial_records) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int h = warp; h < group; h += kWarps) {
     float total_max = -FLT_MAX;
-    for (int w = 0; w < kWarps; ++w) total_max = fmaxf(total_max, maxes[w][h]);
+    for (int w = 0; w < kWarps; ++w) total_max = fmaxf(total_max, partials.maxes[w][h]);
     float total = 0.0f;
     float4 sum = make_float4(0, 0, 0, 0);
     for (int w = 0; w < kWarps; ++w) {
-      if (sums[w][h] == 0.0f) continue;
-      float factor = __expf(maxes[w][h] - total_max);
-      total += sums[w][h] * factor;
-      float4 p = partial[w][h][lane];
+      if (partials.sums[w][h] == 0.0f) continue;
+      float factor = __expf(partials.maxes[w][h] - total_max);
+      total += partials.sums[w][h] * factor;
+      float4 p = partials.values[w][h][lane];
       sum.x += p.x * factor;
       sum.y += p.y * factor;
       sum.z += p.z * factor;
       sum.w += p.w * factor;
     }
-    if (splits == 1) {
-      float4 result = make_float4(sum.x / total, sum.y / total, sum.z / total, sum.w / total);
-      reinterpret_cast<float4*>(out + (row * heads + int64_t{kv_head} * group + h) *
-                                          kGroupDim)[lane] = result;
+    if (partial_records == nullptr) {
+      reinterpret_cast<float4*>(out + h * kGroupDim)[lane] =
+          make_float4(sum.x / total, sum.y / total, sum.z / total, sum.w / total);
       continue;
     }
-    float* partial_out =
-        partials +
-        (((row * cache.num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
+    float* record = partial_records + h * kPartialFloats;
     if (lane == 0) {
-      partial_out[kGroupDim] = total_max;
-      partial_out[kGroupDim + 1] = total;
+      record[kGroupDim] = total_max;
+      record[kGroupDim + 1] = total;
     }
-    reinterpret_cast<float4*>(partial_out)[lane] = sum;
+    reinterpret_cast<float4*>(record)[lane] = sum;
   }
+}
+
+// Block (row, KV head, split) for the common GQA shape: every K/V row is read once for all
+// the group's query heads. With several splits each block takes one contiguous share of the
+// keys and leaves its partial result in `partials` for merge_splits_kernel.
+template <typename T, int kGroup>
+__global__ void __launch_bounds__(kWarps * 32)
+    grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
+                             float scale, int window, float* out, float* partials) {
+  release_dependents();
+  await_producer();
+  const int64_t row = blockIdx.x;
+  const int kv_head = blockIdx.y;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int group = heads / cache.num_kv_heads;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
+  const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
+  const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
+  const int64_t window_first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int64_t share = (position - window_first + splits) / splits;
+  const int64_t first = window_first + split * share;
+  const int64_t last = min(position, first + share - 1);
+  const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
+  const int64_t first_head = row * heads + int64_t{kv_head} * group;
+  const auto* query = reinterpret_cast<const float4*>(q + first_head * kGroupDim);
+  // The group's queries, pre-scaled, in shared memory: each lane reads all of them against
+  // its own key (broadcast reads).
+  __shared__ float4 queries[kGroup][kGroupDim / 4];
+  for (int i = threadIdx.x; i < kGroup * kGroupDim / 4; i += blockDim.x) {
+    const int h = i / (kGroupDim / 4);
+    const float4 value = h < group ? query[i] : make_float4(0, 0, 0, 0);
+    queries[h][i % (kGroupDim / 4)] =
+        make_float4(value.x * scale, value.y * scale, value.z * scale, value.w * scale);
+  }
+  __syncthreads();
+  const T* keys = static_cast<const T*>(cache.keys) + int64_t{kv_head} * kGroupDim;
+  const T* values = static_cast<const T*>(cache.values) + int64_t{kv_head} * kGroupDim;
+  WarpAttention<T, kGroup> attention(group);
+  for (int64_t tile = first + int64_t{warp} * 32; tile <= last; tile += kWarps * 32) {
+    const int64_t j = min(tile + lane, last);
+    const int64_t slot =
+        int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
+    attention.attend(keys, values, key_stride(cache), slot,
+                     static_cast<int>(min(int64_t{32}, last - tile + 1)), queries);
+  }
+  __shared__ GroupPartials<kGroup> warp_results;
+  attention.store(warp_results, warp);
+  __syncthreads();
+  float* records = splits == 1
+                       ? nullptr
+                       : partials + ((row * cache.num_kv_heads + kv_head) * splits + split) *
+                                        kMaxGroup * kPartialFloats;
+  write_group(warp_results, group, out + first_head * kGroupDim, records);
 }
 
 // Block (row, KV head): the splits' partial results rescaled to one max and added.
