@@ -9,7 +9,8 @@
 # the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
 # concurrent requests of 1000 + 1000 tokens (deepinfer bench-engine); peer = the same
-# workloads through PyTorch/transformers (bench/torch_peer.py). ENGINE_CONCURRENCY,
+# workloads through PyTorch/transformers (bench/torch_peer.py); profile = one batch-1 decode
+# step's kernel times under Nsight Compute (scripts/step-profile.py). ENGINE_CONCURRENCY,
 # PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer stages; ENGINE_ASYNC adds a run
 # with --async-scheduling at that concurrency.
 #
@@ -87,6 +88,15 @@ run() {
     "$MODEL_8B" --device cuda --load read --concurrency "$ENGINE_ASYNC" --prompt-tokens 1000 \
     --output-tokens 1000 --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 \
     --async-scheduling 2>&1 | sed 's/^/async: /' | tee -a "$out/engine.txt"
+  # profile: one batch-1 decode step's kernels under Nsight Compute (durations only; ncu
+  # runs them one at a time, so the sum leaves out the gaps between kernels).
+  if [[ $stages == *profile* ]]; then
+    make_8b
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv "$BUNDLE/bin/deepinfer" bench \
+      "$MODEL_8B" --device cuda --load read --prompt-tokens 1500 --decode-tokens 2 \
+      >"$out/profile.csv" 2>"$out/profile.log" || tail -5 "$out/profile.log"
+    python3 scripts/step-profile.py "$out/profile.csv" | tee "$out/profile.txt"
+  fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
   [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" \

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Where one decode step's GPU time goes, from ncu's CSV of per-kernel durations.
+
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv ... > profile.csv
+    scripts/step-profile.py profile.csv
+
+A step is the kernels after one device draw (sample_kernel) up to and including the next:
+the last complete one in the file is summed per kernel, longest total first.
+"""
+import csv
+import re
+import sys
+from collections import defaultdict
+
+
+def short_name(name: str) -> str:
+    name = name.replace("(anonymous namespace)::", "")
+    name = re.sub(r"\(.*$", "", name)  # parameters
+    name = re.sub(r"<.*>", "", name)  # template arguments
+    return name.split("::")[-1].split(" ")[-1].strip()
+
+
+def main() -> int:
+    rows = []
+    with open(sys.argv[1], newline="") as f:
+        lines = [line for line in f if line.startswith('"')]  # ncu's own messages are not CSV
+    for record in csv.DictReader(lines):
+        if record.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        value = float(record["Metric Value"].replace(",", ""))
+        unit = record.get("Metric Unit", "nsecond")
+        ns = value * {"nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9}.get(unit, 1)
+        rows.append((short_name(record["Kernel Name"]), ns))
+    draws = [i for i, (name, _) in enumerate(rows) if name == "sample_kernel"]
+    if len(draws) < 2:
+        print("step-profile: fewer than two device draws in the profile", file=sys.stderr)
+        return 1
+    step = rows[draws[-2] + 1 : draws[-1] + 1]
+    totals, counts = defaultdict(float), defaultdict(int)
+    for name, ns in step:
+        totals[name] += ns
+        counts[name] += 1
+    whole = sum(totals.values())
+    print(f"one decode step: {len(step)} kernels, {whole / 1e6:.3f} ms of kernel time")
+    for name, ns in sorted(totals.items(), key=lambda item: -item[1]):
+        print(f"  {name:<34} {counts[name]:>5} x {ns / counts[name] / 1e3:8.2f} us = "
+              f"{ns / 1e6:7.3f} ms ({100 * ns / whole:4.1f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
