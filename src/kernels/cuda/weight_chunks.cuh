@@ -50,13 +50,15 @@ struct Fp8Chunks {
   __device__ float scale(int64_t column, int64_t chunk) const {
     return scales[(column / kScaleBlock) * scale_cols + chunk * kPerChunk / kScaleBlock];
   }
+  // Two weights per conversion instruction (e4m3 pairs to half2, exact), then to floats.
   __device__ void widen(uint4 packed, float* w) const {
-    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&packed);
+    const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&packed);
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      __nv_fp8_e4m3 value;
-      value.__x = bytes[j];
-      w[j] = static_cast<float>(value);
+    for (int j = 0; j < 8; ++j) {
+      const __half2 half_pair = __nv_cvt_fp8x2_to_halfraw2(pairs[j], __NV_E4M3);
+      const float2 f = __half22float2(half_pair);
+      w[2 * j] = f.x;
+      w[2 * j + 1] = f.y;
     }
   }
 };
