@@ -14,7 +14,7 @@ from collections import defaultdict
 
 
 def short_name(name: str) -> str:
-    name = name.replace("(anonymous namespace)::", "")
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
     name = re.sub(r"\(.*$", "", name)  # parameters
     name = re.sub(r"<.*>", "", name)  # template arguments
     return name.split("::")[-1].split(" ")[-1].strip()
