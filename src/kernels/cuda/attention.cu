@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_elements.cuh"
 #include "kernels/cuda/overlap.cuh"
+#include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -174,15 +175,6 @@ __device__ float warp_max(float value) {
   return value;
 }
 
-__device__ void widen_chunk(uint4 packed, float* w) {
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(pairs[i]);
-    w[2 * i] = f.x;
-    w[2 * i + 1] = f.y;
-  }
-}
 // score[h] = key . queries[h] over kGroupDim dims, the key read by this lane alone in
 // 16-byte chunks.
 template <int kGroup>
@@ -194,7 +186,7 @@ __device__ void key_scores(const __nv_bfloat16* key, const float4 (*queries)[kGr
 #pragma unroll 8
   for (int c = 0; c < kGroupDim / 8; ++c) {
     float w[8];
-    widen_chunk(chunks[c], w);
+    Bf16Chunks{}.widen(chunks[c], w);
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       if (h >= group) break;
@@ -225,7 +217,7 @@ __device__ void key_scores(const float* key, const float4 (*queries)[kGroupDim /
 // Dims [chunk * n, (chunk + 1) * n) of a value row as floats, one 16-byte load (n = 8 for
 // bf16, 4 for f32).
 __device__ void value_chunk(const __nv_bfloat16* row, int chunk, float* v) {
-  widen_chunk(reinterpret_cast<const uint4*>(row)[chunk], v);
+  Bf16Chunks{}.widen(reinterpret_cast<const uint4*>(row)[chunk], v);
 }
 __device__ void value_chunk(const float* row, int chunk, float* v) {
   const float4 f = reinterpret_cast<const float4*>(row)[chunk];

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "core/error.h"
@@ -298,8 +299,10 @@ class CudaOps final : public Ops {
     cuda::route_experts(router_logits.as<const float>(), tokens,
                         static_cast<const float*>(bias.get()), routing, chosen_experts,
                         chosen_weights, stream());
-    to_host(experts, chosen_experts, entries * sizeof(int32_t));
-    to_host(weights, chosen_weights, entries * sizeof(float));
+    std::vector<int32_t> both(2 * entries);  // one copy back, one wait
+    to_host(both.data(), chosen.get(), both.size() * sizeof(int32_t));
+    std::memcpy(experts, both.data(), entries * sizeof(int32_t));
+    std::memcpy(weights, both.data() + entries, entries * sizeof(float));
   }
 
   // Decode batches route, group and run their experts on the device; bigger batches (prompts)

@@ -10,6 +10,15 @@ std::vector<const void*> addresses_of(const RoutedExperts& experts) {
   return key;
 }
 
+bool same_addresses(const std::vector<const void*>& key, const RoutedExperts& experts) {
+  size_t i = 0;
+  for (const auto* kind : {&experts.gate, &experts.up, &experts.down}) {
+    for (const Tensor* weight : *kind)
+      if (i >= key.size() || key[i++] != weight->data) return false;
+  }
+  return i == key.size();
+}
+
 bool fp8_blocks(const Tensor& weight) {
   return weight.dtype == DType::kF8E4M3 && weight.block_scales &&
          weight.block_scales->block_rows == kScaleBlockEdge &&
@@ -48,9 +57,7 @@ DeviceExperts make_tables(Ops& ops, const RoutedExperts& experts) {
   const size_t count = experts.gate.size();
   const bool fp8 = experts.gate[0]->dtype == DType::kF8E4M3;
   // Six arrays of pointers (weights, then FP8 scales, per kind), then the bias.
-  std::vector<const void*> pointers;
-  for (const auto* kind : {&experts.gate, &experts.up, &experts.down})
-    for (const Tensor* weight : *kind) pointers.push_back(weight->data);
+  std::vector<const void*> pointers = addresses_of(experts);
   for (const auto* kind : {&experts.gate, &experts.up, &experts.down})
     for (const Tensor* weight : *kind)
       pointers.push_back(fp8 ? weight->block_scales->data : nullptr);
@@ -85,11 +92,12 @@ DeviceExperts make_tables(Ops& ops, const RoutedExperts& experts) {
 }  // namespace
 
 const DeviceExperts& ExpertTables::find(Ops& ops, const RoutedExperts& experts) {
-  std::vector<const void*> key = addresses_of(experts);
+  // Called per MoE layer per step: the check walks the weights without allocating.
   auto found = entries_.find(&experts);
-  if (found != entries_.end() && found->second.key == key) return found->second.tables;
+  if (found != entries_.end() && same_addresses(found->second.key, experts))
+    return found->second.tables;
   Entry& entry = entries_[&experts];
-  entry.key = std::move(key);
+  entry.key = addresses_of(experts);
   entry.tables = make_tables(ops, experts);
   return entry.tables;
 }

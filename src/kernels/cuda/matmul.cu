@@ -119,16 +119,7 @@ __device__ void column_product(const float* x, int64_t k, const Column<Chunks>& 
     c.format.widen(packed, w);
     const float scale = c.format.scale(c.index, chunk);
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float4* xr = reinterpret_cast<const float4*>(x + r * k + chunk * kPer);
-      float sum = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kPer / 4; ++q) {
-        float4 a = xr[q];
-        sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
-      }
-      acc[r] += sum * scale;
-    }
+    for (int r = 0; r < kRows; ++r) acc[r] += chunk_dot<kPer>(w, x + r * k + chunk * kPer) * scale;
   };
   int64_t chunk = lane;
   for (bool first = true; chunk + 32 * (kLoads - 1) < chunks; chunk += 32 * kLoads, first = false) {

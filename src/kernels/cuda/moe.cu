@@ -246,14 +246,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int r = 0; r < kRowsPerItem; ++r) {
       if (r >= rows) break;
-      const float4* xr = reinterpret_cast<const float4*>(x_rows[r] + chunk * kPer);
-      float sum = 0.0f;
-#pragma unroll
-      for (int q = 0; q < kPer / 4; ++q) {
-        float4 a = xr[q];
-        sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
-      }
-      acc[r] += sum * scale;
+      acc[r] += chunk_dot<kPer>(w, x_rows[r] + chunk * kPer) * scale;
     }
   }
 #pragma unroll

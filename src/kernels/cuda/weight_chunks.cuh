@@ -13,34 +13,31 @@ namespace deepinfer::cuda {
 
 constexpr int kScaleBlock = 128;
 
-// How a 16-byte chunk of a weight row becomes floats, and the scale of its dot product.
-struct Bf16Chunks {
-  static constexpr int kPerChunk = 8;
-  __device__ float scale(int64_t, int64_t) const { return 1.0f; }
-  __device__ void widen(uint4 packed, float* w) const {
-    const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      float2 f = __bfloat1622float2(pairs[j]);
-      w[2 * j] = f.x;
-      w[2 * j + 1] = f.y;
-    }
-  }
-};
+__device__ inline float2 to_float2(__nv_bfloat162 pair) {
+  return __bfloat1622float2(pair);
+}
+__device__ inline float2 to_float2(__half2 pair) {
+  return __half22float2(pair);
+}
 
-struct F16Chunks {
+// How a 16-byte chunk of a weight row becomes floats, and the scale of its dot product:
+// 16-bit weights (Pair = __nv_bfloat162 or __half2), unscaled.
+template <typename Pair>
+struct HalfChunks {
   static constexpr int kPerChunk = 8;
   __device__ float scale(int64_t, int64_t) const { return 1.0f; }
   __device__ void widen(uint4 packed, float* w) const {
-    const __half2* pairs = reinterpret_cast<const __half2*>(&packed);
+    const Pair* pairs = reinterpret_cast<const Pair*>(&packed);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      float2 f = __half22float2(pairs[j]);
+      float2 f = to_float2(pairs[j]);
       w[2 * j] = f.x;
       w[2 * j + 1] = f.y;
     }
   }
 };
+using Bf16Chunks = HalfChunks<__nv_bfloat162>;
+using F16Chunks = HalfChunks<__half2>;
 
 // DeepSeek FP8: a chunk's 16 weights lie inside one 128 x 128 scale block.
 struct Fp8Chunks {
@@ -62,5 +59,19 @@ struct Fp8Chunks {
     }
   }
 };
+
+// sum over j < kPer of w[j] * x[j], four terms at a time (x 16-byte aligned): one chunk's
+// dot product with one row of x, the same summation order in every product kernel.
+template <int kPer>
+__device__ inline float chunk_dot(const float* w, const float* x) {
+  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float sum = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kPer / 4; ++q) {
+    const float4 a = x4[q];
+    sum += w[4 * q] * a.x + w[4 * q + 1] * a.y + w[4 * q + 2] * a.z + w[4 * q + 3] * a.w;
+  }
+  return sum;
+}
 
 }  // namespace deepinfer::cuda
