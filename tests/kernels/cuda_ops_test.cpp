@@ -416,8 +416,9 @@ TEST_F(CudaOpsParity, SamplingDrawsTheReferenceToken) {
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   for (const Mode& mode : modes) {
     for (int64_t row = 0; row < rows; ++row) {
-      for (int repeat = 0; repeat < 4; ++repeat)
-        draws.push_back({row, mode.temperature, mode.top_k, mode.top_p, mode.min_p, uniform(rng_)});
+      for (int repeat = 0; repeat < 4; ++repeat)  // every other draw without its logprob
+        draws.push_back({row, mode.temperature, mode.top_k, mode.top_p, mode.min_p, uniform(rng_),
+                         repeat % 2 == 0});
     }
   }
   std::vector<DrawnToken> want(draws.size()), got(draws.size());

@@ -44,8 +44,9 @@ __device__ void rotate(float* v, int i, int half, float c, float s) {
   v[i + half] = x1 * c + x0 * s;
 }
 
-// Block per token: q's pairs rotated in place; k's rotated in place and, with its
-// unrotated tail and v, stored into the token's cache slot. Every element has one owner.
+// Block per (token, head): blocks y < heads rotate q's head y in place; the others rotate
+// key head y - heads in place and store it, with its unrotated tail and the head's values,
+// into the token's cache slot. Every element has one owner.
 template <typename T>
 __global__ void rope_kv_write_kernel(float* q, int heads, float* k, const float* v,
                                      const float* cos, const float* sin, int rotary_dim,
@@ -56,26 +57,29 @@ __global__ void rope_kv_write_kernel(float* q, int heads, float* k, const float*
   const int dim = cache.key_dim, half = rotary_dim / 2;
   const float* c = cos + token * half;
   const float* s = sin + token * half;
-  for (int p = threadIdx.x; p < heads * half; p += blockDim.x)
-    rotate(q + (token * heads + p / half) * dim, p % half, half, c[p % half], s[p % half]);
+  if (static_cast<int>(blockIdx.y) < heads) {
+    float* head_query = q + (token * heads + blockIdx.y) * dim;
+    for (int d = threadIdx.x; d < half; d += blockDim.x) rotate(head_query, d, half, c[d], s[d]);
+    return;
+  }
+  const int head = static_cast<int>(blockIdx.y) - heads;
   const int64_t width = int64_t{cache.num_kv_heads} * dim;
+  const int64_t offset = int64_t{head} * dim;
   const int64_t slot = slot_mapping[token];
-  float* key = k + token * width;
-  T* keys = static_cast<T*>(cache.keys) + slot * width;
-  for (int64_t e = threadIdx.x; e < width; e += blockDim.x) {
-    const int head = static_cast<int>(e / dim), d = static_cast<int>(e % dim);
+  float* key = k + token * width + offset;
+  T* keys = static_cast<T*>(cache.keys) + slot * width + offset;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     if (d < half) {
-      float* head_key = key + int64_t{head} * dim;
-      rotate(head_key, d, half, c[d], s[d]);
-      store_kv(keys, int64_t{head} * dim + d, head_key[d]);
-      store_kv(keys, int64_t{head} * dim + d + half, head_key[d + half]);
+      rotate(key, d, half, c[d], s[d]);
+      store_kv(keys, d, key[d]);
+      store_kv(keys, d + half, key[d + half]);
     } else if (d >= rotary_dim) {
-      store_kv(keys, e, key[e]);
+      store_kv(keys, d, key[d]);
     }
   }
-  T* values = static_cast<T*>(cache.values) + slot * width;
-  for (int64_t e = threadIdx.x; e < width; e += blockDim.x)
-    store_kv(values, e, v[token * width + e]);
+  T* values = static_cast<T*>(cache.values) + slot * width + offset;
+  for (int d = threadIdx.x; d < dim; d += blockDim.x)
+    store_kv(values, d, v[token * width + offset + d]);
 }
 
 __device__ int sequence_of(const int32_t* query_start, int num_seqs, int64_t row) {
@@ -413,33 +417,32 @@ __global__ void __launch_bounds__(kWarps * 32)
   write_group(warp_results, group, out + first_head * kGroupDim, records);
 }
 
-// Block (row, KV head): the splits' partial results rescaled to one max and added.
+// Block (row, query head): the splits' partial results rescaled to one max and added.
 __global__ void merge_splits_kernel(const float* partials, int heads, int num_kv_heads, int splits,
                                     float* out) {
   release_dependents();
   await_producer();
   const int64_t row = blockIdx.x;
-  const int kv_head = blockIdx.y;
+  const int head = blockIdx.y;
   const int group = heads / num_kv_heads;
+  const int kv_head = head / group, h = head % group;
   const int d = threadIdx.x;
-  for (int h = 0; h < group; ++h) {
-    auto part = [&](int split) {
-      return partials +
-             (((row * num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
-    };
-    float total_max = -FLT_MAX;
-    for (int split = 0; split < splits; ++split)
-      if (part(split)[kGroupDim + 1] > 0.0f) total_max = fmaxf(total_max, part(split)[kGroupDim]);
-    float total = 0.0f, sum = 0.0f;
-    for (int split = 0; split < splits; ++split) {
-      const float* p = part(split);
-      if (p[kGroupDim + 1] == 0.0f) continue;
-      float factor = __expf(p[kGroupDim] - total_max);
-      total += p[kGroupDim + 1] * factor;
-      sum += p[d] * factor;
-    }
-    out[(row * heads + int64_t{kv_head} * group + h) * kGroupDim + d] = sum / total;
+  auto part = [&](int split) {
+    return partials +
+           (((row * num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
+  };
+  float total_max = -FLT_MAX;
+  for (int split = 0; split < splits; ++split)
+    if (part(split)[kGroupDim + 1] > 0.0f) total_max = fmaxf(total_max, part(split)[kGroupDim]);
+  float total = 0.0f, sum = 0.0f;
+  for (int split = 0; split < splits; ++split) {
+    const float* p = part(split);
+    if (p[kGroupDim + 1] == 0.0f) continue;
+    float factor = __expf(p[kGroupDim] - total_max);
+    total += p[kGroupDim + 1] * factor;
+    sum += p[d] * factor;
   }
+  out[(row * heads + head) * kGroupDim + d] = sum / total;
 }
 
 }  // namespace
@@ -467,12 +470,13 @@ void rope_kv_write(float* q, int heads, float* k, const float* v, const float* c
     fail("rope_kv_write: a cache of separate keys and values of one size, rotary_dim {} <= {}",
          rotary_dim, cache.key_dim);
   if (tokens == 0) return;
+  const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(heads + cache.num_kv_heads));
   if (cache.dtype == DType::kBF16) {
-    launch_overlapped(rope_kv_write_kernel<__nv_bfloat16>, static_cast<unsigned>(tokens), 256, 0,
-                      stream, q, heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
+    launch_overlapped(rope_kv_write_kernel<__nv_bfloat16>, grid, 64, 0, stream, q, heads, k, v, cos,
+                      sin, rotary_dim, slot_mapping, cache);
   } else {
-    launch_overlapped(rope_kv_write_kernel<float>, static_cast<unsigned>(tokens), 256, 0, stream, q,
-                      heads, k, v, cos, sin, rotary_dim, slot_mapping, cache);
+    launch_overlapped(rope_kv_write_kernel<float>, grid, 64, 0, stream, q, heads, k, v, cos, sin,
+                      rotary_dim, slot_mapping, cache);
   }
   check_launch("rope_kv_write");
 }
@@ -532,7 +536,7 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
     }
     check_launch("paged_attention (grouped)");
     if (splits > 1) {
-      dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
+      dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
       launch_overlapped(merge_splits_kernel, merge_grid, kGroupDim, 0, stream, workspace, heads,
                         cache.num_kv_heads, splits, out);
       check_launch("paged_attention (merge)");

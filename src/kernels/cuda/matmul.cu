@@ -142,8 +142,10 @@ __device__ void column_product(const float* x, int64_t k, const Column<Chunks>& 
 // A warp per output column. Unstaged: a block per eight columns, x read through L2.
 // (Two warps per column, each over half of k, measured slower for every 8B decode shape on
 // the H200: q/k/v 63% -> 51% of copy.)
+// At most 64 registers a thread, so four blocks fit a multiprocessor: the 8B's o and down
+// products (512 blocks) then run in one wave instead of a full one and a sliver.
 template <int kRows, typename Chunks>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
   release_dependents();
   const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;

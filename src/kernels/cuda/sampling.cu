@@ -217,11 +217,14 @@ __global__ void __launch_bounds__(kDrawThreads)
   double local = 0.0;
   unsigned long long local_mass = 0;
   const bool sampled = d.temperature != 0.0f;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    local += ::exp(static_cast<double>(row[i] - max_logit));
-    if (sampled) local_mass += draw::mass(draw::scaled(row[i], max_logit, d.temperature));
+  // A greedy row without a logprob needs nothing past the max: no pass of exps.
+  if (sampled || d.with_logprob) {
+    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+      if (d.with_logprob) local += ::exp(static_cast<double>(row[i] - max_logit));
+      if (sampled) local_mass += draw::mass(draw::scaled(row[i], max_logit, d.temperature));
+    }
   }
-  const double sum = block_sum(local, sh);
+  const double sum = d.with_logprob ? block_sum(local, sh) : 1.0;
   int64_t token = best;
   if (sampled) {
     unsigned long long total;
@@ -235,7 +238,8 @@ __global__ void __launch_bounds__(kDrawThreads)
   }
   if (threadIdx.x == 0) {
     out[blockIdx.x].token = static_cast<int32_t>(token);
-    out[blockIdx.x].logprob = row[token] - max_logit - static_cast<float>(::log(sum));
+    out[blockIdx.x].logprob =
+        d.with_logprob ? row[token] - max_logit - static_cast<float>(::log(sum)) : 0.0f;
   }
 }
 
