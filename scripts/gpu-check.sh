@@ -10,7 +10,8 @@
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
 # concurrent requests of 1000 + 1000 tokens (deepinfer bench-engine); peer = the same
 # workloads through PyTorch/transformers (bench/torch_peer.py); profile = one batch-1 decode
-# step's kernel times under Nsight Compute (scripts/step-profile.py). ENGINE_CONCURRENCY,
+# step's kernel times under Nsight Compute (scripts/step-profile.py); detail = Nsight Compute's
+# sections for one layer's products and attention. ENGINE_CONCURRENCY,
 # PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer stages; ENGINE_ASYNC adds a run
 # with --async-scheduling at that concurrency.
 #
@@ -96,6 +97,19 @@ run() {
       "$MODEL_8B" --device cuda --load read --prompt-tokens 1500 --decode-tokens 2 \
       >"$out/profile.csv" 2>"$out/profile.log" || tail -5 "$out/profile.log"
     python3 scripts/step-profile.py "$out/profile.csv" | tee "$out/profile.txt"
+  fi
+  # detail: Nsight Compute's speed-of-light, memory, warp-stall and occupancy sections for one
+  # layer's products and attention in a batch-1 decode step (DETAIL_KERNELS narrows them).
+  if [[ $stages == *detail* ]]; then
+    make_8b
+    ncu --clock-control none --kernel-name "regex:${DETAIL_KERNELS:-few_rows|grouped_attention}" \
+      --launch-skip 100 --launch-count "${DETAIL_COUNT:-5}" --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      --section LaunchStats --section SchedulerStats "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" \
+      --device cuda --load read --prompt-tokens 1500 --decode-tokens 2 >"$out/detail.txt" \
+      2>"$out/detail.log" || tail -5 "$out/detail.log"
+    grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Registers|Achieved Occupancy|Theoretical Occupancy|No Eligible|Warp Cycles Per Issued|Block Limit" \
+      "$out/detail.txt" | head -120
   fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
