@@ -51,6 +51,49 @@ DeviceBuffer random_bf16(size_t count, uint32_t seed) {
   return buffer;
 }
 
+// Batch-1 decode attention of one Llama-3.1-8B layer (32 heads over 8 KV heads): unsplit
+// (8 blocks) and split as the engine splits it, the last split merging.
+void bench_one_sequence_decode_attention(double bandwidth) {
+  const int block_size = 16, heads = 32, kv_heads = 8, dim = 128, most = 8192;
+  DeviceBuffer keys(int64_t{most} * kv_heads * dim * 4), values(keys.bytes());
+  cudaMemset(keys.data(), 0x3c, keys.bytes());
+  cudaMemset(values.data(), 0x3c, values.bytes());
+  std::vector<int32_t> table(most / block_size);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);
+  DeviceBuffer d_start(8), d_lens(4), d_table(table.size() * 4), arrivals(kv_heads * 4);
+  d_table.upload(table.data(), d_table.bytes());
+  cudaMemset(arrivals.data(), 0, arrivals.bytes());
+  DeviceBuffer q(heads * dim * 4), out(heads * dim * 4);
+  cudaMemset(q.data(), 0x3c, q.bytes());
+  for (auto [context, dtype] : {std::pair{8192, DType::kF32}, std::pair{8192, DType::kBF16},
+                                std::pair{1500, DType::kBF16}}) {
+    std::vector<int32_t> start = {0, 1}, lens = {context};
+    d_start.upload(start.data(), 8);
+    d_lens.upload(lens.data(), 4);
+    AttentionBatch batch{1,
+                         d_start.as<int32_t>(),
+                         d_lens.as<int32_t>(),
+                         d_table.as<int32_t>(),
+                         static_cast<int>(table.size()),
+                         nullptr};
+    PagedKvView cache{keys.data(), values.data(), block_size, kv_heads, dim, dim, false, dtype};
+    double bytes = 2.0 * context * kv_heads * dim * double(dtype_size(dtype));
+    for (int splits : {1, paged_attention_splits(1, kv_heads, context)}) {
+      size_t floats = paged_attention_workspace_floats(1, kv_heads, splits);
+      DeviceBuffer workspace(floats * 4);
+      double ms = median_ms([&](int) {
+        paged_attention(q.as<float>(), 1, heads, batch, cache, 0.088f, 0, out.as<float>(), nullptr,
+                        SplitKeys{splits, arrivals.as<unsigned>(), kv_heads}, workspace.as<float>(),
+                        floats);
+      });
+      fmt::print(
+          "decode attention, 1 x {} tokens, {} K/V, {} split(s): {:.1f} MB in {:.4f} ms, "
+          "{:.2f} TB/s ({:.0f}% of copy)\n",
+          context, dtype_name(dtype), splits, bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12,
+          100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+    }
+  }
+}
 }  // namespace
 
 int main() {
@@ -264,39 +307,7 @@ int main() {
                  flops / (ms * 1e-3) / 1e12);
     }
 
-    // Batch-1 decode over a long context: 8 blocks unless the keys are split.
-    {
-      const int context = 8192, block_size = 16, heads = 32, kv_heads = 8, dim = 128;
-      const int blocks = context / block_size;
-      DeviceBuffer keys(int64_t{context} * kv_heads * dim * 4), values(keys.bytes());
-      cudaMemset(keys.data(), 0x3c, keys.bytes());
-      cudaMemset(values.data(), 0x3c, values.bytes());
-      std::vector<int32_t> start = {0, 1}, lens = {context}, table(blocks);
-      for (int i = 0; i < blocks; ++i) table[i] = i;
-      DeviceBuffer d_start(8), d_lens(4), d_table(table.size() * 4);
-      d_start.upload(start.data(), 8);
-      d_lens.upload(lens.data(), 4);
-      d_table.upload(table.data(), d_table.bytes());
-      DeviceBuffer q(heads * dim * 4), out(heads * dim * 4);
-      cudaMemset(q.data(), 0x3c, q.bytes());
-      AttentionBatch batch{
-          1, d_start.as<int32_t>(), d_lens.as<int32_t>(), d_table.as<int32_t>(), blocks, nullptr};
-      PagedKvView cache{
-          keys.as<float>(), values.as<float>(), block_size, kv_heads, dim, dim, false};
-      double bytes = 2.0 * context * kv_heads * dim * 4;
-      for (int splits : {1, paged_attention_splits(1, kv_heads, context)}) {
-        size_t floats = paged_attention_workspace_floats(1, kv_heads, splits);
-        DeviceBuffer workspace(floats * 4);
-        double ms = median_ms([&](int) {
-          paged_attention(q.as<float>(), 1, heads, batch, cache, 0.088f, 0, out.as<float>(),
-                          nullptr, SplitKeys{splits}, workspace.as<float>(), floats);
-        });
-        fmt::print(
-            "decode attention, 1 x 8192 tokens, {} split(s): {:.1f} MB in {:.4f} ms, "
-            "{:.2f} TB/s\n",
-            splits, bytes / 1e6, ms, bytes / (ms * 1e-3) / 1e12);
-      }
-    }
+    bench_one_sequence_decode_attention(bandwidth);
 
     const int64_t m = 8192;
     DeviceBuffer a = random_bf16(m * m, 3), b32(m * m * 4), b16(m * m * 2), c(m * m * 4);

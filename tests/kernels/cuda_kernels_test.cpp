@@ -241,15 +241,33 @@ TEST_F(CudaKernels, PagedAttentionAndKvWriteMatchTheCpu) {
       Tensor q_t = Tensor::contiguous(q.data(), DType::kF32, {rows, layout.heads, layout.key_dim});
       float scale = 1.0f / std::sqrt(static_cast<float>(layout.key_dim));
       cpu_->paged_attention(q_t, host_batch, host_cache, scale, window, want_t);
-      // Unsplit, and split over blocks (ignored by the general kernel): the same result.
-      for (int splits : {1, 3, 7}) {
-        size_t floats = paged_attention_workspace_floats(rows, layout.kv_heads, splits);
-        DeviceBuffer workspace(floats * sizeof(float)), d_out = poisoned(want.size());
-        paged_attention(d_q.as<float>(), rows, layout.heads, device_batch, device_cache, scale,
-                        window, d_out.as<float>(), nullptr, SplitKeys{splits},
-                        splits > 1 ? workspace.as<float>() : nullptr, floats);
-        EXPECT_LT(relative_error(download(d_out), want), 1e-5)
-            << layout.key_dim << " window " << window << " splits " << splits;
+      // Every row (a lane per key), and the decode row alone (four lanes per key); unsplit,
+      // and split over blocks (ignored by the general kernel) merged by a merge kernel or
+      // by the last split to finish: the same result.
+      for (int64_t used : {rows, int64_t{1}}) {
+        AttentionBatch used_batch = device_batch;
+        used_batch.num_seqs = used == rows ? host_batch.num_seqs : 1;
+        const size_t used_floats = static_cast<size_t>(used * layout.heads * layout.value_dim);
+        const std::vector<float> used_want(want.begin(), want.begin() + used_floats);
+        for (int splits : {1, 3, 7}) {
+          for (bool arrive : {false, true}) {
+            size_t floats = paged_attention_workspace_floats(used, layout.kv_heads, splits);
+            DeviceBuffer workspace(floats * sizeof(float)), d_out = poisoned(used_floats);
+            const int64_t counters = arrive ? used * layout.kv_heads : 0;
+            DeviceBuffer arrivals =
+                upload(std::vector<unsigned>(std::max<int64_t>(counters, 1), 0));
+            paged_attention(d_q.as<float>(), used, layout.heads, used_batch, device_cache, scale,
+                            window, d_out.as<float>(), nullptr,
+                            SplitKeys{splits, arrive ? arrivals.as<unsigned>() : nullptr, counters},
+                            splits > 1 ? workspace.as<float>() : nullptr, floats);
+            EXPECT_LT(relative_error(download(d_out), used_want), 1e-5)
+                << layout.key_dim << " rows " << used << " window " << window << " splits "
+                << splits << (arrive ? " merged by the last split" : "");
+            std::vector<unsigned> left(arrivals.bytes() / sizeof(unsigned));
+            arrivals.download(left.data(), arrivals.bytes());
+            EXPECT_EQ(left, std::vector<unsigned>(left.size(), 0)) << "arrivals reset";
+          }
+        }
       }
     }
   }

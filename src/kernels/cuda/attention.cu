@@ -171,7 +171,18 @@ constexpr int kMaxGroup = 8;    // query heads per KV head it handles
 // A split's partial result per head: the unnormalised values, then max and sum, padded so
 // every record starts 16-byte aligned (the values are written as float4).
 constexpr int kPartialFloats = kGroupDim + 4;
-constexpr int64_t kKeysPerSplit = 128;  // a tile of 32 for each of the block's warps
+
+// Lanes that share one key's scores: 1 for many rows (a warp tile of 32 keys, the fewest
+// instructions per key), 4 for decode of a few sequences, where each block's chain of
+// dependent instructions, not bandwidth, sets the time: a tile of 8 keys has a quarter of
+// the chain and the keys spread over four times the blocks.
+constexpr int64_t kFewRows = 8;
+int score_lanes(int64_t rows) {
+  return rows <= kFewRows ? 4 : 1;
+}
+int64_t keys_per_split(int64_t rows) {
+  return int64_t{kWarps} * 32 / score_lanes(rows);
+}
 
 __device__ float warp_max(float value) {
   for (int offset = 16; offset > 0; offset /= 2)
@@ -179,40 +190,40 @@ __device__ float warp_max(float value) {
   return value;
 }
 
-// score[h] = key . queries[h] over kGroupDim dims, the key read by this lane alone in
-// 16-byte chunks.
-template <int kGroup>
+// score[h] = key . queries[h] over this lane's kDims dims of the key, starting at `dim`, read
+// in 16-byte chunks.
+template <int kGroup, int kDims>
 __device__ void key_scores(const __nv_bfloat16* key, const float4 (*queries)[kGroupDim / 4],
-                           int group, float* score) {
-  const uint4* chunks = reinterpret_cast<const uint4*>(key);
+                           int dim, int group, float* score) {
+  const uint4* chunks = reinterpret_cast<const uint4*>(key + dim);
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) score[h] = 0.0f;
 #pragma unroll 8
-  for (int c = 0; c < kGroupDim / 8; ++c) {
+  for (int c = 0; c < kDims / 8; ++c) {
     float w[8];
     Bf16Chunks{}.widen(chunks[c], w);
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       if (h >= group) break;
-      const float4 a = queries[h][2 * c], b = queries[h][2 * c + 1];
+      const float4 a = queries[h][dim / 4 + 2 * c], b = queries[h][dim / 4 + 2 * c + 1];
       score[h] += w[0] * a.x + w[1] * a.y + w[2] * a.z + w[3] * a.w + w[4] * b.x + w[5] * b.y +
                   w[6] * b.z + w[7] * b.w;
     }
   }
 }
-template <int kGroup>
-__device__ void key_scores(const float* key, const float4 (*queries)[kGroupDim / 4], int group,
-                           float* score) {
-  const float4* chunks = reinterpret_cast<const float4*>(key);
+template <int kGroup, int kDims>
+__device__ void key_scores(const float* key, const float4 (*queries)[kGroupDim / 4], int dim,
+                           int group, float* score) {
+  const float4* chunks = reinterpret_cast<const float4*>(key + dim);
 #pragma unroll
   for (int h = 0; h < kGroup; ++h) score[h] = 0.0f;
 #pragma unroll 8
-  for (int c = 0; c < kGroupDim / 4; ++c) {
+  for (int c = 0; c < kDims / 4; ++c) {
     const float4 w = chunks[c];
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       if (h >= group) break;
-      const float4 a = queries[h][c];
+      const float4 a = queries[h][dim / 4 + c];
       score[h] += w.x * a.x + w.y * a.y + w.z * a.z + w.w * a.w;
     }
   }
@@ -239,12 +250,15 @@ struct GroupPartials {
   float4 values[kWarps][kGroup][kGroupDim / 4];
 };
 
-// One warp's online softmax over its tiles of 32 keys for every query of the group. Scores:
-// lane i takes key i of the tile against all the queries (one warp reduction per tile for the
-// max and the sum, not one per key). Values: each load covers kDims dims of kKeysPerLoad keys
-// (a bf16 row of 128 is 16 lanes of 16 bytes, so a warp reads two keys' values per load).
-template <typename T, int kGroup>
+// One warp's online softmax over its tiles of kTile keys for every query of the group.
+// Scores: kScoreLanes lanes take one key of the tile against all the queries, each over its
+// share of the dims (one warp reduction per tile for the max and the sum, not one per key).
+// Values: each load covers kDims dims of kKeysPerLoad keys (a bf16 row of 128 is 16 lanes of
+// 16 bytes, so a warp reads two keys' values per load).
+template <typename T, int kGroup, int kScoreLanes>
 struct WarpAttention {
+  static constexpr int kTile = 32 / kScoreLanes;
+  static constexpr int kScoreDims = kGroupDim / kScoreLanes;
   static constexpr int kDims = 16 / sizeof(T);
   static constexpr int kLanesPerKey = kGroupDim / kDims;
   static constexpr int kKeysPerLoad = 32 / kLanesPerKey;
@@ -265,21 +279,26 @@ struct WarpAttention {
     }
   }
 
-  // Keys [tile, tile + count) (count <= 32); `slot` is this lane's key's cache slot.
+  // Keys [tile, tile + count) (count <= kTile); `slot` is the cache slot of this lane's key
+  // (lane / kScoreLanes of the tile).
   __device__ void attend(const T* keys, const T* values, int64_t stride, int64_t slot, int count,
                          const float4 (*queries)[kGroupDim / 4]) {
-    const bool valid = threadIdx.x % 32 < count;
+    const int lane = threadIdx.x % 32, part = lane % kScoreLanes;
+    const bool valid = lane / kScoreLanes < count;
     float score[kGroup];
-    key_scores<kGroup>(keys + slot * stride, queries, group, score);
+    key_scores<kGroup, kScoreDims>(keys + slot * stride, queries, part * kScoreDims, group, score);
     float weight[kGroup];
 #pragma unroll
     for (int h = 0; h < kGroup; ++h) {
       if (h >= group) break;
+#pragma unroll
+      for (int offset = 1; offset < kScoreLanes; offset *= 2)
+        score[h] += __shfl_xor_sync(0xffffffffu, score[h], offset);
       const float s = valid ? score[h] : -FLT_MAX;
       const float new_max = fmaxf(running_max[h], warp_max(s));
       const float rescale = __expf(running_max[h] - new_max);
       weight[h] = valid ? __expf(s - new_max) : 0.0f;
-      running_sum[h] = running_sum[h] * rescale + warp_sum(weight[h]);
+      running_sum[h] = running_sum[h] * rescale + warp_sum(part == 0 ? weight[h] : 0.0f);
       running_max[h] = new_max;
 #pragma unroll
       for (int d = 0; d < kDims; ++d) acc[h][d] *= rescale;
@@ -287,7 +306,8 @@ struct WarpAttention {
 #pragma unroll 8
     for (int i = 0; i < count; i += kKeysPerLoad) {
       const int key = i + key_of_lane;  // < 32
-      const int64_t key_slot = __shfl_sync(0xffffffffu, slot, key);
+      const int owner = min(key, kTile - 1) * kScoreLanes;
+      const int64_t key_slot = __shfl_sync(0xffffffffu, slot, owner);
       float v[kDims];
       if (key < count) {
         value_chunk(values + key_slot * stride, dims_of_lane, v);
@@ -298,7 +318,7 @@ struct WarpAttention {
 #pragma unroll
       for (int h = 0; h < kGroup; ++h) {
         if (h >= group) break;
-        const float p = __shfl_sync(0xffffffffu, weight[h], key);
+        const float p = __shfl_sync(0xffffffffu, weight[h], owner);
 #pragma unroll
         for (int d = 0; d < kDims; ++d) acc[h][d] += p * v[d];
       }
@@ -328,48 +348,108 @@ struct WarpAttention {
   }
 };
 
-// The block's warps merged per head (warp w writes heads w, w + kWarps, ...: each lane four
-// dims): the final output with one split, else the split's partial record.
+// Partial results (max, sum, unnormalised values) rescaled to their common max and added:
+// each lane four dims of one head; `part(i)` is record i of `count`. With `out`, the
+// normalised result goes there; otherwise the combined record to `record`.
+struct RecordParts {
+  float4 values;
+  float max, sum;
+};
+
+struct MergedHead {
+  float4 sum = make_float4(0, 0, 0, 0);
+  float max = -FLT_MAX, total = 0.0f;
+};
+template <typename Record>
+__device__ MergedHead merge_records(int count, Record part) {
+  MergedHead merged;
+  for (int i = 0; i < count; ++i) {
+    const RecordParts record = part(i);
+    if (record.sum > 0.0f) merged.max = fmaxf(merged.max, record.max);
+  }
+  for (int i = 0; i < count; ++i) {
+    const RecordParts record = part(i);
+    if (record.sum == 0.0f) continue;
+    const float factor = __expf(record.max - merged.max);
+    merged.total += record.sum * factor;
+    const float4 p = record.values;
+    merged.sum.x += p.x * factor;
+    merged.sum.y += p.y * factor;
+    merged.sum.z += p.z * factor;
+    merged.sum.w += p.w * factor;
+  }
+  return merged;
+}
+__device__ void write_merged(const MergedHead& merged, float* out_head, float* record) {
+  const int lane = threadIdx.x % 32;
+  if (record == nullptr) {
+    const float total = merged.total;
+    reinterpret_cast<float4*>(out_head)[lane] = make_float4(
+        merged.sum.x / total, merged.sum.y / total, merged.sum.z / total, merged.sum.w / total);
+    return;
+  }
+  if (lane == 0) {
+    record[kGroupDim] = merged.max;
+    record[kGroupDim + 1] = merged.total;
+  }
+  reinterpret_cast<float4*>(record)[lane] = merged.sum;
+}
+
+// The block's warps merged per head (warp w takes heads w, w + kWarps, ...): the final output
+// with one split, else the split's partial record.
 template <int kGroup>
 __device__ void write_group(const GroupPartials<kGroup>& partials, int group, float* out,
                             float* partial_records) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int h = warp; h < group; h += kWarps) {
-    float total_max = -FLT_MAX;
-    for (int w = 0; w < kWarps; ++w) total_max = fmaxf(total_max, partials.maxes[w][h]);
-    float total = 0.0f;
-    float4 sum = make_float4(0, 0, 0, 0);
-    for (int w = 0; w < kWarps; ++w) {
-      if (partials.sums[w][h] == 0.0f) continue;
-      float factor = __expf(partials.maxes[w][h] - total_max);
-      total += partials.sums[w][h] * factor;
-      float4 p = partials.values[w][h][lane];
-      sum.x += p.x * factor;
-      sum.y += p.y * factor;
-      sum.z += p.z * factor;
-      sum.w += p.w * factor;
-    }
-    if (partial_records == nullptr) {
-      reinterpret_cast<float4*>(out + h * kGroupDim)[lane] =
-          make_float4(sum.x / total, sum.y / total, sum.z / total, sum.w / total);
-      continue;
-    }
-    float* record = partial_records + h * kPartialFloats;
-    if (lane == 0) {
-      record[kGroupDim] = total_max;
-      record[kGroupDim + 1] = total;
-    }
-    reinterpret_cast<float4*>(record)[lane] = sum;
+    const MergedHead merged = merge_records(kWarps, [&](int w) {
+      return RecordParts{partials.values[w][h][lane], partials.maxes[w][h], partials.sums[w][h]};
+    });
+    write_merged(merged, out + h * kGroupDim,
+                 partial_records ? partial_records + h * kPartialFloats : nullptr);
   }
+}
+
+// The splits' records of one (row, KV head) merged into the group's outputs, a warp per
+// head. The records come from other blocks: read through L2 (__ldcg), never a stale L1 line.
+__device__ void merge_splits(const float* records, int splits, int group, float* out) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int h = warp; h < group; h += kWarps) {
+    const MergedHead merged = merge_records(splits, [&](int split) {
+      const float* record = records + (int64_t{split} * kMaxGroup + h) * kPartialFloats;
+      return RecordParts{__ldcg(reinterpret_cast<const float4*>(record) + lane),
+                         __ldcg(record + kGroupDim), __ldcg(record + kGroupDim + 1)};
+    });
+    write_merged(merged, out + h * kGroupDim, nullptr);
+  }
+}
+
+// Whether this block is the last of its (row, KV head) to leave its record: it then merges
+// them all, and resets the arrival count for the next launch.
+__device__ bool last_to_arrive(unsigned* arrivals, int splits) {
+  __shared__ bool last;
+  __threadfence();  // this block's records visible before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(arrivals, 1u) == static_cast<unsigned>(splits - 1);
+    if (last) *arrivals = 0;
+  }
+  __syncthreads();
+  if (last) __threadfence();
+  return last;
 }
 
 // Block (row, KV head, split) for the common GQA shape: every K/V row is read once for all
 // the group's query heads. With several splits each block takes one contiguous share of the
-// keys and leaves its partial result in `partials` for merge_splits_kernel.
-template <typename T, int kGroup>
+// keys and leaves its partial result in `partials`; the last block of a (row, KV head) to
+// finish merges them when given `arrivals` (one zeroed counter per (row, KV head)), else
+// merge_splits_kernel does after.
+template <typename T, int kGroup, int kScoreLanes>
 __global__ void __launch_bounds__(kWarps * 32)
     grouped_attention_kernel(const float* q, int heads, AttentionBatch batch, PagedKvView cache,
-                             float scale, int window, float* out, float* partials) {
+                             float scale, int window, float* out, float* partials,
+                             unsigned* arrivals) {
+  using Attention = WarpAttention<T, kGroup, kScoreLanes>;
   release_dependents();
   await_producer();
   const int64_t row = blockIdx.x;
@@ -399,50 +479,43 @@ __global__ void __launch_bounds__(kWarps * 32)
   __syncthreads();
   const T* keys = static_cast<const T*>(cache.keys) + int64_t{kv_head} * kGroupDim;
   const T* values = static_cast<const T*>(cache.values) + int64_t{kv_head} * kGroupDim;
-  WarpAttention<T, kGroup> attention(group);
-  for (int64_t tile = first + int64_t{warp} * 32; tile <= last; tile += kWarps * 32) {
-    const int64_t j = min(tile + lane, last);
+  Attention attention(group);
+  for (int64_t tile = first + int64_t{warp} * Attention::kTile; tile <= last;
+       tile += kWarps * Attention::kTile) {
+    const int64_t j = min(tile + lane / kScoreLanes, last);
     const int64_t slot =
         int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
     attention.attend(keys, values, key_stride(cache), slot,
-                     static_cast<int>(min(int64_t{32}, last - tile + 1)), queries);
+                     static_cast<int>(min(int64_t{Attention::kTile}, last - tile + 1)), queries);
   }
   __shared__ GroupPartials<kGroup> warp_results;
   attention.store(warp_results, warp);
   __syncthreads();
-  float* records = splits == 1
-                       ? nullptr
-                       : partials + ((row * cache.num_kv_heads + kv_head) * splits + split) *
-                                        kMaxGroup * kPartialFloats;
-  write_group(warp_results, group, out + first_head * kGroupDim, records);
+  float* group_out = out + first_head * kGroupDim;
+  if (splits == 1) {
+    write_group(warp_results, group, group_out, nullptr);
+    return;
+  }
+  float* records = partials + (row * cache.num_kv_heads + kv_head) * splits * kMaxGroup *
+                                  int64_t{kPartialFloats};
+  write_group(warp_results, group, group_out, records + split * kMaxGroup * kPartialFloats);
+  if (arrivals && last_to_arrive(arrivals + row * cache.num_kv_heads + kv_head, splits))
+    merge_splits(records, splits, group, group_out);
 }
 
-// Block (row, query head): the splits' partial results rescaled to one max and added.
-__global__ void merge_splits_kernel(const float* partials, int heads, int num_kv_heads, int splits,
-                                    float* out) {
+// Block (row, KV head): the splits' partial records merged, for launches without arrival
+// counters.
+__global__ void __launch_bounds__(kWarps * 32)
+    merge_splits_kernel(const float* partials, int heads, int num_kv_heads, int splits,
+                        float* out) {
   release_dependents();
   await_producer();
   const int64_t row = blockIdx.x;
-  const int head = blockIdx.y;
+  const int kv_head = blockIdx.y;
   const int group = heads / num_kv_heads;
-  const int kv_head = head / group, h = head % group;
-  const int d = threadIdx.x;
-  auto part = [&](int split) {
-    return partials +
-           (((row * num_kv_heads + kv_head) * splits + split) * kMaxGroup + h) * kPartialFloats;
-  };
-  float total_max = -FLT_MAX;
-  for (int split = 0; split < splits; ++split)
-    if (part(split)[kGroupDim + 1] > 0.0f) total_max = fmaxf(total_max, part(split)[kGroupDim]);
-  float total = 0.0f, sum = 0.0f;
-  for (int split = 0; split < splits; ++split) {
-    const float* p = part(split);
-    if (p[kGroupDim + 1] == 0.0f) continue;
-    float factor = __expf(p[kGroupDim] - total_max);
-    total += p[kGroupDim + 1] * factor;
-    sum += p[d] * factor;
-  }
-  out[(row * heads + head) * kGroupDim + d] = sum / total;
+  merge_splits(
+      partials + (row * num_kv_heads + kv_head) * splits * kMaxGroup * int64_t{kPartialFloats},
+      splits, group, out + (row * heads + int64_t{kv_head} * group) * kGroupDim);
 }
 
 }  // namespace
@@ -483,18 +556,88 @@ void rope_kv_write(float* q, int heads, float* k, const float* v, const float* c
 
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context) {
   // Enough blocks for eight per multiprocessor of an H200 (32 warps: a warp streams one key
-  // at a time, so the SM needs many of them to keep loads in flight), at least 32 keys each
-  // (8 per warp). Two per SM left 64 x 2000-token batches at 0.9 TB/s with bf16 K/V.
+  // at a time, so the SM needs many of them to keep loads in flight), at least one tile per
+  // warp. Two per SM left 64 x 2000-token batches at 0.9 TB/s with bf16 K/V.
   constexpr int64_t kTargetBlocks = 132 * 8;
-  int64_t blocks = std::max<int64_t>(1, rows * num_kv_heads);
-  int64_t wanted = std::min<int64_t>((kTargetBlocks + blocks - 1) / blocks,
-                                     (max_context + kKeysPerSplit - 1) / kKeysPerSplit);
+  const int64_t blocks = std::max<int64_t>(1, rows * num_kv_heads);
+  const int64_t keys = keys_per_split(rows);
+  const int64_t wanted =
+      std::min<int64_t>((kTargetBlocks + blocks - 1) / blocks, (max_context + keys - 1) / keys);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, 64));
 }
 
 size_t paged_attention_workspace_floats(int64_t rows, int num_kv_heads, int splits) {
   return static_cast<size_t>(rows * num_kv_heads * splits) * kMaxGroup * kPartialFloats;
 }
+
+namespace {
+
+// grouped_attention_kernel's arguments after the launch shape.
+struct GroupedArgs {
+  const float* q;
+  int heads;
+  AttentionBatch batch;
+  PagedKvView cache;
+  float scale;
+  int window;
+  float* out;
+  float* partials;
+  unsigned* arrivals;
+};
+
+// The grouped kernel for the group size (registers sized to it, up to the next power of
+// two: a group of 4, Llama 3 8B's, in a kernel sized for 8 held half the warps an SM could
+// run) and the lanes per key.
+template <typename T, int kScoreLanes>
+void launch_grouped(int group, dim3 grid, cudaStream_t stream, const GroupedArgs& a) {
+  auto launch = [&](auto kernel) {
+    launch_overlapped(kernel, grid, kWarps * 32, 0, stream, a.q, a.heads, a.batch, a.cache, a.scale,
+                      a.window, a.out, a.partials, a.arrivals);
+  };
+  if (group <= 1) {
+    launch(grouped_attention_kernel<T, 1, kScoreLanes>);
+  } else if (group <= 2) {
+    launch(grouped_attention_kernel<T, 2, kScoreLanes>);
+  } else if (group <= 4) {
+    launch(grouped_attention_kernel<T, 4, kScoreLanes>);
+  } else {
+    launch(grouped_attention_kernel<T, kMaxGroup, kScoreLanes>);
+  }
+}
+
+void grouped_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
+                       const PagedKvView& cache, float scale, int window, float* out,
+                       cudaStream_t stream, SplitKeys split, float* workspace,
+                       size_t workspace_floats) {
+  const int group = heads / cache.num_kv_heads;
+  const int splits = workspace ? split.splits : 1;
+  if (workspace &&
+      workspace_floats < paged_attention_workspace_floats(rows, cache.num_kv_heads, splits))
+    fail("paged_attention: the workspace holds too few floats for {} splits", splits);
+  // Arrival counters let the last split merge; without enough of them a merge kernel does.
+  unsigned* arrivals =
+      splits > 1 && split.arrival_slots >= rows * cache.num_kv_heads ? split.arrivals : nullptr;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
+                  static_cast<unsigned>(splits));
+  const GroupedArgs args{q, heads, batch, cache, scale, window, out, workspace, arrivals};
+  const bool lane_per_key = score_lanes(rows) == 1;
+  if (cache.dtype == DType::kBF16) {
+    lane_per_key ? launch_grouped<__nv_bfloat16, 1>(group, grid, stream, args)
+                 : launch_grouped<__nv_bfloat16, 4>(group, grid, stream, args);
+  } else {
+    lane_per_key ? launch_grouped<float, 1>(group, grid, stream, args)
+                 : launch_grouped<float, 4>(group, grid, stream, args);
+  }
+  check_launch("paged_attention (grouped)");
+  if (splits > 1 && arrivals == nullptr) {
+    const dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads));
+    launch_overlapped(merge_splits_kernel, merge_grid, kWarps * 32, 0, stream, workspace, heads,
+                      cache.num_kv_heads, splits, out);
+    check_launch("paged_attention (merge)");
+  }
+}
+
+}  // namespace
 
 void paged_attention(const float* q, int64_t rows, int heads, const AttentionBatch& batch,
                      const PagedKvView& cache, float scale, int window, float* out,
@@ -505,42 +648,10 @@ void paged_attention(const float* q, int64_t rows, int heads, const AttentionBat
   if (heads % cache.num_kv_heads != 0)
     fail("paged_attention: {} heads over {} KV heads", heads, cache.num_kv_heads);
   if (rows == 0) return;
-  const int group = heads / cache.num_kv_heads;
   if (cache.key_dim == kGroupDim && cache.value_dim == kGroupDim && !cache.values_in_keys &&
-      group <= kMaxGroup) {
-    const int splits = workspace ? split.splits : 1;
-    if (workspace &&
-        workspace_floats < paged_attention_workspace_floats(rows, cache.num_kv_heads, splits))
-      fail("paged_attention: the workspace holds too few floats for {} splits", splits);
-    dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(cache.num_kv_heads),
-              static_cast<unsigned>(splits));
-    auto launch = [&](auto kernel) {
-      launch_overlapped(kernel, grid, kWarps * 32, 0, stream, q, heads, batch, cache, scale, window,
-                        out, workspace);
-    };
-    // Registers sized to the group (up to the next power of two): a group of 4 (Llama 3 8B)
-    // in a kernel sized for 8 held half the warps an SM could run.
-    const bool bf16 = cache.dtype == DType::kBF16;
-    if (group <= 1) {
-      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, 1>)
-           : launch(grouped_attention_kernel<float, 1>);
-    } else if (group <= 2) {
-      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, 2>)
-           : launch(grouped_attention_kernel<float, 2>);
-    } else if (group <= 4) {
-      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, 4>)
-           : launch(grouped_attention_kernel<float, 4>);
-    } else {
-      bf16 ? launch(grouped_attention_kernel<__nv_bfloat16, kMaxGroup>)
-           : launch(grouped_attention_kernel<float, kMaxGroup>);
-    }
-    check_launch("paged_attention (grouped)");
-    if (splits > 1) {
-      dim3 merge_grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));
-      launch_overlapped(merge_splits_kernel, merge_grid, kGroupDim, 0, stream, workspace, heads,
-                        cache.num_kv_heads, splits, out);
-      check_launch("paged_attention (merge)");
-    }
+      heads / cache.num_kv_heads <= kMaxGroup) {
+    grouped_attention(q, rows, heads, batch, cache, scale, window, out, stream, split, workspace,
+                      workspace_floats);
     return;
   }
   dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(heads));

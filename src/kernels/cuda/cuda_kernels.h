@@ -120,8 +120,12 @@ void kv_write(const float* k, const float* v, const int64_t* slot_mapping, int64
 // How many contiguous shares of its keys each (row, KV head) of paged_attention is split
 // into, for a batch whose longest context is `max_context` (decode of few sequences needs
 // many to fill the chip); and the workspace floats that many splits need.
+// With `arrivals` (at least rows * num_kv_heads zeroed counters, left zeroed) the last split
+// of each (row, KV head) merges them; otherwise a merge kernel runs after.
 struct SplitKeys {
   int splits = 1;
+  unsigned* arrivals = nullptr;
+  int64_t arrival_slots = 0;
 };
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context);
 size_t paged_attention_workspace_floats(int64_t rows, int num_kv_heads, int splits);

@@ -88,6 +88,7 @@ class CudaOps final : public Ops {
     name_ = std::string("cuda-") + properties.name;
     lt_ = std::make_unique<LtMatmul>();
     configure_few_rows_kernels();
+    attention_arrivals_ = allocate(kAttentionArrivalSlots * sizeof(unsigned));
   }
 
   std::string name() const override { return name_; }
@@ -415,7 +416,9 @@ class CudaOps final : public Ops {
     size_t floats = paged_attention_workspace_floats(rows, cache.num_kv_heads, splits);
     BackendMemory workspace = splits > 1 ? allocate_scratch(floats * sizeof(float)) : nullptr;
     cuda::paged_attention(q.as<const float>(), rows, heads, batch, cache, scale, window,
-                          out.as<float>(), stream(), SplitKeys{splits},
+                          out.as<float>(), stream(),
+                          SplitKeys{splits, static_cast<unsigned*>(attention_arrivals_.get()),
+                                    kAttentionArrivalSlots},
                           static_cast<float*>(workspace.get()), splits > 1 ? floats : 0);
   }
 
@@ -525,11 +528,15 @@ class CudaOps final : public Ops {
     }
   }
 
+  // Split decode attention's per-(row, KV head) counters: the last split to finish merges.
+  static constexpr int64_t kAttentionArrivalSlots = 16384;
+
   int device_;
   std::string name_;
   std::shared_ptr<CUstream_st> stream_;
   std::unique_ptr<LtMatmul> lt_;
   ExpertTables expert_tables_;
+  BackendMemory attention_arrivals_;
 };
 
 }  // namespace
