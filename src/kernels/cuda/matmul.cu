@@ -1,17 +1,16 @@
-// Products with bf16 and FP8 weights: a bandwidth-bound kernel for decode's few rows, and
-// cuBLASLt on the tensor cores for prefill.
-#include <cublasLt.h>
+// Products with bf16, f16 and FP8 weights for decode's few rows: bandwidth-bound kernels.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <map>
-#include <memory>
-#include <tuple>
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 #include <utility>
 
 #include "core/error.h"
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
@@ -201,47 +200,192 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels (outside
-// any graph capture): multiprocessors, shared memory per multiprocessor, and blocks per
-// multiprocessor as registers allow, per row count (bf16 and FP8 alike: the larger).
-struct StagedLimits {
-  int sms = 0;
-  int64_t shared_per_sm = 0;
-  int by_registers[9] = {};
+// Weight rows streamed through shared memory by the bulk-copy engine. Each warp walks its
+// columns (every gridDim.x * 8-th, as in the staged kernel) as one stream of segments of
+// `segment_chunks` 16-byte chunks, `stages` of them in flight in its own ring: the next
+// column's first segments are on their way while the warp finishes the current one, and
+// loads in flight cost no registers. A lane takes the chunks of its own residue mod 32 in
+// order, as column_product does, so the sums are the same to the bit. x is staged (and
+// normalised) in shared memory after the ring when the products carry a norm, else read
+// through L1/L2.
+constexpr int kMaxStages = 8;
+
+struct StreamShape {
+  int stages;
+  int segment_chunks;  // a multiple of 32
 };
-StagedLimits staged_limits;
+
+template <typename Chunks>
+struct WarpStream {
+  const Products<Chunks>* products;
+  uint4* ring;
+  uint64_t* barriers;
+  int64_t first_column, column_stride, chunks, segments_per_row;
+  StreamShape shape;
+
+  __device__ int64_t column_of_segment(int64_t s) const {
+    return first_column + s / segments_per_row * column_stride;
+  }
+  // Run by one lane: segment s into its ring slot.
+  __device__ void issue(int64_t s) const {
+    const Column<Chunks> c = column_of(*products, column_of_segment(s), chunks);
+    const int64_t first = s % segments_per_row * shape.segment_chunks;
+    const int64_t count = min(int64_t{shape.segment_chunks}, chunks - first);
+    const int slot = static_cast<int>(s % shape.stages);
+    bulk_copy(ring + int64_t{slot} * shape.segment_chunks, c.row + first,
+              static_cast<uint32_t>(count * 16), barriers + slot);
+  }
+  __device__ const uint4* await_segment(int64_t s) const {
+    const int slot = static_cast<int>(s % shape.stages);
+    await_copy(barriers + slot, static_cast<uint32_t>(s / shape.stages % 2));
+    return ring + int64_t{slot} * shape.segment_chunks;
+  }
+};
 
 template <int kRows, typename Chunks>
-void find_register_limit() {
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    streamed_few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products,
+                             int64_t k, StreamShape shape) {
+  constexpr int kPer = Chunks::kPerChunk;
+  extern __shared__ uint4 ring_and_x[];
+  __shared__ uint64_t barriers[kWarpsPerBlock][kMaxStages];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t chunks = k / kPer, columns = products.end[products.count - 1];
+  WarpStream<Chunks> stream{&products,
+                            ring_and_x + int64_t{warp} * shape.stages * shape.segment_chunks,
+                            barriers[warp],
+                            blockIdx.x * int64_t{kWarpsPerBlock} + warp,
+                            int64_t{gridDim.x} * kWarpsPerBlock,
+                            chunks,
+                            (chunks + shape.segment_chunks - 1) / shape.segment_chunks,
+                            shape};
+  const int64_t own_columns =
+      stream.first_column < columns
+          ? (columns - stream.first_column + stream.column_stride - 1) / stream.column_stride
+          : 0;
+  const int64_t segments = own_columns * stream.segments_per_row;
+  release_dependents();
+  // The weights are no kernel's output: the first segments are requested before the wait.
+  if (lane == 0) {
+    for (int slot = 0; slot < shape.stages; ++slot) init_copy_barrier(barriers[warp] + slot);
+    publish_copy_barriers();
+    for (int64_t s = 0; s < min(int64_t{shape.stages}, segments); ++s) stream.issue(s);
+  }
+  __syncwarp();
+  await_producer();
+  const float* x = x_global;
+  if (products.norm.weight) {
+    auto* staged = reinterpret_cast<float4*>(ring_and_x + int64_t{kWarpsPerBlock} * shape.stages *
+                                                              shape.segment_chunks);
+    const auto* from = reinterpret_cast<const float4*>(x_global);
+    for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
+    __syncthreads();
+    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
+    x = reinterpret_cast<const float*>(staged);
+  }
+  float acc[kRows] = {};
+  Column<Chunks> c;
+  for (int64_t s = 0; s < segments; ++s) {
+    const int64_t segment_in_row = s % stream.segments_per_row;
+    if (segment_in_row == 0) c = column_of(products, stream.column_of_segment(s), chunks);
+    const uint4* segment = stream.await_segment(s);
+    const int64_t first = segment_in_row * shape.segment_chunks;
+    const int count = static_cast<int>(min(int64_t{shape.segment_chunks}, chunks - first));
+    for (int i = lane; i < count; i += 32) {
+      float w[kPer];
+      c.format.widen(segment[i], w);
+      const float scale = c.format.scale(c.index, first + i);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        acc[r] += chunk_dot<kPer>(w, x + r * k + (first + i) * kPer) * scale;
+    }
+    __syncwarp();  // every lane is done with the slot before it is refilled
+    if (lane == 0 && s + shape.stages < segments) {
+      order_before_bulk_copy();
+      stream.issue(s + shape.stages);
+    }
+    if (segment_in_row == stream.segments_per_row - 1) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        float sum = acc[r];
+        for (int offset = 16; offset > 0; offset /= 2)
+          sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        if (lane == 0) c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sum : sum;
+        acc[r] = 0.0f;
+      }
+    }
+  }
+}
+
+// What bounds the staged and streamed kernels' resident blocks, found by
+// configure_few_rows_kernels (outside any graph capture): multiprocessors, shared memory per
+// multiprocessor and per block, and blocks per multiprocessor as registers allow, per row
+// count (bf16, f16 and FP8 alike: the larger).
+struct StagedLimits {
+  int sms = 0;
+  int64_t shared_per_sm = 0, shared_per_block = 0;
+  int by_registers[9] = {}, streamed_by_registers[9] = {};
+};
+StagedLimits staged_limits;
+WeightStreaming streaming;
+
+template <int kRows, typename Chunks>
+void find_register_limits() {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, staged_few_rows_kernel<kRows, Chunks>,
                                                     kWarpsPerBlock * 32, 0) == cudaSuccess)
     staged_limits.by_registers[kRows] = std::max(staged_limits.by_registers[kRows], per_sm);
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, streamed_few_rows_kernel<kRows, Chunks>, kWarpsPerBlock * 32, 0) == cudaSuccess)
+    staged_limits.streamed_by_registers[kRows] =
+        std::max(staged_limits.streamed_by_registers[kRows], per_sm);
 }
 
-// Blocks of the staged kernel that fit on the GPU at once with `staged_bytes` each (the
-// runtime reserves 1 KB of shared memory per block besides).
-int64_t resident_blocks(int rows, size_t staged_bytes) {
+// Blocks that fit on the GPU at once with `shared_bytes` each (the runtime reserves 1 KB of
+// shared memory per block besides, and the kernels' static shared memory takes under 1 KB).
+int64_t resident_blocks(int by_registers, size_t shared_bytes) {
   const int64_t by_shared =
-      staged_limits.shared_per_sm / (static_cast<int64_t>(staged_bytes) + 1024);
-  const int64_t per_sm = std::min<int64_t>(by_shared, staged_limits.by_registers[rows]);
+      staged_limits.shared_per_sm / (static_cast<int64_t>(shared_bytes) + 2048);
+  const int64_t per_sm = std::min<int64_t>(by_shared, by_registers);
   return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
 }
 
-// x is staged when the products normalise it (the norm needs all of x in the block); plain
-// products read x through L2, which measured faster for them.
+// As few blocks as take the same number of column groups each, no more than fit at once: a
+// grid of all resident blocks left some warps one column more than the rest (gate/up: 14
+// columns against 13).
+unsigned balanced_blocks(int64_t column_blocks, int64_t resident) {
+  const int64_t per_block = (column_blocks + resident - 1) / resident;
+  return static_cast<unsigned>((column_blocks + per_block - 1) / per_block);
+}
+
+// Streamed when streaming is on and the ring (and x, to normalise) fit a block's shared
+// memory; otherwise x is staged when the products normalise it (the norm needs all of x in
+// the block), and plain products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const size_t staged_bytes =
+      products.norm.weight ? static_cast<size_t>(kRows * k) * sizeof(float) : 0;
+  const StreamShape shape{streaming.stages, streaming.segment_bytes / 16};
+  const size_t streamed_bytes =
+      size_t{kWarpsPerBlock} * streaming.stages * streaming.segment_bytes + staged_bytes;
+  if (streaming.stages > 0 &&
+      static_cast<int64_t>(streamed_bytes) <= staged_limits.shared_per_block) {
+    const int64_t resident =
+        resident_blocks(staged_limits.streamed_by_registers[kRows], streamed_bytes);
+    launch_overlapped(streamed_few_rows_kernel<kRows, Chunks>,
+                      balanced_blocks(column_blocks, resident), kWarpsPerBlock * 32, streamed_bytes,
+                      stream, x, products, k, shape);
+    return;
+  }
   if (!products.norm.weight) {
     launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
                       kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
   }
-  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
-  const auto blocks =
-      static_cast<unsigned>(std::min(column_blocks, resident_blocks(kRows, staged_bytes)));
+  const auto blocks = static_cast<unsigned>(
+      std::min(column_blocks, resident_blocks(staged_limits.by_registers[kRows], staged_bytes)));
   launch_overlapped(staged_few_rows_kernel<kRows, Chunks>, blocks, kWarpsPerBlock * 32,
                     staged_bytes, stream, x, products, k);
 }
@@ -278,25 +422,9 @@ Products<Chunks> single_product(const void* weight, Chunks format, int64_t n, fl
   return products;
 }
 
-// x rounded to the weight's 16-bit type, the activations cuBLASLt multiplies.
-__global__ void to_half_kernel(const float* x, void* out, bool bf16, int64_t count) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    if (bf16) {
-      static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(x[i]);
-    } else {
-      static_cast<__half*>(out)[i] = __float2half_rn(x[i]);
-    }
-  }
-}
-
 void check_attribute(cudaError_t status) {
   if (status != cudaSuccess)
     fail("few-rows products: setting up the kernels: {}", cudaGetErrorString(status));
-}
-
-void check_lt(cublasStatus_t status, const char* what) {
-  if (status != CUBLAS_STATUS_SUCCESS) fail("cuBLASLt {}: status {}", what, int(status));
 }
 
 }  // namespace
@@ -310,29 +438,62 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 namespace {
 
 // The staged kernels may use kMaxStagedBytes of dynamic shared memory (over the 48 KB
-// default), for every row count.
+// default), the streamed ones all a block may have, for every row count.
 template <typename Chunks, int... kMinusOne>
-void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
+void allow_large_shared(std::integer_sequence<int, kMinusOne...>) {
   (check_attribute(cudaFuncSetAttribute(staged_few_rows_kernel<kMinusOne + 1, Chunks>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kMaxStagedBytes))),
    ...);
-  (find_register_limit<kMinusOne + 1, Chunks>(), ...);
+  (check_attribute(cudaFuncSetAttribute(streamed_few_rows_kernel<kMinusOne + 1, Chunks>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(staged_limits.shared_per_block))),
+   ...);
+  (find_register_limits<kMinusOne + 1, Chunks>(), ...);
+}
+
+// DEEPINFER_CUDA_STREAM: "off", or "STAGES:SEGMENT_BYTES".
+WeightStreaming streaming_from_environment() {
+  const char* text = std::getenv("DEEPINFER_CUDA_STREAM");
+  if (text == nullptr || *text == 0) return WeightStreaming{};
+  if (std::string_view(text) == "off") return WeightStreaming{0, 0};
+  WeightStreaming wanted{};
+  if (std::sscanf(text, "%d:%d", &wanted.stages, &wanted.segment_bytes) != 2)
+    fail("DEEPINFER_CUDA_STREAM: \"{}\" is neither off nor STAGES:SEGMENT_BYTES", text);
+  return wanted;
 }
 
 }  // namespace
 
+void set_weight_streaming(WeightStreaming wanted) {
+  if (wanted.stages != 0 && (wanted.stages < 2 || wanted.stages > kMaxStages ||
+                             wanted.segment_bytes < 512 || wanted.segment_bytes % 512 != 0))
+    fail("weight streaming: {} stages of {} bytes (0 stages, or 2 to {} of a multiple of 512)",
+         wanted.stages, wanted.segment_bytes, kMaxStages);
+  streaming = wanted;
+}
+
+WeightStreaming weight_streaming() {
+  return streaming;
+}
+
 void configure_few_rows_kernels() {
-  int device = 0, shared = 0;
+  int device = 0, shared = 0, per_block = 0;
   check_attribute(cudaGetDevice(&device));
   check_attribute(
       cudaDeviceGetAttribute(&staged_limits.sms, cudaDevAttrMultiProcessorCount, device));
   check_attribute(
       cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  check_attribute(
+      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   staged_limits.shared_per_sm = shared;
-  allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
-  allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
-  allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
+  // The streamed kernel's barriers and the norm's partial sums are static shared memory
+  // (under 1 KB) besides the dynamic ring.
+  staged_limits.shared_per_block = per_block - 1024;
+  allow_large_shared<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
+  allow_large_shared<F16Chunks>(std::make_integer_sequence<int, 8>{});
+  allow_large_shared<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
+  set_weight_streaming(streaming_from_environment());
 }
 
 bool few_rows_can_normalise(int64_t rows, int64_t k) {
@@ -369,98 +530,6 @@ void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* sca
                          int64_t n, int64_t k, float* y, cudaStream_t stream) {
   Fp8Chunks format{scales, (k + kScaleBlock - 1) / kScaleBlock};
   launch_few_rows(x, single_product(weight, format, n, y), rows, k, stream, "matmul_fp8_few_rows");
-}
-
-// A product shape's descriptors and algorithm, made once: the heuristic query alone costs
-// tens of microseconds of host time, and a 64-way decode step runs 224 such products.
-struct LtPlan {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-
-  LtPlan() = default;
-  LtPlan(const LtPlan&) = delete;
-  LtPlan& operator=(const LtPlan&) = delete;
-  ~LtPlan() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (op) cublasLtMatmulDescDestroy(op);
-  }
-};
-
-struct LtMatmul::Impl {
-  cublasLtHandle_t handle = nullptr;
-  DeviceBuffer workspace{size_t{32} << 20};
-  // Keyed by (bf16, rows, n, k); prompt chunks bring many row counts, so the cache is bounded.
-  std::map<std::tuple<bool, int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
-  static constexpr size_t kMaxPlans = 4096;
-
-  const LtPlan& plan(bool bf16, int64_t rows, int64_t n, int64_t k);
-};
-
-// Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
-const LtPlan& LtMatmul::Impl::plan(bool bf16, int64_t rows, int64_t n, int64_t k) {
-  std::unique_ptr<LtPlan>& slot = plans[{bf16, rows, n, k}];
-  if (slot) return *slot;
-  auto made = std::make_unique<LtPlan>();
-  check_lt(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  cublasOperation_t transpose = CUBLAS_OP_T;
-  check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
-                                          sizeof(transpose)),
-           "transa");
-  auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-  check_lt(cublasLtMatrixLayoutCreate(&made->a, type, u(k), u(n), k), "layout a");
-  check_lt(cublasLtMatrixLayoutCreate(&made->b, type, u(k), u(rows), k), "layout b");
-  check_lt(cublasLtMatrixLayoutCreate(&made->d, CUDA_R_32F, u(n), u(rows), n), "layout d");
-  cublasLtMatmulPreference_t preference = nullptr;
-  check_lt(cublasLtMatmulPreferenceCreate(&preference), "preference");
-  size_t workspace_bytes = workspace.bytes();
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  cublasStatus_t status =
-      cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                           &workspace_bytes, sizeof(workspace_bytes));
-  if (status == CUBLAS_STATUS_SUCCESS)
-    status = cublasLtMatmulAlgoGetHeuristic(handle, made->op, made->a, made->b, made->d, made->d,
-                                            preference, 1, &heuristic, &found);
-  cublasLtMatmulPreferenceDestroy(preference);
-  check_lt(status, "heuristic");
-  if (found == 0)
-    fail("cuBLASLt: no algorithm for a {} {}x{}x{} product", bf16 ? "bf16" : "f16", rows, n, k);
-  made->algo = heuristic.algo;
-  if (plans.size() > kMaxPlans) {
-    plans.clear();
-    return *(plans[{bf16, rows, n, k}] = std::move(made));
-  }
-  slot = std::move(made);
-  return *slot;
-}
-
-LtMatmul::LtMatmul() : impl_(std::make_unique<Impl>()) {
-  check_lt(cublasLtCreate(&impl_->handle), "create");
-}
-
-LtMatmul::~LtMatmul() {
-  impl_->plans.clear();
-  if (impl_->handle) cublasLtDestroy(impl_->handle);
-}
-
-void LtMatmul::run(const float* x, uint16_t* x_rounded, const uint16_t* weight, DType dtype,
-                   int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream) {
-  if (dtype != DType::kBF16 && dtype != DType::kF16)
-    fail("cuBLASLt products take bf16 or f16 weights, not {}", dtype_name(dtype));
-  const bool bf16 = dtype == DType::kBF16;
-  const int64_t count = rows * k;
-  auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
-  to_half_kernel<<<blocks, 256, 0, stream>>>(x, x_rounded, bf16, count);
-  check_launch("rounding x for cuBLASLt");
-  const LtPlan& p = impl_->plan(bf16, rows, n, k);
-  const float one = 1.0f, zero = 0.0f;
-  check_lt(cublasLtMatmul(impl_->handle, p.op, &one, weight, p.a, x_rounded, p.b, &zero, y, p.d, y,
-                          p.d, &p.algo, impl_->workspace.data(), impl_->workspace.bytes(), stream),
-           "matmul");
 }
 
 }  // namespace deepinfer::cuda
