@@ -96,7 +96,7 @@ void bench_one_sequence_decode_attention(double bandwidth) {
 }
 // Llama-3.1-8B's 32 layers of decode products as the model issues them: q/k/v and gate/up
 // each one launch that first RMS-normalises x (staged in shared memory), o and down adding
-// into the residual; for each way of streaming the weights (the default first).
+// into the residual.
 void bench_model_layer_products(double bandwidth) {
   DeviceBuffer qkv = random_bf16(6144 * 4096, 71), o = random_bf16(4096 * 4096, 72),
                gate_up = random_bf16(28672 * 4096, 73), down = random_bf16(4096 * 14336, 74);
@@ -113,29 +113,18 @@ void bench_model_layer_products(double bandwidth) {
   const FewRowsProduct o_job = one(o, 4096, hidden.as<float>(), true);
   const FewRowsProduct down_job = one(down, 4096, hidden.as<float>(), true);
   const double bytes = 32.0 * 2 * (6144 + 4096 + 28672) * 4096 + 32.0 * 2 * 4096 * 14336;
-  const WeightStreaming initial = weight_streaming();
-  for (WeightStreaming shape :
-       {initial, WeightStreaming{0, 0}, WeightStreaming{2, 4096}, WeightStreaming{3, 4096},
-        WeightStreaming{4, 2048}, WeightStreaming{4, 4096}, WeightStreaming{6, 2048},
-        WeightStreaming{8, 1024}, WeightStreaming{8, 2048}}) {
-    set_weight_streaming(shape);
-    double ms = median_ms([&](int) {
-      for (int repeat = 0; repeat < 32; ++repeat) {
-        matmul_bf16_few_rows(hidden.as<float>(), &qkv_job, 1, 1, 4096, nullptr, &rms);
-        matmul_bf16_few_rows(act.as<float>(), &o_job, 1, 1, 4096);
-        matmul_bf16_few_rows(hidden.as<float>(), &gate_up_job, 1, 1, 4096, nullptr, &rms);
-        matmul_bf16_few_rows(act.as<float>(), &down_job, 1, 1, 14336);
-      }
-    });
-    fmt::print(
-        "8B decode products as the model issues them (norms inside q/k/v and gate/up, "
-        "residual adds inside o and down), weights {}: {:.2f} ms, {:.2f} TB/s ({:.0f}% of "
-        "copy)\n",
-        shape.stages == 0 ? std::string("loaded into registers")
-                          : fmt::format("streamed {} x {} B", shape.stages, shape.segment_bytes),
-        ms, bytes / (ms * 1e-3) / 1e12, 100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
-  }
-  set_weight_streaming(initial);
+  double ms = median_ms([&](int) {
+    for (int repeat = 0; repeat < 32; ++repeat) {
+      matmul_bf16_few_rows(hidden.as<float>(), &qkv_job, 1, 1, 4096, nullptr, &rms);
+      matmul_bf16_few_rows(act.as<float>(), &o_job, 1, 1, 4096);
+      matmul_bf16_few_rows(hidden.as<float>(), &gate_up_job, 1, 1, 4096, nullptr, &rms);
+      matmul_bf16_few_rows(act.as<float>(), &down_job, 1, 1, 14336);
+    }
+  });
+  fmt::print(
+      "8B decode products as the model issues them (norms inside q/k/v and gate/up, residual "
+      "adds inside o and down): {:.2f} ms, {:.2f} TB/s ({:.0f}% of copy)\n",
+      ms, bytes / (ms * 1e-3) / 1e12, 100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
 }
 
 }  // namespace

@@ -12,7 +12,6 @@
 #include <random>
 
 #include "core/dtype.h"
-#include "core/error.h"
 #include "kernels/ops.h"
 
 namespace deepinfer::cuda {
@@ -141,52 +140,6 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
     synchronize();
     EXPECT_LT(relative_error(download(dy), want), 1e-2) << rows << " rows (cuBLASLt)";
   }
-}
-
-// The few-rows products stream weights through shared memory (several ring shapes, a
-// segment count that leaves a ragged last segment) or load them into registers: the same
-// chunks in the same order per lane, so the same bits. Three products of one x with the norm
-// inside and one accumulating, and an FP8 product.
-TEST_F(CudaKernels, FewRowsProductsStreamedOrLoadedAgreeToTheBit) {
-  const WeightStreaming initial = weight_streaming();
-  const int64_t k = 2000;
-  const std::vector<int64_t> widths = {640, 128, 200};
-  std::vector<DeviceBuffer> weights;
-  for (int64_t n : widths) weights.push_back(upload(to_bf16(random(n * k, 0.05f))));
-  std::vector<uint8_t> fp8_weight(size_t{300} * k);
-  for (uint8_t& w : fp8_weight) w = f32_to_f8e4m3(random(1)[0]);
-  DeviceBuffer norm_weight = upload(to_bf16(random(k))), fp8 = upload(fp8_weight);
-  DeviceBuffer fp8_scales = upload(random(3 * 16, 0.01f));
-  for (int64_t rows : {1, 3, 8}) {
-    DeviceBuffer x = upload(random(rows * k));
-    const std::vector<float> start = random(rows * 200);
-    auto run = [&](WeightStreaming shape) {
-      set_weight_streaming(shape);
-      std::vector<DeviceBuffer> ys;
-      FewRowsProduct products[3];
-      for (int i = 0; i < 3; ++i) {
-        ys.push_back(i == 2 ? upload(start) : poisoned(rows * widths[i]));
-        products[i] = {weights[i].as<uint16_t>(), widths[i], ys.back().as<float>(), i == 2};
-      }
-      FewRowsNorm norm{norm_weight.data(), DType::kBF16, 1e-5f};
-      matmul_bf16_few_rows(x.as<float>(), products, 3, rows, k, nullptr, &norm);
-      ys.push_back(poisoned(rows * 300));
-      matmul_fp8_few_rows(x.as<float>(), fp8.as<uint8_t>(), fp8_scales.as<float>(), rows, 300, k,
-                          ys.back().as<float>());
-      std::vector<std::vector<float>> out;
-      for (const DeviceBuffer& y : ys) out.push_back(download(y));
-      return out;
-    };
-    const auto loaded = run(WeightStreaming{0, 0});
-    for (WeightStreaming shape :
-         {WeightStreaming{2, 512}, WeightStreaming{4, 2048}, WeightStreaming{8, 1024}}) {
-      EXPECT_EQ(run(shape), loaded)
-          << rows << " rows, " << shape.stages << " stages of " << shape.segment_bytes << " bytes";
-    }
-  }
-  set_weight_streaming(initial);
-  EXPECT_THROW(set_weight_streaming(WeightStreaming{3, 1000}), Error);
-  EXPECT_THROW(set_weight_streaming(WeightStreaming{9, 512}), Error);
 }
 
 // DeepSeek-style FP8: e4m3 weights with a scale per 128 x 128 block, against the CPU's

@@ -48,6 +48,10 @@ void synchronize();
 // Whether kernels that may overlap their predecessor (programmatic dependent launch, see
 // overlap.cuh) are launched that way; DEEPINFER_CUDA_OVERLAP=0 turns it off.
 bool overlap_launches();
+// How much of each warp's first weight row the few-rows products ask into L2 before they
+// wait for their predecessor (beyond the loads they already issue then), in bytes;
+// DEEPINFER_CUDA_L2_PREFETCH sets it (0: none).
+int64_t weight_prefetch_bytes();
 
 // y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32, bf16 or f16.
 // Rows start `x_stride` / `y_stride` floats apart (a slice of wider rows, as MLA's latents).
@@ -103,17 +107,6 @@ void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int co
 // Once per device, before any few-rows product (and outside graph capture): lets the
 // kernels that stage x in shared memory use more than the default 48 KB of it.
 void configure_few_rows_kernels();
-// How the few-rows products bring in their weights: the bulk-copy engine streaming each
-// warp's weight rows through shared memory, `stages` segments of `segment_bytes` in flight
-// per warp (loads in flight then hold no registers); 0 stages: every lane loads into its
-// registers. configure_few_rows_kernels sets it from DEEPINFER_CUDA_STREAM ("off" or
-// "STAGES:SEGMENT_BYTES"); change it outside graph capture only.
-struct WeightStreaming {
-  int stages = 4;
-  int segment_bytes = 2048;
-};
-void set_weight_streaming(WeightStreaming wanted);
-WeightStreaming weight_streaming();
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

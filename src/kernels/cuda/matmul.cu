@@ -4,14 +4,11 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "core/error.h"
-#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
@@ -33,6 +30,7 @@ struct Products {
   bool accumulate[kMaxProducts];
   int count;
   FewRowsNorm norm;  // weight null: x is read as it is
+  int64_t prefetch_bytes;
 };
 
 __device__ float norm_scale(const FewRowsNorm& norm, int64_t i) {
@@ -138,6 +136,19 @@ __device__ void column_product(const float* x, int64_t k, const Column<Chunks>& 
   }
 }
 
+// The part of a warp's first weight row past the loads it issues before the wait for the
+// previous kernel, up to products.prefetch_bytes, asked into L2 by lane 0 at the same time:
+// the previous kernel's tail leaves bandwidth idle, and after the wait the warp's next round
+// trips then hit L2.
+template <int kRows, typename Chunks>
+__device__ void prefetch_row_rest(const Products<Chunks>& products, const Column<Chunks>& c,
+                                  int64_t chunks) {
+  const int64_t loaded = 32 * kInFlight<kRows>;
+  if (threadIdx.x % 32 != 0 || loaded >= chunks || products.prefetch_bytes == 0) return;
+  const int64_t bytes = min((chunks - loaded) * 16, products.prefetch_bytes);
+  prefetch_to_l2(c.row + loaded, static_cast<uint32_t>(bytes));
+}
+
 // A warp per output column. Unstaged: a block per eight columns, x read through L2.
 // (Two warps per column, each over half of k, measured slower for every 8B decode shape on
 // the H200: q/k/v 63% -> 51% of copy.)
@@ -160,6 +171,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 #pragma unroll
     for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
   }
+  if (has_column) prefetch_row_rest<kRows>(products, c, chunks);
   await_producer();
   if (has_column) column_product<kRows>(x, k, c, loaded, prefetched);
 }
@@ -185,6 +197,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
   }
+  if (global_column < columns) prefetch_row_rest<kRows>(products, c, chunks);
   await_producer();
   extern __shared__ float4 staged[];
   const auto* from = reinterpret_cast<const float4*>(x_global);
@@ -200,192 +213,48 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-// Weight rows streamed through shared memory by the bulk-copy engine. Each warp walks its
-// columns (every gridDim.x * 8-th, as in the staged kernel) as one stream of segments of
-// `segment_chunks` 16-byte chunks, `stages` of them in flight in its own ring: the next
-// column's first segments are on their way while the warp finishes the current one, and
-// loads in flight cost no registers. A lane takes the chunks of its own residue mod 32 in
-// order, as column_product does, so the sums are the same to the bit. x is staged (and
-// normalised) in shared memory after the ring when the products carry a norm, else read
-// through L1/L2.
-constexpr int kMaxStages = 8;
-
-struct StreamShape {
-  int stages;
-  int segment_chunks;  // a multiple of 32
-};
-
-template <typename Chunks>
-struct WarpStream {
-  const Products<Chunks>* products;
-  uint4* ring;
-  uint64_t* barriers;
-  int64_t first_column, column_stride, chunks, segments_per_row;
-  StreamShape shape;
-
-  __device__ int64_t column_of_segment(int64_t s) const {
-    return first_column + s / segments_per_row * column_stride;
-  }
-  // Run by one lane: segment s into its ring slot.
-  __device__ void issue(int64_t s) const {
-    const Column<Chunks> c = column_of(*products, column_of_segment(s), chunks);
-    const int64_t first = s % segments_per_row * shape.segment_chunks;
-    const int64_t count = min(int64_t{shape.segment_chunks}, chunks - first);
-    const int slot = static_cast<int>(s % shape.stages);
-    bulk_copy(ring + int64_t{slot} * shape.segment_chunks, c.row + first,
-              static_cast<uint32_t>(count * 16), barriers + slot);
-  }
-  __device__ const uint4* await_segment(int64_t s) const {
-    const int slot = static_cast<int>(s % shape.stages);
-    await_copy(barriers + slot, static_cast<uint32_t>(s / shape.stages % 2));
-    return ring + int64_t{slot} * shape.segment_chunks;
-  }
-};
-
-template <int kRows, typename Chunks>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
-    streamed_few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products,
-                             int64_t k, StreamShape shape) {
-  constexpr int kPer = Chunks::kPerChunk;
-  extern __shared__ uint4 ring_and_x[];
-  __shared__ uint64_t barriers[kWarpsPerBlock][kMaxStages];
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t chunks = k / kPer, columns = products.end[products.count - 1];
-  WarpStream<Chunks> stream{&products,
-                            ring_and_x + int64_t{warp} * shape.stages * shape.segment_chunks,
-                            barriers[warp],
-                            blockIdx.x * int64_t{kWarpsPerBlock} + warp,
-                            int64_t{gridDim.x} * kWarpsPerBlock,
-                            chunks,
-                            (chunks + shape.segment_chunks - 1) / shape.segment_chunks,
-                            shape};
-  const int64_t own_columns =
-      stream.first_column < columns
-          ? (columns - stream.first_column + stream.column_stride - 1) / stream.column_stride
-          : 0;
-  const int64_t segments = own_columns * stream.segments_per_row;
-  release_dependents();
-  // The weights are no kernel's output: the first segments are requested before the wait.
-  if (lane == 0) {
-    for (int slot = 0; slot < shape.stages; ++slot) init_copy_barrier(barriers[warp] + slot);
-    publish_copy_barriers();
-    for (int64_t s = 0; s < min(int64_t{shape.stages}, segments); ++s) stream.issue(s);
-  }
-  __syncwarp();
-  await_producer();
-  const float* x = x_global;
-  if (products.norm.weight) {
-    auto* staged = reinterpret_cast<float4*>(ring_and_x + int64_t{kWarpsPerBlock} * shape.stages *
-                                                              shape.segment_chunks);
-    const auto* from = reinterpret_cast<const float4*>(x_global);
-    for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
-    __syncthreads();
-    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
-    x = reinterpret_cast<const float*>(staged);
-  }
-  float acc[kRows] = {};
-  Column<Chunks> c;
-  for (int64_t s = 0; s < segments; ++s) {
-    const int64_t segment_in_row = s % stream.segments_per_row;
-    if (segment_in_row == 0) c = column_of(products, stream.column_of_segment(s), chunks);
-    const uint4* segment = stream.await_segment(s);
-    const int64_t first = segment_in_row * shape.segment_chunks;
-    const int count = static_cast<int>(min(int64_t{shape.segment_chunks}, chunks - first));
-    for (int i = lane; i < count; i += 32) {
-      float w[kPer];
-      c.format.widen(segment[i], w);
-      const float scale = c.format.scale(c.index, first + i);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        acc[r] += chunk_dot<kPer>(w, x + r * k + (first + i) * kPer) * scale;
-    }
-    __syncwarp();  // every lane is done with the slot before it is refilled
-    if (lane == 0 && s + shape.stages < segments) {
-      order_before_bulk_copy();
-      stream.issue(s + shape.stages);
-    }
-    if (segment_in_row == stream.segments_per_row - 1) {
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        float sum = acc[r];
-        for (int offset = 16; offset > 0; offset /= 2)
-          sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        if (lane == 0) c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sum : sum;
-        acc[r] = 0.0f;
-      }
-    }
-  }
-}
-
-// What bounds the staged and streamed kernels' resident blocks, found by
-// configure_few_rows_kernels (outside any graph capture): multiprocessors, shared memory per
-// multiprocessor and per block, and blocks per multiprocessor as registers allow, per row
-// count (bf16, f16 and FP8 alike: the larger).
+// What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels
+// (outside any graph capture): multiprocessors, shared memory per multiprocessor, and blocks
+// per multiprocessor as registers allow, per row count (bf16, f16 and FP8 alike: the larger).
 struct StagedLimits {
   int sms = 0;
-  int64_t shared_per_sm = 0, shared_per_block = 0;
-  int by_registers[9] = {}, streamed_by_registers[9] = {};
+  int64_t shared_per_sm = 0;
+  int by_registers[9] = {};
 };
 StagedLimits staged_limits;
-WeightStreaming streaming;
 
 template <int kRows, typename Chunks>
-void find_register_limits() {
+void find_register_limit() {
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, staged_few_rows_kernel<kRows, Chunks>,
                                                     kWarpsPerBlock * 32, 0) == cudaSuccess)
     staged_limits.by_registers[kRows] = std::max(staged_limits.by_registers[kRows], per_sm);
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &per_sm, streamed_few_rows_kernel<kRows, Chunks>, kWarpsPerBlock * 32, 0) == cudaSuccess)
-    staged_limits.streamed_by_registers[kRows] =
-        std::max(staged_limits.streamed_by_registers[kRows], per_sm);
 }
 
-// Blocks that fit on the GPU at once with `shared_bytes` each (the runtime reserves 1 KB of
-// shared memory per block besides, and the kernels' static shared memory takes under 1 KB).
-int64_t resident_blocks(int by_registers, size_t shared_bytes) {
+// Blocks of the staged kernel that fit on the GPU at once with `staged_bytes` each (the
+// runtime reserves 1 KB of shared memory per block besides).
+int64_t resident_blocks(int rows, size_t staged_bytes) {
   const int64_t by_shared =
-      staged_limits.shared_per_sm / (static_cast<int64_t>(shared_bytes) + 2048);
-  const int64_t per_sm = std::min<int64_t>(by_shared, by_registers);
+      staged_limits.shared_per_sm / (static_cast<int64_t>(staged_bytes) + 1024);
+  const int64_t per_sm = std::min<int64_t>(by_shared, staged_limits.by_registers[rows]);
   return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
 }
 
-// As few blocks as take the same number of column groups each, no more than fit at once: a
-// grid of all resident blocks left some warps one column more than the rest (gate/up: 14
-// columns against 13).
-unsigned balanced_blocks(int64_t column_blocks, int64_t resident) {
-  const int64_t per_block = (column_blocks + resident - 1) / resident;
-  return static_cast<unsigned>((column_blocks + per_block - 1) / per_block);
-}
-
-// Streamed when streaming is on and the ring (and x, to normalise) fit a block's shared
-// memory; otherwise x is staged when the products normalise it (the norm needs all of x in
-// the block), and plain products read x through L2, which measured faster for them.
+// x is staged when the products normalise it (the norm needs all of x in the block); plain
+// products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
-void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
+void launch_rows(const float* x, Products<Chunks> products, int64_t k, cudaStream_t stream) {
+  products.prefetch_bytes = weight_prefetch_bytes();
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const size_t staged_bytes =
-      products.norm.weight ? static_cast<size_t>(kRows * k) * sizeof(float) : 0;
-  const StreamShape shape{streaming.stages, streaming.segment_bytes / 16};
-  const size_t streamed_bytes =
-      size_t{kWarpsPerBlock} * streaming.stages * streaming.segment_bytes + staged_bytes;
-  if (streaming.stages > 0 &&
-      static_cast<int64_t>(streamed_bytes) <= staged_limits.shared_per_block) {
-    const int64_t resident =
-        resident_blocks(staged_limits.streamed_by_registers[kRows], streamed_bytes);
-    launch_overlapped(streamed_few_rows_kernel<kRows, Chunks>,
-                      balanced_blocks(column_blocks, resident), kWarpsPerBlock * 32, streamed_bytes,
-                      stream, x, products, k, shape);
-    return;
-  }
   if (!products.norm.weight) {
     launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
                       kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
   }
-  const auto blocks = static_cast<unsigned>(
-      std::min(column_blocks, resident_blocks(staged_limits.by_registers[kRows], staged_bytes)));
+  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const auto blocks =
+      static_cast<unsigned>(std::min(column_blocks, resident_blocks(kRows, staged_bytes)));
   launch_overlapped(staged_few_rows_kernel<kRows, Chunks>, blocks, kWarpsPerBlock * 32,
                     staged_bytes, stream, x, products, k);
 }
@@ -438,62 +307,29 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 namespace {
 
 // The staged kernels may use kMaxStagedBytes of dynamic shared memory (over the 48 KB
-// default), the streamed ones all a block may have, for every row count.
+// default), for every row count.
 template <typename Chunks, int... kMinusOne>
-void allow_large_shared(std::integer_sequence<int, kMinusOne...>) {
+void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
   (check_attribute(cudaFuncSetAttribute(staged_few_rows_kernel<kMinusOne + 1, Chunks>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(kMaxStagedBytes))),
    ...);
-  (check_attribute(cudaFuncSetAttribute(streamed_few_rows_kernel<kMinusOne + 1, Chunks>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(staged_limits.shared_per_block))),
-   ...);
-  (find_register_limits<kMinusOne + 1, Chunks>(), ...);
-}
-
-// DEEPINFER_CUDA_STREAM: "off", or "STAGES:SEGMENT_BYTES".
-WeightStreaming streaming_from_environment() {
-  const char* text = std::getenv("DEEPINFER_CUDA_STREAM");
-  if (text == nullptr || *text == 0) return WeightStreaming{};
-  if (std::string_view(text) == "off") return WeightStreaming{0, 0};
-  WeightStreaming wanted{};
-  if (std::sscanf(text, "%d:%d", &wanted.stages, &wanted.segment_bytes) != 2)
-    fail("DEEPINFER_CUDA_STREAM: \"{}\" is neither off nor STAGES:SEGMENT_BYTES", text);
-  return wanted;
+  (find_register_limit<kMinusOne + 1, Chunks>(), ...);
 }
 
 }  // namespace
 
-void set_weight_streaming(WeightStreaming wanted) {
-  if (wanted.stages != 0 && (wanted.stages < 2 || wanted.stages > kMaxStages ||
-                             wanted.segment_bytes < 512 || wanted.segment_bytes % 512 != 0))
-    fail("weight streaming: {} stages of {} bytes (0 stages, or 2 to {} of a multiple of 512)",
-         wanted.stages, wanted.segment_bytes, kMaxStages);
-  streaming = wanted;
-}
-
-WeightStreaming weight_streaming() {
-  return streaming;
-}
-
 void configure_few_rows_kernels() {
-  int device = 0, shared = 0, per_block = 0;
+  int device = 0, shared = 0;
   check_attribute(cudaGetDevice(&device));
   check_attribute(
       cudaDeviceGetAttribute(&staged_limits.sms, cudaDevAttrMultiProcessorCount, device));
   check_attribute(
       cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  check_attribute(
-      cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   staged_limits.shared_per_sm = shared;
-  // The streamed kernel's barriers and the norm's partial sums are static shared memory
-  // (under 1 KB) besides the dynamic ring.
-  staged_limits.shared_per_block = per_block - 1024;
-  allow_large_shared<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
-  allow_large_shared<F16Chunks>(std::make_integer_sequence<int, 8>{});
-  allow_large_shared<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
-  set_weight_streaming(streaming_from_environment());
+  allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
+  allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
+  allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
 }
 
 bool few_rows_can_normalise(int64_t rows, int64_t k) {
