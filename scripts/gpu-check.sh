@@ -22,7 +22,7 @@
 # (so their tests are filtered out there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUNDLE=gpu-bundle
+BUNDLE=${BUNDLE:-gpu-bundle}
 MODEL_8B=/tmp/deepinfer-llama-8b
 
 bundle() {
@@ -81,14 +81,6 @@ run() {
   [[ $stages == *model* ]] && DEEPINFER_CUDA_OVERLAP=0 "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" \
     --device cuda --load read --prompt-tokens 512 --decode-tokens 128 --decode-batches 1,64 2>&1 |
     grep -E "decode" | sed 's/^/no overlap: /' | tee -a "$out/model.txt"
-  # And with the products asking none (or twice the default) of their first weight rows into
-  # L2 before they wait for the previous kernel.
-  for prefetch in 0 16384; do
-    [[ $stages == *model* ]] && DEEPINFER_CUDA_L2_PREFETCH=$prefetch "$BUNDLE/bin/deepinfer" bench \
-      "$MODEL_8B" --device cuda --load read --prompt-tokens 512 --decode-tokens 128 \
-      --decode-batches 1 2>&1 | grep -E "decode" | sed "s/^/L2 prefetch $prefetch: /" |
-      tee -a "$out/model.txt"
-  done
   [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
     --load read --concurrency "${ENGINE_CONCURRENCY:-64,256}" --prompt-tokens 1000 --output-tokens 1000 \
     --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"

@@ -48,10 +48,6 @@ void synchronize();
 // Whether kernels that may overlap their predecessor (programmatic dependent launch, see
 // overlap.cuh) are launched that way; DEEPINFER_CUDA_OVERLAP=0 turns it off.
 bool overlap_launches();
-// How much of each warp's first weight row the few-rows products ask into L2 before they
-// wait for their predecessor (beyond the loads they already issue then), in bytes;
-// DEEPINFER_CUDA_L2_PREFETCH sets it (0: none).
-int64_t weight_prefetch_bytes();
 
 // y[rows, n] = rmsnorm(x[rows, n]) * weight[n]; y may alias x. weight is f32, bf16 or f16.
 // Rows start `x_stride` / `y_stride` floats apart (a slice of wider rows, as MLA's latents).

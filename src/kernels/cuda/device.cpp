@@ -1,6 +1,5 @@
 #include <cuda_runtime_api.h>
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -68,16 +67,6 @@ bool overlap_launches() {
     return setting == nullptr || std::strcmp(setting, "0") != 0;
   }();
   return enabled;
-}
-
-int64_t weight_prefetch_bytes() {
-  static const int64_t bytes = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_L2_PREFETCH");
-    if (setting == nullptr) return int64_t{8192};
-    const int64_t wanted = std::strtoll(setting, nullptr, 10);
-    return std::clamp<int64_t>(wanted, 0, int64_t{1} << 20) / 16 * 16;
-  }();
-  return bytes;
 }
 
 void synchronize() {

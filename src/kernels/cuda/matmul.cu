@@ -8,7 +8,6 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/l2_prefetch.cuh"
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
@@ -30,7 +29,6 @@ struct Products {
   bool accumulate[kMaxProducts];
   int count;
   FewRowsNorm norm;  // weight null: x is read as it is
-  int64_t prefetch_bytes;
 };
 
 __device__ float norm_scale(const FewRowsNorm& norm, int64_t i) {
@@ -136,19 +134,6 @@ __device__ void column_product(const float* x, int64_t k, const Column<Chunks>& 
   }
 }
 
-// The part of a warp's first weight row past the loads it issues before the wait for the
-// previous kernel, up to products.prefetch_bytes, asked into L2 by lane 0 at the same time:
-// the previous kernel's tail leaves bandwidth idle, and after the wait the warp's next round
-// trips then hit L2.
-template <int kRows, typename Chunks>
-__device__ void prefetch_row_rest(const Products<Chunks>& products, const Column<Chunks>& c,
-                                  int64_t chunks) {
-  const int64_t loaded = 32 * kInFlight<kRows>;
-  if (threadIdx.x % 32 != 0 || loaded >= chunks || products.prefetch_bytes == 0) return;
-  const int64_t bytes = min((chunks - loaded) * 16, products.prefetch_bytes);
-  prefetch_to_l2(c.row + loaded, static_cast<uint32_t>(bytes));
-}
-
 // A warp per output column. Unstaged: a block per eight columns, x read through L2.
 // (Two warps per column, each over half of k, measured slower for every 8B decode shape on
 // the H200: q/k/v 63% -> 51% of copy.)
@@ -171,7 +156,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 #pragma unroll
     for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
   }
-  if (has_column) prefetch_row_rest<kRows>(products, c, chunks);
   await_producer();
   if (has_column) column_product<kRows>(x, k, c, loaded, prefetched);
 }
@@ -180,9 +164,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 // shared memory; as many blocks as fit on the GPU at once, each then taking every
 // gridDim.x-th group of eight columns, so x is staged once per block rather than once per
 // eight columns (all blocks staging the same lines at once measured slower than reading x
-// through L2 for the 8B's small products).
+// through L2 for the 8B's small products). Held to 64 registers like the plain kernel: four
+// blocks a multiprocessor instead of three, so gate/up's 3,584 column groups take 7 rounds of
+// resident blocks rather than 10 (the last of them a tenth full).
 template <int kRows, typename Chunks>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     staged_few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products,
                            int64_t k) {
   release_dependents();
@@ -197,7 +183,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 #pragma unroll
     for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
   }
-  if (global_column < columns) prefetch_row_rest<kRows>(products, c, chunks);
   await_producer();
   extern __shared__ float4 staged[];
   const auto* from = reinterpret_cast<const float4*>(x_global);
@@ -243,8 +228,7 @@ int64_t resident_blocks(int rows, size_t staged_bytes) {
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
 // products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
-void launch_rows(const float* x, Products<Chunks> products, int64_t k, cudaStream_t stream) {
-  products.prefetch_bytes = weight_prefetch_bytes();
+void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (!products.norm.weight) {
