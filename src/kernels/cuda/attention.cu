@@ -360,24 +360,23 @@ struct MergedHead {
   float4 sum = make_float4(0, 0, 0, 0);
   float max = -FLT_MAX, total = 0.0f;
 };
-// One pass, rescaling the running sums whenever the max grows: a split merge reads each of
-// up to 64 records once, with several in flight.
 template <typename Record>
 __device__ MergedHead merge_records(int count, Record part) {
   MergedHead merged;
-#pragma unroll 4
+  for (int i = 0; i < count; ++i) {
+    const RecordParts record = part(i);
+    if (record.sum > 0.0f) merged.max = fmaxf(merged.max, record.max);
+  }
   for (int i = 0; i < count; ++i) {
     const RecordParts record = part(i);
     if (record.sum == 0.0f) continue;
-    const float new_max = fmaxf(merged.max, record.max);
-    const float old_factor = __expf(merged.max - new_max);
-    const float factor = __expf(record.max - new_max);
-    merged.total = merged.total * old_factor + record.sum * factor;
-    merged.sum.x = merged.sum.x * old_factor + record.values.x * factor;
-    merged.sum.y = merged.sum.y * old_factor + record.values.y * factor;
-    merged.sum.z = merged.sum.z * old_factor + record.values.z * factor;
-    merged.sum.w = merged.sum.w * old_factor + record.values.w * factor;
-    merged.max = new_max;
+    const float factor = __expf(record.max - merged.max);
+    merged.total += record.sum * factor;
+    const float4 p = record.values;
+    merged.sum.x += p.x * factor;
+    merged.sum.y += p.y * factor;
+    merged.sum.z += p.z * factor;
+    merged.sum.w += p.w * factor;
   }
   return merged;
 }

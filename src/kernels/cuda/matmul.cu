@@ -164,11 +164,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
 // shared memory; as many blocks as fit on the GPU at once, each then taking every
 // gridDim.x-th group of eight columns, so x is staged once per block rather than once per
 // eight columns (all blocks staging the same lines at once measured slower than reading x
-// through L2 for the 8B's small products). Held to 64 registers like the plain kernel: four
-// blocks a multiprocessor instead of three, so gate/up's 3,584 column groups take 7 rounds of
-// resident blocks rather than 10 (the last of them a tenth full).
+// through L2 for the 8B's small products). Not held to 64 registers as the plain kernel is:
+// four blocks a multiprocessor instead of three spilled and measured slower (batch-1 step
+// 5.81 -> 6.30 ms).
 template <int kRows, typename Chunks>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
     staged_few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products,
                            int64_t k) {
   release_dependents();

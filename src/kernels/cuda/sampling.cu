@@ -42,9 +42,6 @@ __device__ void row_max(const float* row, int64_t vocab, DrawShared& sh, float& 
                         int64_t& best_index) {
   best = -INFINITY;
   best_index = INT64_MAX;
-  // Unrolled so that eight loads are in flight, not one: a 128k vocabulary is 125 of them
-  // per thread, which one at a time took 54 us on an H200.
-#pragma unroll 8
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     if (best_index == INT64_MAX || row[i] > best) {
       best = row[i];
