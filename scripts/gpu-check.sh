@@ -8,7 +8,7 @@
 # STAGES (comma-separated, default check,kernels,model): check = op parity + fixture tests on
 # the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
-# concurrent requests of 1000 + 1000 tokens (deepinfer bench-engine); peer = the same
+# concurrent requests of 1000 + 1000 tokens; decode = batch-1 and 64 decode steps only (deepinfer bench-engine); peer = the same
 # workloads through PyTorch/transformers (bench/torch_peer.py); profile = one batch-1 decode
 # step's kernel times under Nsight Compute (scripts/step-profile.py); detail = Nsight Compute's
 # sections for one layer's products and attention. ENGINE_CONCURRENCY,
@@ -81,6 +81,14 @@ run() {
   [[ $stages == *model* ]] && DEEPINFER_CUDA_OVERLAP=0 "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" \
     --device cuda --load read --prompt-tokens 512 --decode-tokens 128 --decode-batches 1,64 2>&1 |
     grep -E "decode" | sed 's/^/no overlap: /' | tee -a "$out/model.txt"
+  # decode: only batch-1 and batch-64 decode after a 512-token prompt, for quick comparisons
+  # (LABEL prefixes its lines).
+  if [[ $stages == *decode* ]]; then
+    make_8b
+    "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" --device cuda --load read --prompt-tokens 512 \
+      --decode-tokens 128 --decode-batches 1,64 2>&1 | grep -E "^decode" |
+      sed "s/^/${LABEL:-}/" | tee -a "$out/decode.txt"
+  fi
   [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
     --load read --concurrency "${ENGINE_CONCURRENCY:-64,256}" --prompt-tokens 1000 --output-tokens 1000 \
     --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"
