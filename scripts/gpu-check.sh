@@ -7,13 +7,15 @@
 #
 # STAGES (comma-separated, default check,kernels,model): check = op parity + fixture tests on
 # the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
-# checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); engine = 64 and 256
-# concurrent requests of 1000 + 1000 tokens; decode = batch-1 and 64 decode steps only (deepinfer bench-engine); peer = the same
-# workloads through PyTorch/transformers (bench/torch_peer.py); profile = one batch-1 decode
-# step's kernel times under Nsight Compute (scripts/step-profile.py); detail = Nsight Compute's
-# sections for one layer's products and attention. ENGINE_CONCURRENCY,
-# PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer stages; ENGINE_ASYNC adds a run
-# with --async-scheduling at that concurrency.
+# checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); decode = only its batch-1
+# and batch-64 decode steps after a 512-token prompt (LABEL prefixes the lines: quick A/B
+# runs); engine = 64 and 256 concurrent requests of 1000 + 1000 tokens (deepinfer
+# bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
+# profile = one batch-1 decode step's kernel times under Nsight Compute
+# (scripts/step-profile.py); detail = Nsight Compute's sections for one layer's products and
+# attention. ENGINE_CONCURRENCY, PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer
+# stages; ENGINE_ASYNC adds a run with --async-scheduling at that concurrency. BUNDLE names
+# another bundle folder (gpu-bundle by default).
 #
 # The GPU machine has nvcc but none of the Debian libraries the project builds against, so
 # the binaries are built here (same CUDA 13.0) and carried, stripped, with the shared
