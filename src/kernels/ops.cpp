@@ -31,6 +31,12 @@ void Ops::norm_matmuls(const Tensor& x, const Tensor& norm_weight, float eps, Te
   matmuls(normed, jobs);
 }
 
+void Ops::norm_silu_gate(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                         const MatmulJob& gate, const MatmulJob& up, Tensor& act) {
+  norm_matmuls(x, norm_weight, eps, normed, {gate, up});
+  silu_mul(*gate.out, *up.out, act);
+}
+
 void Ops::matmul_add(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& scratch,
                      Tensor& y) {
   matmul(x, weight, bias, scratch);

@@ -181,6 +181,12 @@ class Ops {
   // the normalised rows out (the CPU; a GPU normalises inside the decode products instead).
   virtual void norm_matmuls(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
                             const std::vector<MatmulJob>& jobs);
+  // The gated MLP's first half: act = silu(g) * u for g and u the products of norm_matmuls
+  // (rmsnorm(x) * norm_weight) with the jobs `gate` and `up`. act may be gate's out; a
+  // backend that multiplies inside the products (a GPU at decode) may leave the jobs' outs
+  // unwritten.
+  virtual void norm_silu_gate(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                              const MatmulJob& gate, const MatmulJob& up, Tensor& act);
   // The residual update after attention or the MLP: y += x W^T (+ bias). `scratch` ([rows,
   // n]) is where backends that add in a second pass put the product (a GPU adds inside the
   // decode product).

@@ -215,12 +215,13 @@ void DenseTransformer::mlp_block(const DenseLayer& layer, Scratch& s) {
   Tensor gate = s.gate.view();
   Tensor up = s.up.view();
   Tensor hidden = s.hidden.view();
-  ops_.norm_matmuls(
-      hidden, *layer.post_attention_norm, static_cast<float>(config_.rms_norm_eps), normed,
-      {{layer.gate_proj, layer.gate_bias, &gate}, {layer.up_proj, layer.up_bias, &up}});
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const MatmulJob gate_job{layer.gate_proj, layer.gate_bias, &gate};
+  const MatmulJob up_job{layer.up_proj, layer.up_bias, &up};
   if (config_.activation == Activation::kSilu) {
-    ops_.silu_mul(gate, up, gate);
+    ops_.norm_silu_gate(hidden, *layer.post_attention_norm, eps, normed, gate_job, up_job, gate);
   } else {
+    ops_.norm_matmuls(hidden, *layer.post_attention_norm, eps, normed, {gate_job, up_job});
     ops_.gelu_tanh_mul(gate, up, gate);
   }
   ops_.matmul_add(gate, *layer.down_proj, layer.down_bias, normed, hidden);

@@ -100,6 +100,12 @@ struct FewRowsNorm {
 void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int count, int64_t rows,
                           int64_t k, cudaStream_t stream = nullptr,
                           const FewRowsNorm* norm = nullptr);
+// The gated MLP's first half at decode in one launch: act[rows, n] = silu(x' gate^T) *
+// (x' up^T) with x' = rmsnorm(x) * norm (required), gate and up bf16 [n, k]; the same bits
+// as the two products then silu_mul. rows <= 8, few_rows_can_normalise(rows, k).
+void matmul_bf16_few_rows_silu_gate(const float* x, const uint16_t* gate, const uint16_t* up,
+                                    int64_t rows, int64_t n, int64_t k, float* act,
+                                    const FewRowsNorm& norm, cudaStream_t stream = nullptr);
 // Once per device, before any few-rows product (and outside graph capture): lets the
 // kernels that stage x in shared memory use more than the default 48 KB of it.
 void configure_few_rows_kernels();

@@ -101,17 +101,16 @@ __device__ Column<Chunks> column_of(const Products<Chunks>& products, int64_t gl
   return c;
 }
 
-// One warp's kColumns columns (global indices `columns`): lanes stride over k in 16-byte
-// chunks, each weight chunk used for every row of x and each load of x for every column;
-// then a warp reduction per column and row. `loaded` holds the first kInFlight chunks
-// (kInFlight / kColumns of each column) if `prefetched`. A lane adds its chunks (those of its
-// residue mod 32) in order whatever kColumns is, so every variant gives the same bits. Only
-// the weight rows and formats stay live through the loop; where the sums go is looked up
-// again after it (the registers are the kernels' limit).
+// The sums of one warp's kColumns columns (global indices `columns`), in every lane: lanes
+// stride over k in 16-byte chunks, each weight chunk used for every row of x and each load
+// of x for every column; then a warp reduction per column and row. `loaded` holds the first
+// kInFlight chunks (kInFlight / kColumns of each column) if `prefetched`. A lane adds its
+// chunks (those of its residue mod 32) in order whatever kColumns is, so every variant gives
+// the same bits. Only the weight rows and formats stay live through the loop.
 template <int kRows, int kColumns, typename Chunks>
-__device__ void columns_product(const float* x, int64_t k, const Products<Chunks>& products,
-                                const int64_t (&columns)[kColumns], const bool (&wanted)[kColumns],
-                                uint4 (&loaded)[kInFlight<kRows>], bool prefetched) {
+__device__ void column_sums(const float* x, int64_t k, const Products<Chunks>& products,
+                            const int64_t (&columns)[kColumns], uint4 (&loaded)[kInFlight<kRows>],
+                            bool prefetched, float (&sums)[kColumns][kRows]) {
   constexpr int kPer = Chunks::kPerChunk;
   constexpr int kLoads = kInFlight<kRows> / kColumns;  // per column
   const int lane = threadIdx.x % 32;
@@ -162,14 +161,33 @@ __device__ void columns_product(const float* x, int64_t k, const Products<Chunks
   }
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
-    const Column<Chunks> c = column_of(products, columns[j], chunks);
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       float sum = acc[j][r];
       for (int offset = 16; offset > 0; offset /= 2)
         sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0 && wanted[j])
-        c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sum : sum;
+      sums[j][r] = sum;
+    }
+  }
+}
+
+// column_sums, each written to (or added into) its column's output by lane 0; where it goes
+// is looked up after the loop (the registers are the kernels' limit).
+template <int kRows, int kColumns, typename Chunks>
+__device__ void columns_product(const float* x, int64_t k, const Products<Chunks>& products,
+                                const int64_t (&columns)[kColumns], const bool (&wanted)[kColumns],
+                                uint4 (&loaded)[kInFlight<kRows>], bool prefetched) {
+  float sums[kColumns][kRows];
+  column_sums<kRows>(x, k, products, columns, loaded, prefetched, sums);
+  if (threadIdx.x % 32 != 0) return;
+  const int64_t chunks = k / Chunks::kPerChunk;
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    const Column<Chunks> c = column_of(products, columns[j], chunks);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (wanted[j])
+        c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sums[j][r] : sums[j][r];
     }
   }
 }
@@ -219,6 +237,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   columns_product<kRows, kColumns>(x, k, products, columns, wanted, loaded, prefetched);
 }
 
+// x [kRows, k] copied into the block's shared memory and normalised there when `norm` has a
+// weight; every thread of the block takes part.
+template <int kRows>
+__device__ const float* stage_x(const float* x_global, int64_t k, const FewRowsNorm& norm) {
+  extern __shared__ float4 staged[];
+  const auto* from = reinterpret_cast<const float4*>(x_global);
+  for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
+  __syncthreads();
+  if (norm.weight) normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, norm);
+  return reinterpret_cast<const float*>(staged);
+}
+
 // Staged: x (normalised first when the products carry a norm) copied once into the block's
 // shared memory; as many blocks as fit on the GPU at once, each then taking every
 // gridDim.x-th group of eight columns, so x is staged once per block rather than once per
@@ -238,17 +268,40 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const bool prefetched =
       column[0] < total && load_first_chunks<kRows>(products, column, chunks, loaded);
   await_producer();
-  extern __shared__ float4 staged[];
-  const auto* from = reinterpret_cast<const float4*>(x_global);
-  for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
-  __syncthreads();
-  if (products.norm.weight)
-    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
-  const float* x = reinterpret_cast<const float*>(staged);
+  const float* x = stage_x<kRows>(x_global, k, products.norm);
   const bool wanted[1] = {true};
   for (bool first = true; column[0] < total;
        column[0] += int64_t{gridDim.x} * kWarpsPerBlock, first = false)
     columns_product<kRows, 1>(x, k, products, column, wanted, loaded, first && prefetched);
+}
+
+// The gated MLP's first half at decode, staged like the kernel above: warp pair j takes gate
+// row j (product 0) and up row j (product 1) of the normalised x and writes silu(g) * u,
+// with silu_mul_kernel's arithmetic, to product 0's output: one launch and no silu kernel.
+template <int kRows>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    gated_few_rows_kernel(const float* __restrict__ x_global, Products<Bf16Chunks> products,
+                          int64_t k) {
+  release_dependents();
+  const int64_t n = products.n[0], chunks = k / Bf16Chunks::kPerChunk;
+  int64_t pair = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  uint4 loaded[kInFlight<kRows>];
+  int64_t columns[2] = {pair, pair + n};
+  const bool prefetched = pair < n && load_first_chunks<kRows>(products, columns, chunks, loaded);
+  await_producer();
+  const float* x = stage_x<kRows>(x_global, k, products.norm);
+  for (bool first = true; pair < n; pair += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
+    columns[0] = pair;
+    columns[1] = pair + n;
+    float sums[2][kRows];
+    column_sums<kRows>(x, k, products, columns, loaded, first && prefetched, sums);
+    if (threadIdx.x % 32 != 0) continue;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float gate = sums[0][r];
+      products.y[0][r * n + pair] = gate / (1.0f + expf(-gate)) * sums[1][r];
+    }
+  }
 }
 
 // What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels
@@ -257,7 +310,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 struct StagedLimits {
   int sms = 0;
   int64_t shared_per_sm = 0;
-  int by_registers[9] = {};
+  int by_registers[9] = {}, gated_by_registers[9] = {};
 };
 StagedLimits staged_limits;
 
@@ -269,12 +322,12 @@ void find_register_limit() {
     staged_limits.by_registers[kRows] = std::max(staged_limits.by_registers[kRows], per_sm);
 }
 
-// Blocks of the staged kernel that fit on the GPU at once with `staged_bytes` each (the
-// runtime reserves 1 KB of shared memory per block besides).
-int64_t resident_blocks(int rows, size_t staged_bytes) {
+// Blocks of a staged kernel (`by_registers` of them a multiprocessor) that fit on the GPU at
+// once with `staged_bytes` each (the runtime reserves 1 KB of shared memory per block besides).
+int64_t resident_blocks(int by_registers, size_t staged_bytes) {
   const int64_t by_shared =
       staged_limits.shared_per_sm / (static_cast<int64_t>(staged_bytes) + 1024);
-  const int64_t per_sm = std::min<int64_t>(by_shared, staged_limits.by_registers[rows]);
+  const int64_t per_sm = std::min<int64_t>(by_shared, by_registers);
   return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
 }
 
@@ -305,8 +358,8 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
     return;
   }
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
-  const auto blocks =
-      static_cast<unsigned>(std::min(column_blocks, resident_blocks(kRows, staged_bytes)));
+  const auto blocks = static_cast<unsigned>(
+      std::min(column_blocks, resident_blocks(staged_limits.by_registers[kRows], staged_bytes)));
   launch_overlapped(staged_few_rows_kernel<kRows, Chunks>, blocks, kWarpsPerBlock * 32,
                     staged_bytes, stream, x, products, k);
 }
@@ -369,6 +422,39 @@ void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
   (find_register_limit<kMinusOne + 1, Chunks>(), ...);
 }
 
+template <int kRows>
+void configure_gated_kernel() {
+  check_attribute(cudaFuncSetAttribute(gated_few_rows_kernel<kRows>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxStagedBytes)));
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gated_few_rows_kernel<kRows>,
+                                                    kWarpsPerBlock * 32, 0) == cudaSuccess)
+    staged_limits.gated_by_registers[kRows] = per_sm;
+}
+template <int... kMinusOne>
+void configure_gated_kernels(std::integer_sequence<int, kMinusOne...>) {
+  (configure_gated_kernel<kMinusOne + 1>(), ...);
+}
+
+template <int kRows>
+void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t k,
+                  cudaStream_t stream) {
+  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const int64_t pair_blocks = (products.n[0] + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const auto blocks = static_cast<unsigned>(std::min(
+      pair_blocks, resident_blocks(staged_limits.gated_by_registers[kRows], staged_bytes)));
+  launch_overlapped(gated_few_rows_kernel<kRows>, blocks, kWarpsPerBlock * 32, staged_bytes, stream,
+                    x, products, k);
+}
+template <int... kMinusOne>
+bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int64_t rows,
+                       int64_t k, cudaStream_t stream, std::integer_sequence<int, kMinusOne...>) {
+  return ((rows == kMinusOne + 1 ? (launch_gated<kMinusOne + 1>(x, products, k, stream), true)
+                                 : false) ||
+          ...);
+}
+
 }  // namespace
 
 void configure_few_rows_kernels() {
@@ -382,6 +468,7 @@ void configure_few_rows_kernels() {
   allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
   allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
   allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
+  configure_gated_kernels(std::make_integer_sequence<int, 8>{});
 }
 
 bool few_rows_can_normalise(int64_t rows, int64_t k) {
@@ -406,6 +493,27 @@ void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int co
   batch.count = count;
   if (norm) batch.norm = *norm;
   launch_few_rows(x, batch, rows, k, stream, "matmul_bf16_few_rows");
+}
+
+void matmul_bf16_few_rows_silu_gate(const float* x, const uint16_t* gate, const uint16_t* up,
+                                    int64_t rows, int64_t n, int64_t k, float* act,
+                                    const FewRowsNorm& norm, cudaStream_t stream) {
+  if (norm.weight == nullptr || !few_rows_can_normalise(rows, k) || k % 8 != 0)
+    fail(
+        "matmul_bf16_few_rows_silu_gate: {} rows of {} (1 to 8 rows, a norm, x fitting a "
+        "block's shared memory, k a multiple of 8)",
+        rows, k);
+  Products<Bf16Chunks> products{};
+  products.weight[0] = reinterpret_cast<const uint4*>(gate);
+  products.weight[1] = reinterpret_cast<const uint4*>(up);
+  products.y[0] = act;
+  products.n[0] = products.n[1] = n;
+  products.end[0] = n;
+  products.end[1] = 2 * n;
+  products.count = 2;
+  products.norm = norm;
+  launch_gated_rows(x, products, rows, k, stream, std::make_integer_sequence<int, 8>{});
+  check_launch("matmul_bf16_few_rows_silu_gate");
 }
 
 void matmul_f16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n, int64_t k,
