@@ -422,11 +422,14 @@ TEST_F(CudaOpsParity, NormAndRopeOnSlicesOfWiderRows) {
   EXPECT_LT(error(rows), kExact);
 }
 
-// Every sampling mode over a Llama-3-sized vocabulary, and a row of heavily tied logits: the
-// same token as the host reference (integer masses make the sums order-free), logprobs to
-// float rounding.
-TEST_F(CudaOpsParity, SamplingDrawsTheReferenceToken) {
-  const int64_t vocab = 128256, rows = 3;
+// Every sampling mode over a Llama-3-sized vocabulary (rows 16-byte aligned: the greedy max
+// reads four logits a load) and an odd one (rows unaligned: one a load), and a row of heavily
+// tied logits: the same token as the host reference (integer masses make the sums
+// order-free), logprobs to float rounding.
+class CudaSamplingParity : public CudaOpsParity, public ::testing::WithParamInterface<int64_t> {};
+
+TEST_P(CudaSamplingParity, SamplingDrawsTheReferenceToken) {
+  const int64_t vocab = GetParam(), rows = 3;
   std::vector<float> values(static_cast<size_t>(rows * vocab));
   std::normal_distribution<float> normal(0.0f, 3.0f);
   for (float& v : values) v = normal(rng_);
@@ -462,6 +465,8 @@ TEST_F(CudaOpsParity, SamplingDrawsTheReferenceToken) {
     EXPECT_NEAR(got[i].logprob, want[i].logprob, 1e-4) << i;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, CudaSamplingParity, ::testing::Values(128256, 50001));
 
 // V3's noaux_tc (sigmoid, biased top-two group sums), V2's group-limited greedy and plain
 // softmax top-k: the same experts; weights within the exp's last-bit differences.

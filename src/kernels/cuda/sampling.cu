@@ -3,6 +3,7 @@
 // the same in any order and the token equals draw_token's.
 #include <climits>
 #include <cmath>
+#include <cstdint>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/draw_math.h"
@@ -37,17 +38,49 @@ __device__ bool beats(float value, int64_t index, float other, int64_t other_ind
   return value > other || (value == other && index < other_index);
 }
 
+// This thread's largest logit and its lowest index. A 16-byte aligned row is read four
+// logits a load, eight loads in flight (one load at a time, a 128 k row took 54 us on an
+// H200); each thread still meets its indices in increasing order.
+__device__ void thread_max(const float* row, int64_t vocab, float& best, int64_t& best_index) {
+  auto consider = [&](float value, int64_t index) {
+    if (best_index == INT64_MAX || value > best) {
+      best = value;
+      best_index = index;
+    }
+  };
+  int64_t scalar_from = 0;
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+    constexpr int kBatch = 8;
+    const auto* quads = reinterpret_cast<const float4*>(row);
+    const int64_t count = vocab / 4, stride = blockDim.x;
+    for (int64_t base = threadIdx.x; base < count; base += stride * kBatch) {
+      float4 loaded[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t q = base + j * stride;
+        loaded[j] = q < count ? quads[q] : make_float4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int64_t q = base + j * stride;
+        if (q >= count) break;
+        consider(loaded[j].x, 4 * q);
+        consider(loaded[j].y, 4 * q + 1);
+        consider(loaded[j].z, 4 * q + 2);
+        consider(loaded[j].w, 4 * q + 3);
+      }
+    }
+    scalar_from = count * 4;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < vocab; i += blockDim.x) consider(row[i], i);
+}
+
 // The largest logit and its lowest index, in every thread.
 __device__ void row_max(const float* row, int64_t vocab, DrawShared& sh, float& best,
                         int64_t& best_index) {
   best = -INFINITY;
   best_index = INT64_MAX;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    if (best_index == INT64_MAX || row[i] > best) {
-      best = row[i];
-      best_index = i;
-    }
-  }
+  thread_max(row, vocab, best, best_index);
   for (int offset = 16; offset > 0; offset /= 2) {
     float other = __shfl_xor_sync(0xffffffffu, best, offset);
     int64_t other_index = __shfl_xor_sync(0xffffffffu, best_index, offset);
