@@ -4,8 +4,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -101,122 +99,65 @@ __device__ Column<Chunks> column_of(const Products<Chunks>& products, int64_t gl
   return c;
 }
 
-// One warp's kColumns columns (global indices `columns`): lanes stride over k in 16-byte
-// chunks, each weight chunk used for every row of x and each load of x for every column;
-// then a warp reduction per column and row. `loaded` holds the first kInFlight chunks
-// (kInFlight / kColumns of each column) if `prefetched`. A lane adds its chunks (those of its
-// residue mod 32) in order whatever kColumns is, so every variant gives the same bits. Only
-// the weight rows and formats stay live through the loop; where the sums go is looked up
-// again after it (the registers are the kernels' limit).
-template <int kRows, int kColumns, typename Chunks>
-__device__ void columns_product(const float* x, int64_t k, const Products<Chunks>& products,
-                                const int64_t (&columns)[kColumns], const bool (&wanted)[kColumns],
-                                uint4 (&loaded)[kInFlight<kRows>], bool prefetched) {
+// One warp's column: lanes stride over k in 16-byte chunks, each weight chunk used for every
+// row of x; then a warp reduction. `loaded` holds the first kInFlight chunks if `prefetched`.
+template <int kRows, typename Chunks>
+__device__ void column_product(const float* x, int64_t k, const Column<Chunks>& c,
+                               uint4 (&loaded)[kInFlight<kRows>], bool prefetched) {
   constexpr int kPer = Chunks::kPerChunk;
-  constexpr int kLoads = kInFlight<kRows> / kColumns;  // per column
+  constexpr int kLoads = kInFlight<kRows>;
   const int lane = threadIdx.x % 32;
   const int64_t chunks = k / kPer;
-  const uint4* rows[kColumns];
-  Chunks formats[kColumns];
-  int64_t indices[kColumns];
+  float acc[kRows] = {};
+  auto consume = [&](uint4 packed, int64_t chunk) {
+    float w[kPer];
+    c.format.widen(packed, w);
+    const float scale = c.format.scale(c.index, chunk);
 #pragma unroll
-  for (int j = 0; j < kColumns; ++j) {
-    const Column<Chunks> c = column_of(products, columns[j], chunks);
-    rows[j] = c.row;
-    formats[j] = c.format;
-    indices[j] = c.index;
-  }
-  float acc[kColumns][kRows] = {};
-  auto consume = [&](const uint4(&packed)[kColumns], int64_t chunk) {
-#pragma unroll
-    for (int j = 0; j < kColumns; ++j) {
-      float w[kPer];
-      formats[j].widen(packed[j], w);
-      const float scale = formats[j].scale(indices[j], chunk);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        acc[j][r] += chunk_dot<kPer>(w, x + r * k + chunk * kPer) * scale;
-    }
+    for (int r = 0; r < kRows; ++r) acc[r] += chunk_dot<kPer>(w, x + r * k + chunk * kPer) * scale;
   };
   int64_t chunk = lane;
   for (bool first = true; chunk + 32 * (kLoads - 1) < chunks; chunk += 32 * kLoads, first = false) {
     if (!(first && prefetched)) {
 #pragma unroll
-      for (int j = 0; j < kColumns; ++j)
-#pragma unroll
-        for (int i = 0; i < kLoads; ++i) loaded[j * kLoads + i] = rows[j][chunk + 32 * i];
+      for (int i = 0; i < kLoads; ++i) loaded[i] = c.row[chunk + 32 * i];
     }
 #pragma unroll
-    for (int i = 0; i < kLoads; ++i) {
-      uint4 packed[kColumns];
-#pragma unroll
-      for (int j = 0; j < kColumns; ++j) packed[j] = loaded[j * kLoads + i];
-      consume(packed, chunk + 32 * i);
-    }
+    for (int i = 0; i < kLoads; ++i) consume(loaded[i], chunk + 32 * i);
   }
-  for (; chunk < chunks; chunk += 32) {
-    uint4 packed[kColumns];
+  for (; chunk < chunks; chunk += 32) consume(c.row[chunk], chunk);
 #pragma unroll
-    for (int j = 0; j < kColumns; ++j) packed[j] = rows[j][chunk];
-    consume(packed, chunk);
-  }
-#pragma unroll
-  for (int j = 0; j < kColumns; ++j) {
-    const Column<Chunks> c = column_of(products, columns[j], chunks);
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float sum = acc[j][r];
-      for (int offset = 16; offset > 0; offset /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0 && wanted[j])
-        c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sum : sum;
-    }
+  for (int r = 0; r < kRows; ++r) {
+    float sum = acc[r];
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (lane == 0) c.y[r * c.n + c.index] = c.accumulate ? c.y[r * c.n + c.index] + sum : sum;
   }
 }
 
-// The first kInFlight chunks of the columns' rows, each lane its own (issued before the wait
-// for the previous kernel: the weights are no kernel's output).
-template <int kRows, int kColumns, typename Chunks>
-__device__ bool load_first_chunks(const Products<Chunks>& products,
-                                  const int64_t (&columns)[kColumns], int64_t chunks,
-                                  uint4 (&loaded)[kInFlight<kRows>]) {
-  constexpr int kLoads = kInFlight<kRows> / kColumns;
-  const int lane = threadIdx.x % 32;
-  if (lane + 32 * (kLoads - 1) >= chunks) return false;
-#pragma unroll
-  for (int j = 0; j < kColumns; ++j) {
-    const uint4* row = column_of(products, columns[j], chunks).row;
-#pragma unroll
-    for (int i = 0; i < kLoads; ++i) loaded[j * kLoads + i] = row[lane + 32 * i];
-  }
-  return true;
-}
-
-// kColumns adjacent columns per warp (their weight loads sharing the lane's registers, x
-// loaded once for them all). Unstaged: a block per 8 * kColumns columns, x read through L2.
+// A warp per output column. Unstaged: a block per eight columns, x read through L2.
 // (Two warps per column, each over half of k, measured slower for every 8B decode shape on
 // the H200: q/k/v 63% -> 51% of copy.)
 // At most 64 registers a thread, so four blocks fit a multiprocessor: the 8B's o and down
 // products (512 blocks) then run in one wave instead of a full one and a sliver.
-template <int kRows, typename Chunks, int kColumns>
+template <int kRows, typename Chunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
   release_dependents();
-  const int64_t first_column = (blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32) * kColumns;
-  const int64_t chunks = k / Chunks::kPerChunk, total = products.end[products.count - 1];
-  if (first_column >= total) return;
-  int64_t columns[kColumns];
-  bool wanted[kColumns];
-#pragma unroll
-  for (int j = 0; j < kColumns; ++j) {
-    wanted[j] = first_column + j < total;
-    // A missing last column reads the first one's weights again and writes nothing.
-    columns[j] = wanted[j] ? first_column + j : first_column;
-  }
+  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  const int64_t chunks = k / Chunks::kPerChunk;
+  const bool has_column = global_column < products.end[products.count - 1];
+  const Column<Chunks> c = column_of(products, global_column, chunks);
+  // The weights are no kernel's output: the first loads go out before the wait for x, while
+  // the previous kernel finishes.
   uint4 loaded[kInFlight<kRows>];
-  const bool prefetched = load_first_chunks<kRows>(products, columns, chunks, loaded);
+  const int lane = threadIdx.x % 32;
+  const bool prefetched = has_column && lane + 32 * (kInFlight<kRows> - 1) < chunks;
+  if (prefetched) {
+#pragma unroll
+    for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
+  }
   await_producer();
-  columns_product<kRows, kColumns>(x, k, products, columns, wanted, loaded, prefetched);
+  if (has_column) column_product<kRows>(x, k, c, loaded, prefetched);
 }
 
 // Staged: x (normalised first when the products carry a norm) copied once into the block's
@@ -231,12 +172,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     staged_few_rows_kernel(const float* __restrict__ x_global, Products<Chunks> products,
                            int64_t k) {
   release_dependents();
-  const int64_t total = products.end[products.count - 1];
+  const int64_t columns = products.end[products.count - 1];
   const int64_t chunks = k / Chunks::kPerChunk;
-  int64_t column[1] = {blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32};
+  int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  Column<Chunks> c = column_of(products, global_column, chunks);
   uint4 loaded[kInFlight<kRows>];
-  const bool prefetched =
-      column[0] < total && load_first_chunks<kRows>(products, column, chunks, loaded);
+  const int lane = threadIdx.x % 32;
+  const bool prefetched = global_column < columns && lane + 32 * (kInFlight<kRows> - 1) < chunks;
+  if (prefetched) {
+#pragma unroll
+    for (int i = 0; i < kInFlight<kRows>; ++i) loaded[i] = c.row[lane + 32 * i];
+  }
   await_producer();
   extern __shared__ float4 staged[];
   const auto* from = reinterpret_cast<const float4*>(x_global);
@@ -245,10 +191,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (products.norm.weight)
     normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, products.norm);
   const float* x = reinterpret_cast<const float*>(staged);
-  const bool wanted[1] = {true};
-  for (bool first = true; column[0] < total;
-       column[0] += int64_t{gridDim.x} * kWarpsPerBlock, first = false)
-    columns_product<kRows, 1>(x, k, products, column, wanted, loaded, first && prefetched);
+  for (bool first = true; global_column < columns;
+       global_column += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
+    if (!first) c = column_of(products, global_column, chunks);
+    column_product<kRows>(x, k, c, loaded, first && prefetched);
+  }
 }
 
 // What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels
@@ -278,15 +225,6 @@ int64_t resident_blocks(int rows, size_t staged_bytes) {
   return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
 }
 
-// DEEPINFER_CUDA_PAIRED_COLUMNS=1: plain products take two columns a warp.
-bool paired_columns() {
-  static const bool paired = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_PAIRED_COLUMNS");
-    return setting != nullptr && std::string_view(setting) == "1";
-  }();
-  return paired;
-}
-
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
 // products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
@@ -294,14 +232,8 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (!products.norm.weight) {
-    if (paired_columns()) {
-      const int64_t pair_blocks = (columns + 2 * kWarpsPerBlock - 1) / (2 * kWarpsPerBlock);
-      launch_overlapped(few_rows_kernel<kRows, Chunks, 2>, static_cast<unsigned>(pair_blocks),
-                        kWarpsPerBlock * 32, 0, stream, x, products, k);
-    } else {
-      launch_overlapped(few_rows_kernel<kRows, Chunks, 1>, static_cast<unsigned>(column_blocks),
-                        kWarpsPerBlock * 32, 0, stream, x, products, k);
-    }
+    launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
+                      kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
   }
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
