@@ -247,15 +247,18 @@ void bench_many_sequence_decode_attention(double bandwidth) {
       seqs,   d_start.as<int32_t>(), d_lens.as<int32_t>(), d_table.as<int32_t>(), blocks_per_seq,
       nullptr};
   PagedKvView cache{keys.as<float>(), values.as<float>(), block_size, kv_heads, dim, dim, false};
-  // As the engine runs it: the keys split as paged_attention_splits says.
+  // As the engine runs it: the keys split as paged_attention_splits says, the last split
+  // merging.
   const int splits = paged_attention_splits(seqs, kv_heads, context);
   const size_t floats = paged_attention_workspace_floats(seqs, kv_heads, splits);
-  DeviceBuffer workspace(floats * sizeof(float));
+  DeviceBuffer workspace(floats * sizeof(float)), arrivals(seqs * kv_heads * 4);
+  cudaMemset(arrivals.data(), 0, arrivals.bytes());
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     cache.dtype = dtype;  // a bf16 cache reads the first half of the same buffers
     double ms = median_ms([&](int) {
       paged_attention(q.as<float>(), seqs, heads, batch, cache, 0.088f, 0, out.as<float>(), nullptr,
-                      SplitKeys{splits}, workspace.as<float>(), floats);
+                      SplitKeys{splits, arrivals.as<unsigned>(), seqs * kv_heads},
+                      workspace.as<float>(), floats);
     });
     double bytes = 2.0 * seqs * context * kv_heads * dim * double(dtype_size(dtype));
     fmt::print(
