@@ -37,6 +37,15 @@ void Ops::norm_silu_gate(const Tensor& x, const Tensor& norm_weight, float eps, 
   silu_mul(*gate.out, *up.out, act);
 }
 
+void Ops::norm_qkv_rope_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                              const std::vector<MatmulJob>& qkv, Tensor& q_heads, Tensor& k_heads,
+                              const Tensor& v_heads, const float* cos, const float* sin,
+                              int rotary_dim, const AttentionBatch& batch,
+                              const PagedKvView& cache) {
+  norm_matmuls(x, norm_weight, eps, normed, qkv);
+  rope_kv_write(q_heads, k_heads, v_heads, cos, sin, rotary_dim, batch, cache);
+}
+
 void Ops::matmul_add(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& scratch,
                      Tensor& y) {
   matmul(x, weight, bias, scratch);

@@ -238,6 +238,14 @@ class Ops {
   virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
                              const float* sin, int rotary_dim, const AttentionBatch& batch,
                              const PagedKvView& cache);
+  // The attention block's input half: norm_matmuls with the q, k and v jobs, then
+  // rope_kv_write over q_heads, k_heads and v_heads (the jobs' outputs viewed as [T, heads,
+  // head_dim]). One launch where a GPU decode would take two.
+  virtual void norm_qkv_rope_write(const Tensor& x, const Tensor& norm_weight, float eps,
+                                   Tensor& normed, const std::vector<MatmulJob>& qkv,
+                                   Tensor& q_heads, Tensor& k_heads, const Tensor& v_heads,
+                                   const float* cos, const float* sin, int rotary_dim,
+                                   const AttentionBatch& batch, const PagedKvView& cache);
   // Copies the keys of cached tokens [0, count) of one sequence into keys [count, key width].
   virtual void kv_read_keys(const PagedKvView& cache, const int32_t* block_table, int64_t count,
                             Tensor& keys) = 0;

@@ -185,23 +185,27 @@ void DenseTransformer::attention_block(int layer_index, const ForwardInputs& inp
   Tensor q = s.q.view();
   Tensor k = s.k.view();
   Tensor v = s.v.view();
-  ops_.norm_matmuls(s.hidden.view(), *layer.input_norm, static_cast<float>(c.rms_norm_eps), normed,
-                    {{layer.q_proj, layer.q_bias, &q},
-                     {layer.k_proj, layer.k_bias, &k},
-                     {layer.v_proj, layer.v_bias, &v}});
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  const std::vector<MatmulJob> qkv = {{layer.q_proj, layer.q_bias, &q},
+                                      {layer.k_proj, layer.k_bias, &k},
+                                      {layer.v_proj, layer.v_bias, &v}};
   Tensor q_heads = heads_view(s.q, c.num_heads, c.head_dim);
   Tensor k_heads = heads_view(s.k, c.num_kv_heads, c.head_dim);
   Tensor v_heads = heads_view(s.v, c.num_kv_heads, c.head_dim);
-  if (layer.q_norm) {
-    ops_.rmsnorm(q_heads, *layer.q_norm, static_cast<float>(c.rms_norm_eps), q_heads);
-    ops_.rmsnorm(k_heads, *layer.k_norm, static_cast<float>(c.rms_norm_eps), k_heads);
-  }
   auto rope = static_cast<size_t>(layer.rope_index);
   const AttentionBatch& view = inputs.attention[static_cast<size_t>(
       cache.groups().layer_group[static_cast<size_t>(layer_index)])];
   PagedKvView kv = cache.layer(layer_index);
-  ops_.rope_kv_write(q_heads, k_heads, v_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim,
-                     view, kv);
+  if (layer.q_norm) {  // per-head norms between the products and rope (Qwen3)
+    ops_.norm_matmuls(s.hidden.view(), *layer.input_norm, eps, normed, qkv);
+    ops_.rmsnorm(q_heads, *layer.q_norm, eps, q_heads);
+    ops_.rmsnorm(k_heads, *layer.k_norm, eps, k_heads);
+    ops_.rope_kv_write(q_heads, k_heads, v_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim,
+                       view, kv);
+  } else {
+    ops_.norm_qkv_rope_write(s.hidden.view(), *layer.input_norm, eps, normed, qkv, q_heads, k_heads,
+                             v_heads, inputs.cos[rope], inputs.sin[rope], c.head_dim, view, kv);
+  }
   Tensor attention = heads_view(s.attention, c.num_heads, c.head_dim);
   float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   ops_.paged_attention(q_heads, view, kv, scale, c.layer_window[static_cast<size_t>(layer_index)],

@@ -398,6 +398,81 @@ TEST_F(CudaOpsParity, RopeFusedWithTheKvWrite) {
   }
 }
 
+// The attention block's input half at decode: on the GPU one launch (norm, q/k/v products,
+// rope, the cache write) at 1 and 5 rows with full and partial rotary dims: the same bits as
+// the GPU's norm_matmuls then rope_kv_write, and the CPU's within the product tolerance.
+TEST_F(CudaOpsParity, QkvProductsRopeAndCacheWriteInOneLaunch) {
+  const int64_t heads = 8, kv_heads = 2, dim = 64, hidden = 512, slots = 64;
+  const std::vector<int64_t> slot_of = {3, 17, 40, 41, 63};
+  BackendMemory device_slots;
+  const void* slot_mapping = backend_copy(*gpu_, slot_of.data(), slot_of.size() * 8, device_slots);
+  for (int64_t tokens : {1, 5}) {
+    for (int rotary : {64, 32}) {
+      Both x = random({tokens, hidden}), norm = random({hidden}, DType::kBF16);
+      Both wq = random({heads * dim, hidden}, DType::kBF16, 0.05f);
+      Both wk = random({kv_heads * dim, hidden}, DType::kBF16, 0.05f);
+      Both wv = random({kv_heads * dim, hidden}, DType::kBF16, 0.05f);
+      Both cos = random({tokens, rotary / 2}), sin = random({tokens, rotary / 2});
+      Both normed = output({tokens, hidden});
+      Both start_keys = random({slots, kv_heads * dim}),
+           start_values = random({slots, kv_heads * dim});
+      // Runs the ops into fresh outputs and a copy of the starting cache; the results in order
+      // q, k, v, keys, values.
+      auto run = [&](Ops& ops, bool device, bool fused) {
+        std::vector<Both> out;
+        out.push_back(output({tokens, heads * dim}));
+        out.push_back(output({tokens, kv_heads * dim}));
+        out.push_back(output({tokens, kv_heads * dim}));
+        out.push_back(make(host_floats(start_keys), DType::kF32, {slots, kv_heads * dim}));
+        out.push_back(make(host_floats(start_values), DType::kF32, {slots, kv_heads * dim}));
+        auto view = [device](Both& both) -> Tensor& {
+          return device ? both.device_view : both.host_view;
+        };
+        const Device where = device ? Device::kCuda : Device::kCpu;
+        Tensor q_heads =
+            Tensor::contiguous(view(out[0]).data, DType::kF32, {tokens, heads, dim}, where);
+        Tensor k_heads =
+            Tensor::contiguous(view(out[1]).data, DType::kF32, {tokens, kv_heads, dim}, where);
+        Tensor v_heads =
+            Tensor::contiguous(view(out[2]).data, DType::kF32, {tokens, kv_heads, dim}, where);
+        AttentionBatch batch;
+        batch.slot_mapping = device ? static_cast<const int64_t*>(slot_mapping) : slot_of.data();
+        PagedKvView cache{
+            view(out[3]).data,     view(out[4]).data,     16,    static_cast<int>(kv_heads),
+            static_cast<int>(dim), static_cast<int>(dim), false, DType::kF32};
+        const std::vector<MatmulJob> jobs = {{&view(wq), nullptr, &view(out[0])},
+                                             {&view(wk), nullptr, &view(out[1])},
+                                             {&view(wv), nullptr, &view(out[2])}};
+        const float* c = view(cos).as<const float>();
+        const float* s = view(sin).as<const float>();
+        if (fused) {
+          ops.norm_qkv_rope_write(view(x), view(norm), 1e-5f, view(normed), jobs, q_heads, k_heads,
+                                  v_heads, c, s, rotary, batch, cache);
+        } else {
+          ops.norm_matmuls(view(x), view(norm), 1e-5f, view(normed), jobs);
+          ops.rope_kv_write(q_heads, k_heads, v_heads, c, s, rotary, batch, cache);
+        }
+        return out;
+      };
+      std::vector<Both> want = run(*cpu_, false, false), fused = run(*gpu_, true, true),
+                        separate = run(*gpu_, true, false);
+      for (size_t i = 0; i < want.size(); ++i) {
+        const std::vector<float> got = device_floats(fused[i]);
+        std::vector<float> expected = host_floats(want[i]);
+        double diff = 0, total = 0;
+        for (size_t e = 0; e < got.size(); ++e) {
+          diff += (double(got[e]) - expected[e]) * (double(got[e]) - expected[e]);
+          total += double(expected[e]) * expected[e];
+        }
+        EXPECT_LT(std::sqrt(diff / total), kF32Products)
+            << tokens << " tokens, rotary " << rotary << ", output " << i;
+        EXPECT_EQ(got, device_floats(separate[i]))
+            << tokens << " tokens, rotary " << rotary << ", output " << i;
+      }
+    }
+  }
+}
+
 // MLA normalises and rotates slices of wider rows in place: row strides and head strides.
 TEST_F(CudaOpsParity, NormAndRopeOnSlicesOfWiderRows) {
   const int64_t tokens = 5, heads = 3, dim = 64, part = 32;

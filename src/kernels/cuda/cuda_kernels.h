@@ -106,6 +106,22 @@ void matmul_bf16_few_rows(const float* x, const FewRowsProduct* products, int co
 void matmul_bf16_few_rows_silu_gate(const float* x, const uint16_t* gate, const uint16_t* up,
                                     int64_t rows, int64_t n, int64_t k, float* act,
                                     const FewRowsNorm& norm, cudaStream_t stream = nullptr);
+// The attention block's input half at decode in one launch: q, k and v = x' W^T with x' =
+// rmsnorm(x) * norm (required), all three bf16 weights; q and k rotated as rope_kv_write
+// rotates them and k, v stored into the cache slots `slot_mapping` names; q, k and v [rows,
+// width] hold the results. The same bits as the products then rope_kv_write.
+struct QkvRope {
+  const uint16_t *q_weight = nullptr, *k_weight = nullptr, *v_weight = nullptr;
+  float *q = nullptr, *k = nullptr, *v = nullptr;
+  int heads = 0;
+  const float* cos = nullptr;  // [rows, rotary_dim / 2]
+  const float* sin = nullptr;
+  int rotary_dim = 0;
+  const int64_t* slot_mapping = nullptr;
+  PagedKvView cache{};
+};
+void matmul_bf16_few_rows_qkv_rope(const float* x, int64_t rows, int64_t k, const QkvRope& job,
+                                   const FewRowsNorm& norm, cudaStream_t stream = nullptr);
 // Once per device, before any few-rows product (and outside graph capture): lets the
 // kernels that stage x in shared memory use more than the default 48 KB of it.
 void configure_few_rows_kernels();

@@ -248,6 +248,48 @@ class CudaOps final : public Ops {
                                    FewRowsNorm{norm_weight.data, norm_weight.dtype, eps}, stream());
   }
 
+  // Decode: the q/k/v products, rope and the cache write in one launch (one kernel fewer per
+  // attention block) when the three are plain bf16 products and the cache rope_kv_write's.
+  void norm_qkv_rope_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
+                           const std::vector<MatmulJob>& qkv, Tensor& q_heads, Tensor& k_heads,
+                           const Tensor& v_heads, const float* cos, const float* sin,
+                           int rotary_dim, const AttentionBatch& batch,
+                           const PagedKvView& cache) override {
+    const int64_t rows = rows_of(x);
+    bool inside = qkv.size() == 3 && norm_weight.device == Device::kCuda &&
+                  norm_weight.numel() == x.dim(-1) && few_rows_can_normalise(rows, x.dim(-1)) &&
+                  q_heads.rank == 3 && k_heads.rank == 3 && !cache.values_in_keys &&
+                  cache.value_dim == cache.key_dim && k_heads.dim(1) == cache.num_kv_heads &&
+                  k_heads.dim(2) == cache.key_dim && q_heads.dim(2) == cache.key_dim &&
+                  rotary_dim % 2 == 0 && (cache.key_dim - rotary_dim) % 2 == 0;
+    for (const MatmulJob& job : qkv) inside = inside && !job.bias && fits_few_rows_group(x, job);
+    inside = inside && qkv[0].out->data == q_heads.data && qkv[1].out->data == k_heads.data &&
+             qkv[2].out->data == v_heads.data &&
+             qkv[0].weight->dim(0) == q_heads.dim(1) * q_heads.dim(2) &&
+             qkv[1].weight->dim(0) == k_heads.dim(1) * k_heads.dim(2) &&
+             qkv[2].weight->dim(0) == k_heads.dim(1) * k_heads.dim(2);
+    if (!inside) {
+      Ops::norm_qkv_rope_write(x, norm_weight, eps, normed, qkv, q_heads, k_heads, v_heads, cos,
+                               sin, rotary_dim, batch, cache);
+      return;
+    }
+    QkvRope job;
+    job.q_weight = qkv[0].weight->as<const uint16_t>();
+    job.k_weight = qkv[1].weight->as<const uint16_t>();
+    job.v_weight = qkv[2].weight->as<const uint16_t>();
+    job.q = qkv[0].out->as<float>();
+    job.k = qkv[1].out->as<float>();
+    job.v = qkv[2].out->as<float>();
+    job.heads = static_cast<int>(q_heads.dim(1));
+    job.cos = cos;
+    job.sin = sin;
+    job.rotary_dim = rotary_dim;
+    job.slot_mapping = batch.slot_mapping;
+    job.cache = cache;
+    matmul_bf16_few_rows_qkv_rope(x.as<const float>(), rows, x.dim(-1), job,
+                                  FewRowsNorm{norm_weight.data, norm_weight.dtype, eps}, stream());
+  }
+
   // Decode: the product adds itself into y (one kernel fewer per residual update).
   void matmul_add(const Tensor& x, const Tensor& weight, const Tensor* bias, Tensor& scratch,
                   Tensor& y) override {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/kv_elements.cuh"
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
@@ -304,13 +305,108 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// Where the q/k/v products' rotated and cached outputs go: rope_kv_write's contract.
+struct RopeWrite {
+  const float* cos;  // [rows, rotary_dim / 2]
+  const float* sin;
+  const int64_t* slot_mapping;
+  PagedKvView cache;
+  int heads, rotary_dim;
+};
+
+// The two columns of a pair, whether rope turns them, and the rope index: in q and k each
+// head's dims d and d + rotary_dim / 2 for d < rotary_dim / 2, then adjacent unrotated dims;
+// in v adjacent dims.
+struct ColumnPair {
+  int64_t first, second;
+  bool rotated;
+  int rope_index;
+};
+__device__ ColumnPair column_pair(int64_t pair, const RopeWrite& rope, int head_dim) {
+  const int64_t q_columns = int64_t{rope.heads} * head_dim;
+  const int64_t k_columns = int64_t{rope.cache.num_kv_heads} * head_dim;
+  const int64_t pairs_per_head = head_dim / 2, half = rope.rotary_dim / 2;
+  const int64_t q_pairs = q_columns / 2, k_pairs = k_columns / 2;
+  if (pair >= q_pairs + k_pairs) {
+    const int64_t first = q_columns + k_columns + 2 * (pair - q_pairs - k_pairs);
+    return {first, first + 1, false, 0};
+  }
+  const bool in_k = pair >= q_pairs;
+  const int64_t local = in_k ? pair - q_pairs : pair;
+  const int64_t head_start = (in_k ? q_columns : 0) + local / pairs_per_head * head_dim;
+  const int64_t i = local % pairs_per_head;
+  if (i < half) return {head_start + i, head_start + i + half, true, static_cast<int>(i)};
+  const int64_t first = head_start + rope.rotary_dim + 2 * (i - half);
+  return {first, first + 1, false, 0};
+}
+
+// One column's finished value for row r: into its product's output and, for k and v, into
+// the token's cache slot.
+template <typename T>
+__device__ void store_qkv(const Products<Bf16Chunks>& products, const RopeWrite& rope,
+                          int64_t column, int r, float value, int head_dim) {
+  const int64_t q_columns = int64_t{rope.heads} * head_dim;
+  const int64_t kv_columns = int64_t{rope.cache.num_kv_heads} * head_dim;
+  const int product = column < q_columns ? 0 : column < q_columns + kv_columns ? 1 : 2;
+  const int64_t index = column - (product == 0   ? 0
+                                  : product == 1 ? q_columns
+                                                 : q_columns + kv_columns);
+  products.y[product][r * products.n[product] + index] = value;
+  if (product == 0) return;
+  T* base = static_cast<T*>(product == 1 ? rope.cache.keys : rope.cache.values);
+  store_kv(base, rope.slot_mapping[r] * kv_columns + index, value);
+}
+
+// The attention block's input half at decode in one launch, staged like the kernels above:
+// q, k and v of the normalised x, q and k rotated as rope_kv_write rotates them (the same
+// arithmetic) and k and v stored into the cache. Each warp takes a pair of columns
+// (column_pair), so the rotation needs no exchange between warps.
+template <int kRows, typename T>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    qkv_rope_few_rows_kernel(const float* __restrict__ x_global, Products<Bf16Chunks> products,
+                             int64_t k, RopeWrite rope) {
+  release_dependents();
+  const int head_dim = rope.cache.key_dim;
+  const int64_t pairs = products.end[2] / 2, chunks = k / Bf16Chunks::kPerChunk;
+  int64_t pair = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
+  uint4 loaded[kInFlight<kRows>];
+  ColumnPair p = column_pair(pair, rope, head_dim);
+  int64_t columns[2] = {p.first, p.second};
+  const bool prefetched =
+      pair < pairs && load_first_chunks<kRows>(products, columns, chunks, loaded);
+  await_producer();
+  const float* x = stage_x<kRows>(x_global, k, products.norm);
+  for (bool first = true; pair < pairs;
+       pair += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
+    p = column_pair(pair, rope, head_dim);
+    columns[0] = p.first;
+    columns[1] = p.second;
+    float sums[2][kRows];
+    column_sums<kRows>(x, k, products, columns, loaded, first && prefetched, sums);
+    if (threadIdx.x % 32 != 0) continue;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float x0 = sums[0][r], x1 = sums[1][r];
+      if (p.rotated) {
+        const int64_t at = int64_t{r} * (rope.rotary_dim / 2) + p.rope_index;
+        const float c = rope.cos[at], s = rope.sin[at];
+        const float turned0 = x0 * c - x1 * s, turned1 = x1 * c + x0 * s;
+        x0 = turned0;
+        x1 = turned1;
+      }
+      store_qkv<T>(products, rope, p.first, r, x0, head_dim);
+      store_qkv<T>(products, rope, p.second, r, x1, head_dim);
+    }
+  }
+}
+
 // What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels
 // (outside any graph capture): multiprocessors, shared memory per multiprocessor, and blocks
 // per multiprocessor as registers allow, per row count (bf16, f16 and FP8 alike: the larger).
 struct StagedLimits {
   int sms = 0;
   int64_t shared_per_sm = 0;
-  int by_registers[9] = {}, gated_by_registers[9] = {};
+  int by_registers[9] = {}, gated_by_registers[9] = {}, qkv_rope_by_registers[9] = {};
 };
 StagedLimits staged_limits;
 
@@ -437,6 +533,50 @@ void configure_gated_kernels(std::integer_sequence<int, kMinusOne...>) {
   (configure_gated_kernel<kMinusOne + 1>(), ...);
 }
 
+// Both cache types' kernels; the fewer resident blocks of the two.
+template <int kRows>
+void configure_qkv_rope_kernel() {
+  int fewest = 1 << 30;
+  auto configure = [&](auto kernel) {
+    check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kMaxStagedBytes)));
+    int per_sm = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsPerBlock * 32, 0) ==
+        cudaSuccess)
+      fewest = std::min(fewest, per_sm);
+  };
+  configure(qkv_rope_few_rows_kernel<kRows, float>);
+  configure(qkv_rope_few_rows_kernel<kRows, __nv_bfloat16>);
+  staged_limits.qkv_rope_by_registers[kRows] = fewest == (1 << 30) ? 0 : fewest;
+}
+template <int... kMinusOne>
+void configure_qkv_rope_kernels(std::integer_sequence<int, kMinusOne...>) {
+  (configure_qkv_rope_kernel<kMinusOne + 1>(), ...);
+}
+
+template <int kRows>
+void launch_qkv_rope(const float* x, const Products<Bf16Chunks>& products, int64_t k,
+                     const RopeWrite& rope, cudaStream_t stream) {
+  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const int64_t pair_blocks = (products.end[2] / 2 + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  const auto blocks = static_cast<unsigned>(std::min(
+      pair_blocks, resident_blocks(staged_limits.qkv_rope_by_registers[kRows], staged_bytes)));
+  if (rope.cache.dtype == DType::kBF16) {
+    launch_overlapped(qkv_rope_few_rows_kernel<kRows, __nv_bfloat16>, blocks, kWarpsPerBlock * 32,
+                      staged_bytes, stream, x, products, k, rope);
+  } else {
+    launch_overlapped(qkv_rope_few_rows_kernel<kRows, float>, blocks, kWarpsPerBlock * 32,
+                      staged_bytes, stream, x, products, k, rope);
+  }
+}
+template <int... kMinusOne>
+void launch_qkv_rope_rows(const float* x, const Products<Bf16Chunks>& products, int64_t rows,
+                          int64_t k, const RopeWrite& rope, cudaStream_t stream,
+                          std::integer_sequence<int, kMinusOne...>) {
+  ((rows == kMinusOne + 1 ? (launch_qkv_rope<kMinusOne + 1>(x, products, k, rope, stream), 0) : 0),
+   ...);
+}
+
 template <int kRows>
 void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                   cudaStream_t stream) {
@@ -469,6 +609,7 @@ void configure_few_rows_kernels() {
   allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
   allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
   configure_gated_kernels(std::make_integer_sequence<int, 8>{});
+  configure_qkv_rope_kernels(std::make_integer_sequence<int, 8>{});
 }
 
 bool few_rows_can_normalise(int64_t rows, int64_t k) {
@@ -514,6 +655,37 @@ void matmul_bf16_few_rows_silu_gate(const float* x, const uint16_t* gate, const 
   products.norm = norm;
   launch_gated_rows(x, products, rows, k, stream, std::make_integer_sequence<int, 8>{});
   check_launch("matmul_bf16_few_rows_silu_gate");
+}
+
+void matmul_bf16_few_rows_qkv_rope(const float* x, int64_t rows, int64_t k, const QkvRope& job,
+                                   const FewRowsNorm& norm, cudaStream_t stream) {
+  const PagedKvView& cache = job.cache;
+  const int head_dim = cache.key_dim;
+  if (norm.weight == nullptr || !few_rows_can_normalise(rows, k) || k % 8 != 0 ||
+      cache.values_in_keys || cache.value_dim != head_dim || head_dim % 2 != 0 ||
+      job.rotary_dim % 2 != 0 || job.rotary_dim > head_dim || (head_dim - job.rotary_dim) % 2 != 0)
+    fail(
+        "matmul_bf16_few_rows_qkv_rope: {} rows of {}, head size {}, rotary {} (1 to 8 rows, a "
+        "norm, x fitting a block's shared memory, separate keys and values of one even size, "
+        "an even rotary part)",
+        rows, k, head_dim, job.rotary_dim);
+  Products<Bf16Chunks> products{};
+  const uint16_t* weights[3] = {job.q_weight, job.k_weight, job.v_weight};
+  float* outputs[3] = {job.q, job.k, job.v};
+  const int64_t widths[3] = {int64_t{job.heads} * head_dim, int64_t{cache.num_kv_heads} * head_dim,
+                             int64_t{cache.num_kv_heads} * head_dim};
+  int64_t end = 0;
+  for (int i = 0; i < 3; ++i) {
+    products.weight[i] = reinterpret_cast<const uint4*>(weights[i]);
+    products.y[i] = outputs[i];
+    products.n[i] = widths[i];
+    products.end[i] = end += widths[i];
+  }
+  products.count = 3;
+  products.norm = norm;
+  const RopeWrite rope{job.cos, job.sin, job.slot_mapping, cache, job.heads, job.rotary_dim};
+  launch_qkv_rope_rows(x, products, rows, k, rope, stream, std::make_integer_sequence<int, 8>{});
+  check_launch("matmul_bf16_few_rows_qkv_rope");
 }
 
 void matmul_f16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n, int64_t k,
