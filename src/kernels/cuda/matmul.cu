@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_elements.cuh"
 #include "kernels/cuda/overlap.cuh"
+#include "kernels/cuda/qkv_pairs.h"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
@@ -311,42 +312,15 @@ struct RopeWrite {
   const float* sin;
   const int64_t* slot_mapping;
   PagedKvView cache;
-  int heads, rotary_dim;
+  QkvShape shape;
 };
-
-// The two columns of a pair, whether rope turns them, and the rope index: in q and k each
-// head's dims d and d + rotary_dim / 2 for d < rotary_dim / 2, then adjacent unrotated dims;
-// in v adjacent dims.
-struct ColumnPair {
-  int64_t first, second;
-  bool rotated;
-  int rope_index;
-};
-__device__ ColumnPair column_pair(int64_t pair, const RopeWrite& rope, int head_dim) {
-  const int64_t q_columns = int64_t{rope.heads} * head_dim;
-  const int64_t k_columns = int64_t{rope.cache.num_kv_heads} * head_dim;
-  const int64_t pairs_per_head = head_dim / 2, half = rope.rotary_dim / 2;
-  const int64_t q_pairs = q_columns / 2, k_pairs = k_columns / 2;
-  if (pair >= q_pairs + k_pairs) {
-    const int64_t first = q_columns + k_columns + 2 * (pair - q_pairs - k_pairs);
-    return {first, first + 1, false, 0};
-  }
-  const bool in_k = pair >= q_pairs;
-  const int64_t local = in_k ? pair - q_pairs : pair;
-  const int64_t head_start = (in_k ? q_columns : 0) + local / pairs_per_head * head_dim;
-  const int64_t i = local % pairs_per_head;
-  if (i < half) return {head_start + i, head_start + i + half, true, static_cast<int>(i)};
-  const int64_t first = head_start + rope.rotary_dim + 2 * (i - half);
-  return {first, first + 1, false, 0};
-}
 
 // One column's finished value for row r: into its product's output and, for k and v, into
 // the token's cache slot.
 template <typename T>
 __device__ void store_qkv(const Products<Bf16Chunks>& products, const RopeWrite& rope,
-                          int64_t column, int r, float value, int head_dim) {
-  const int64_t q_columns = int64_t{rope.heads} * head_dim;
-  const int64_t kv_columns = int64_t{rope.cache.num_kv_heads} * head_dim;
+                          int64_t column, int r, float value) {
+  const int64_t q_columns = rope.shape.q_columns(), kv_columns = rope.shape.kv_columns();
   const int product = column < q_columns ? 0 : column < q_columns + kv_columns ? 1 : 2;
   const int64_t index = column - (product == 0   ? 0
                                   : product == 1 ? q_columns
@@ -366,11 +340,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     qkv_rope_few_rows_kernel(const float* __restrict__ x_global, Products<Bf16Chunks> products,
                              int64_t k, RopeWrite rope) {
   release_dependents();
-  const int head_dim = rope.cache.key_dim;
-  const int64_t pairs = products.end[2] / 2, chunks = k / Bf16Chunks::kPerChunk;
+  const int64_t pairs = rope.shape.pairs(), chunks = k / Bf16Chunks::kPerChunk;
   int64_t pair = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   uint4 loaded[kInFlight<kRows>];
-  ColumnPair p = column_pair(pair, rope, head_dim);
+  ColumnPair p = column_pair(pair, rope.shape);
   int64_t columns[2] = {p.first, p.second};
   const bool prefetched =
       pair < pairs && load_first_chunks<kRows>(products, columns, chunks, loaded);
@@ -378,7 +351,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const float* x = stage_x<kRows>(x_global, k, products.norm);
   for (bool first = true; pair < pairs;
        pair += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
-    p = column_pair(pair, rope, head_dim);
+    p = column_pair(pair, rope.shape);
     columns[0] = p.first;
     columns[1] = p.second;
     float sums[2][kRows];
@@ -388,14 +361,14 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     for (int r = 0; r < kRows; ++r) {
       float x0 = sums[0][r], x1 = sums[1][r];
       if (p.rotated) {
-        const int64_t at = int64_t{r} * (rope.rotary_dim / 2) + p.rope_index;
+        const int64_t at = int64_t{r} * (rope.shape.rotary_dim / 2) + p.rope_index;
         const float c = rope.cos[at], s = rope.sin[at];
         const float turned0 = x0 * c - x1 * s, turned1 = x1 * c + x0 * s;
         x0 = turned0;
         x1 = turned1;
       }
-      store_qkv<T>(products, rope, p.first, r, x0, head_dim);
-      store_qkv<T>(products, rope, p.second, r, x1, head_dim);
+      store_qkv<T>(products, rope, p.first, r, x0);
+      store_qkv<T>(products, rope, p.second, r, x1);
     }
   }
 }
@@ -683,7 +656,8 @@ void matmul_bf16_few_rows_qkv_rope(const float* x, int64_t rows, int64_t k, cons
   }
   products.count = 3;
   products.norm = norm;
-  const RopeWrite rope{job.cos, job.sin, job.slot_mapping, cache, job.heads, job.rotary_dim};
+  const RopeWrite rope{job.cos, job.sin, job.slot_mapping, cache,
+                       QkvShape{job.heads, cache.num_kv_heads, head_dim, job.rotary_dim}};
   launch_qkv_rope_rows(x, products, rows, k, rope, stream, std::make_integer_sequence<int, 8>{});
   check_launch("matmul_bf16_few_rows_qkv_rope");
 }
