@@ -335,8 +335,11 @@ __device__ void store_qkv(const Products<Bf16Chunks>& products, const RopeWrite&
 // q, k and v of the normalised x, q and k rotated as rope_kv_write rotates them (the same
 // arithmetic) and k and v stored into the cache. Each warp takes a pair of columns
 // (column_pair), so the rotation needs no exchange between warps.
+// Held to three blocks a multiprocessor up to four rows (the staged q/k/v product's
+// occupancy; unbounded it took 98 registers at one row, two blocks); two beyond, where the
+// cap spilled.
 template <int kRows, typename T>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows <= 4 ? 3 : 2)
     qkv_rope_few_rows_kernel(const float* __restrict__ x_global, Products<Bf16Chunks> products,
                              int64_t k, RopeWrite rope) {
   release_dependents();
