@@ -15,8 +15,7 @@ SequenceRunner::SequenceRunner(CausalLM& model, int64_t max_tokens, int block_si
              model.ops()),
       capacity_(max_tokens) {}
 
-std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool all_logits,
-                                        const HiddenStateSink& hidden_sink) {
+ForwardBatch SequenceRunner::next_batch(const std::vector<int32_t>& tokens, bool all_logits) {
   DI_CHECK(!tokens.empty(), "no tokens to run");
   int64_t needed = length_ + static_cast<int64_t>(tokens.size());
   DI_CHECK(needed <= capacity_, "sequence of {} tokens exceeds the {} this run was sized for",
@@ -24,20 +23,21 @@ std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool
   blocks_.reserve(cache_, needed);
   ForwardBatch batch;
   batch.add_sequence(tokens, length_, blocks_, cache_.shape().block_size, all_logits);
+  return batch;
+}
+
+std::vector<float> SequenceRunner::feed(const std::vector<int32_t>& tokens, bool all_logits,
+                                        const HiddenStateSink& hidden_sink) {
+  ForwardBatch batch = next_batch(tokens, all_logits);
   int64_t vocab = model_.config().vocab_size;
   std::vector<float> logits(batch.logit_rows.size() * static_cast<size_t>(vocab));
   model_.forward(batch, cache_, logits.data(), hidden_sink);
-  length_ = needed;
+  length_ += static_cast<int64_t>(tokens.size());
   return logits;
 }
 
 int32_t SequenceRunner::feed_greedy(int32_t token) {
-  int64_t needed = length_ + 1;
-  DI_CHECK(needed <= capacity_, "sequence of {} tokens exceeds the {} this run was sized for",
-           needed, capacity_);
-  blocks_.reserve(cache_, needed);
-  ForwardBatch batch;
-  batch.add_sequence({token}, length_, blocks_, cache_.shape().block_size, false);
+  ForwardBatch batch = next_batch({token}, false);
   if (last_logits_.data() == nullptr)
     last_logits_ = BackendTensor(model_.ops(), {1, model_.config().vocab_size});
   Tensor logits = last_logits_.view();
@@ -46,7 +46,7 @@ int32_t SequenceRunner::feed_greedy(int32_t token) {
   greedy.with_logprob = false;
   DrawnToken drawn;
   model_.ops().sample_rows(logits, {greedy}, &drawn);
-  length_ = needed;
+  length_ += 1;
   return drawn.token;
 }
 

@@ -29,6 +29,9 @@ class SequenceRunner {
  private:
   CausalLM& model_;
   KvCache cache_;
+  // The batch that feeds `tokens` after the cached ones, blocks reserved for them.
+  ForwardBatch next_batch(const std::vector<int32_t>& tokens, bool all_logits);
+
   SequenceKv blocks_;
   int64_t length_ = 0;
   int64_t capacity_;

@@ -7,11 +7,12 @@
 namespace deepinfer {
 namespace {
 
-// Contexts are bucketed by 128 tokens (the CUDA decode attention's key-split unit), so a
-// shape's split count is the one every context in its bucket would get, and a growing
-// sequence records a new step every 128 tokens (recording costs milliseconds); 64 buckets and
-// up share the widest (splits saturate before). A different unit would only cost speed: the
-// kernels are correct for any split count.
+// Contexts are bucketed by 128 tokens (a multiple of the CUDA decode attention's key-split
+// unit, 32 keys for a few sequences and 128 for many) and a recording sizes its splits by its
+// bucket's longest context, so a growing sequence records a new step every 128 tokens
+// (recording costs milliseconds); 64 buckets and up share the widest (splits saturate
+// before). A different unit would only cost speed: the kernels are correct for any split
+// count.
 constexpr int64_t kContextBucket = 128;
 constexpr int64_t kMaxBuckets = 64;
 

@@ -348,9 +348,8 @@ struct WarpAttention {
   }
 };
 
-// Partial results (max, sum, unnormalised values) rescaled to their common max and added:
-// each lane four dims of one head; `part(i)` is record i of `count`. With `out`, the
-// normalised result goes there; otherwise the combined record to `record`.
+// One partial result of a head as a lane sees it: four dims of its unnormalised values, and
+// the max and sum they were accumulated under.
 struct RecordParts {
   float4 values;
   float max, sum;
@@ -360,6 +359,8 @@ struct MergedHead {
   float4 sum = make_float4(0, 0, 0, 0);
   float max = -FLT_MAX, total = 0.0f;
 };
+// Partial results rescaled to their common max and added; `part(i)` is record i of `count`
+// (records with a zero sum saw no keys and are skipped).
 template <typename Record>
 __device__ MergedHead merge_records(int count, Record part) {
   MergedHead merged;
@@ -380,6 +381,7 @@ __device__ MergedHead merge_records(int count, Record part) {
   }
   return merged;
 }
+// Without `record`, the normalised result to `out_head`; otherwise the combined record there.
 __device__ void write_merged(const MergedHead& merged, float* out_head, float* record) {
   const int lane = threadIdx.x % 32;
   if (record == nullptr) {
