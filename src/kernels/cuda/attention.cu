@@ -6,6 +6,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_elements.cuh"
 #include "kernels/cuda/overlap.cuh"
+#include "kernels/cuda/rope_turn.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
@@ -39,9 +40,9 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int64_t* s
 }
 
 __device__ void rotate(float* v, int i, int half, float c, float s) {
-  const float x0 = v[i], x1 = v[i + half];
-  v[i] = x0 * c - x1 * s;
-  v[i + half] = x1 * c + x0 * s;
+  const Turned turned = rope_turn(v[i], v[i + half], c, s);
+  v[i] = turned.first;
+  v[i + half] = turned.second;
 }
 
 // Block per (token, head): blocks y < heads rotate q's head y in place; the others rotate

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/overlap.cuh"
+#include "kernels/cuda/rope_turn.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -106,9 +107,9 @@ __global__ void rope_kernel(float* x, RopeLayout layout, const float* cos, const
     const int a = interleaved ? 2 * i : i;
     const int b = interleaved ? 2 * i + 1 : i + half;
     const float c = cos[token * half + i], s = sin[token * half + i];
-    const float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x1 * c + x0 * s;
+    const Turned turned = rope_turn(v[a], v[b], c, s);
+    v[a] = turned.first;
+    v[b] = turned.second;
   }
 }
 

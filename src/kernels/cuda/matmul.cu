@@ -4,8 +4,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <utility>
 
 #include "core/error.h"
@@ -13,6 +11,7 @@
 #include "kernels/cuda/kv_elements.cuh"
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/qkv_pairs.h"
+#include "kernels/cuda/rope_turn.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
@@ -212,31 +211,25 @@ __device__ bool load_first_chunks(const Products<Chunks>& products,
   return true;
 }
 
-// kColumns adjacent columns per warp (their weight loads sharing the lane's registers, x
-// loaded once for them all). Unstaged: a block per 8 * kColumns columns, x read through L2.
+// One column per warp, unstaged: a block per eight columns, x read through L2.
 // (Two warps per column, each over half of k, measured slower for every 8B decode shape on
-// the H200: q/k/v 63% -> 51% of copy.)
+// the H200: q/k/v 63% -> 51% of copy; so did two adjacent columns per warp, x loaded once for
+// both: batch-1 step 5.39 -> 5.82 ms.)
 // At most 64 registers a thread, so four blocks fit a multiprocessor: the 8B's o and down
 // products (512 blocks) then run in one wave instead of a full one and a sliver.
-template <int kRows, typename Chunks, int kColumns>
+template <int kRows, typename Chunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
     few_rows_kernel(const float* __restrict__ x, Products<Chunks> products, int64_t k) {
   release_dependents();
-  const int64_t first_column = (blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32) * kColumns;
+  const int64_t column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int64_t chunks = k / Chunks::kPerChunk, total = products.end[products.count - 1];
-  if (first_column >= total) return;
-  int64_t columns[kColumns];
-  bool wanted[kColumns];
-#pragma unroll
-  for (int j = 0; j < kColumns; ++j) {
-    wanted[j] = first_column + j < total;
-    // A missing last column reads the first one's weights again and writes nothing.
-    columns[j] = wanted[j] ? first_column + j : first_column;
-  }
+  if (column >= total) return;
+  const int64_t columns[1] = {column};
+  const bool wanted[1] = {true};
   uint4 loaded[kInFlight<kRows>];
   const bool prefetched = load_first_chunks<kRows>(products, columns, chunks, loaded);
   await_producer();
-  columns_product<kRows, kColumns>(x, k, products, columns, wanted, loaded, prefetched);
+  columns_product<kRows, 1>(x, k, products, columns, wanted, loaded, prefetched);
 }
 
 // x [kRows, k] copied into the block's shared memory and normalised there when `norm` has a
@@ -366,9 +359,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows <= 4 ? 3 : 2)
       if (p.rotated) {
         const int64_t at = int64_t{r} * (rope.shape.rotary_dim / 2) + p.rope_index;
         const float c = rope.cos[at], s = rope.sin[at];
-        const float turned0 = x0 * c - x1 * s, turned1 = x1 * c + x0 * s;
-        x0 = turned0;
-        x1 = turned1;
+        const Turned turned = rope_turn(x0, x1, c, s);
+        x0 = turned.first;
+        x1 = turned.second;
       }
       store_qkv<T>(products, rope, p.first, r, x0);
       store_qkv<T>(products, rope, p.second, r, x1);
@@ -403,15 +396,6 @@ int64_t resident_blocks(int by_registers, size_t staged_bytes) {
   return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
 }
 
-// DEEPINFER_CUDA_PAIRED_COLUMNS=1: plain products take two columns a warp.
-bool paired_columns() {
-  static const bool paired = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_PAIRED_COLUMNS");
-    return setting != nullptr && std::string_view(setting) == "1";
-  }();
-  return paired;
-}
-
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
 // products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
@@ -419,14 +403,8 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (!products.norm.weight) {
-    if (paired_columns()) {
-      const int64_t pair_blocks = (columns + 2 * kWarpsPerBlock - 1) / (2 * kWarpsPerBlock);
-      launch_overlapped(few_rows_kernel<kRows, Chunks, 2>, static_cast<unsigned>(pair_blocks),
-                        kWarpsPerBlock * 32, 0, stream, x, products, k);
-    } else {
-      launch_overlapped(few_rows_kernel<kRows, Chunks, 1>, static_cast<unsigned>(column_blocks),
-                        kWarpsPerBlock * 32, 0, stream, x, products, k);
-    }
+    launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
+                      kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
   }
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
