@@ -127,6 +127,35 @@ void bench_model_layer_products(double bandwidth) {
       ms, bytes / (ms * 1e-3) / 1e12, 100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
 }
 
+// The fused gate/up + silu product at batch 1 (k = 4096) for widths that give every
+// resident warp the same number of gate/up row pairs and for the 8B's 14,336, which does
+// not: if the last round running on a fraction of the warps costs bandwidth, the uneven
+// width shows it as a lower rate than its even neighbours.
+void bench_gated_work_balance(double bandwidth) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int64_t k = 4096, warps = int64_t{sms} * 3 * 8;  // three staged blocks of 8 warps an SM
+  DeviceBuffer x(k * 4), norm(k * 2), act(5 * warps * 4);
+  cudaMemset(x.data(), 0x3c, x.bytes());
+  cudaMemset(norm.data(), 0x3c, norm.bytes());
+  const FewRowsNorm rms{norm.data(), DType::kBF16, 1e-5f};
+  fmt::print("\ngate/up + silu, batch 1, k = {} ({} resident warps if three blocks an SM fit)\n", k,
+             warps);
+  for (int64_t n : {4 * warps, int64_t{14336}, 5 * warps}) {
+    DeviceBuffer gate = random_bf16(static_cast<size_t>(n * k), 81);
+    DeviceBuffer up = random_bf16(static_cast<size_t>(n * k), 82);
+    const double ms = median_ms([&](int) {
+      matmul_bf16_few_rows_silu_gate(x.as<float>(), gate.as<uint16_t>(), up.as<uint16_t>(), 1, n, k,
+                                     act.as<float>(), rms);
+    });
+    const double bytes = 2.0 * 2 * n * k;
+    fmt::print("  n {:>6} ({:.2f} pairs a warp): {:.1f} us, {:.2f} TB/s ({:.0f}% of copy)\n", n,
+               double(n) / double(warps), ms * 1e3, bytes / (ms * 1e-3) / 1e12,
+               100.0 * bytes / (ms * 1e-3) / 1e12 / bandwidth);
+  }
+}
+
 // One decoder layer of Llama-3.1-8B (fused q/k/v, o, fused gate/up, down) and the head.
 struct Shape {
   const char* name;
@@ -329,6 +358,7 @@ int main() {
     bench_fp8_gate_up(bandwidth);
     bench_back_to_back_products(bandwidth);
     bench_model_layer_products(bandwidth);
+    bench_gated_work_balance(bandwidth);
     bench_many_sequence_decode_attention(bandwidth);
     bench_prompt_attention();
     bench_one_sequence_decode_attention(bandwidth);
