@@ -379,12 +379,23 @@ struct StagedLimits {
 };
 StagedLimits staged_limits;
 
-template <int kRows, typename Chunks>
-void find_register_limit() {
+void check_attribute(cudaError_t status) {
+  if (status != cudaSuccess)
+    fail("few-rows products: setting up the kernels: {}", cudaGetErrorString(status));
+}
+
+// Lets a staged kernel use kMaxStagedBytes of dynamic shared memory (over the 48 KB default)
+// and returns how many of its blocks fit a multiprocessor as its registers allow (0 if the
+// runtime cannot say).
+template <typename Kernel>
+int allow_staged(Kernel kernel) {
+  check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxStagedBytes)));
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, staged_few_rows_kernel<kRows, Chunks>,
-                                                    kWarpsPerBlock * 32, 0) == cudaSuccess)
-    staged_limits.by_registers[kRows] = std::max(staged_limits.by_registers[kRows], per_sm);
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsPerBlock * 32, 0) !=
+      cudaSuccess)
+    return 0;
+  return per_sm;
 }
 
 // Blocks of a staged kernel (`by_registers` of them a multiprocessor) that fit on the GPU at
@@ -394,6 +405,13 @@ int64_t resident_blocks(int by_registers, size_t staged_bytes) {
       staged_limits.shared_per_sm / (static_cast<int64_t>(staged_bytes) + 1024);
   const int64_t per_sm = std::min<int64_t>(by_shared, by_registers);
   return std::max<int64_t>(1, staged_limits.sms * std::max<int64_t>(1, per_sm));
+}
+
+// The grid of a staged kernel over `groups` warp jobs: a block per eight while they fit on
+// the GPU at once, else as many blocks as fit (each then strides over the jobs).
+unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
+  const int64_t group_blocks = (groups + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  return static_cast<unsigned>(std::min(group_blocks, resident_blocks(by_registers, staged_bytes)));
 }
 
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
@@ -408,10 +426,9 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
     return;
   }
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
-  const auto blocks = static_cast<unsigned>(
-      std::min(column_blocks, resident_blocks(staged_limits.by_registers[kRows], staged_bytes)));
-  launch_overlapped(staged_few_rows_kernel<kRows, Chunks>, blocks, kWarpsPerBlock * 32,
-                    staged_bytes, stream, x, products, k);
+  launch_overlapped(staged_few_rows_kernel<kRows, Chunks>,
+                    staged_grid(columns, staged_limits.by_registers[kRows], staged_bytes),
+                    kWarpsPerBlock * 32, staged_bytes, stream, x, products, k);
 }
 
 // The row count as a template argument (1 to 8), so the accumulators stay in registers:
@@ -446,11 +463,6 @@ Products<Chunks> single_product(const void* weight, Chunks format, int64_t n, fl
   return products;
 }
 
-void check_attribute(cudaError_t status) {
-  if (status != cudaSuccess)
-    fail("few-rows products: setting up the kernels: {}", cudaGetErrorString(status));
-}
-
 }  // namespace
 
 void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, int64_t n,
@@ -461,60 +473,37 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 
 namespace {
 
-// The staged kernels may use kMaxStagedBytes of dynamic shared memory (over the 48 KB
-// default), for every row count.
+// Every row count's staged kernel (bf16, f16 and FP8 alike: the most blocks of the three).
 template <typename Chunks, int... kMinusOne>
-void allow_staged_x(std::integer_sequence<int, kMinusOne...>) {
-  (check_attribute(cudaFuncSetAttribute(staged_few_rows_kernel<kMinusOne + 1, Chunks>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kMaxStagedBytes))),
+void configure_staged_kernels(std::integer_sequence<int, kMinusOne...>) {
+  ((staged_limits.by_registers[kMinusOne + 1] =
+        std::max(staged_limits.by_registers[kMinusOne + 1],
+                 allow_staged(staged_few_rows_kernel<kMinusOne + 1, Chunks>))),
    ...);
-  (find_register_limit<kMinusOne + 1, Chunks>(), ...);
 }
 
-template <int kRows>
-void configure_gated_kernel() {
-  check_attribute(cudaFuncSetAttribute(gated_few_rows_kernel<kRows>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxStagedBytes)));
-  int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gated_few_rows_kernel<kRows>,
-                                                    kWarpsPerBlock * 32, 0) == cudaSuccess)
-    staged_limits.gated_by_registers[kRows] = per_sm;
-}
 template <int... kMinusOne>
 void configure_gated_kernels(std::integer_sequence<int, kMinusOne...>) {
-  (configure_gated_kernel<kMinusOne + 1>(), ...);
+  ((staged_limits.gated_by_registers[kMinusOne + 1] =
+        allow_staged(gated_few_rows_kernel<kMinusOne + 1>)),
+   ...);
 }
 
 // Both cache types' kernels; the fewer resident blocks of the two.
-template <int kRows>
-void configure_qkv_rope_kernel() {
-  int fewest = 1 << 30;
-  auto configure = [&](auto kernel) {
-    check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kMaxStagedBytes)));
-    int per_sm = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsPerBlock * 32, 0) ==
-        cudaSuccess)
-      fewest = std::min(fewest, per_sm);
-  };
-  configure(qkv_rope_few_rows_kernel<kRows, float>);
-  configure(qkv_rope_few_rows_kernel<kRows, __nv_bfloat16>);
-  staged_limits.qkv_rope_by_registers[kRows] = fewest == (1 << 30) ? 0 : fewest;
-}
 template <int... kMinusOne>
 void configure_qkv_rope_kernels(std::integer_sequence<int, kMinusOne...>) {
-  (configure_qkv_rope_kernel<kMinusOne + 1>(), ...);
+  ((staged_limits.qkv_rope_by_registers[kMinusOne + 1] =
+        std::min(allow_staged(qkv_rope_few_rows_kernel<kMinusOne + 1, float>),
+                 allow_staged(qkv_rope_few_rows_kernel<kMinusOne + 1, __nv_bfloat16>))),
+   ...);
 }
 
 template <int kRows>
 void launch_qkv_rope(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                      const RopeWrite& rope, cudaStream_t stream) {
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
-  const int64_t pair_blocks = (products.end[2] / 2 + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const auto blocks = static_cast<unsigned>(std::min(
-      pair_blocks, resident_blocks(staged_limits.qkv_rope_by_registers[kRows], staged_bytes)));
+  const unsigned blocks =
+      staged_grid(rope.shape.pairs(), staged_limits.qkv_rope_by_registers[kRows], staged_bytes);
   if (rope.cache.dtype == DType::kBF16) {
     launch_overlapped(qkv_rope_few_rows_kernel<kRows, __nv_bfloat16>, blocks, kWarpsPerBlock * 32,
                       staged_bytes, stream, x, products, k, rope);
@@ -535,11 +524,10 @@ template <int kRows>
 void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                   cudaStream_t stream) {
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
-  const int64_t pair_blocks = (products.n[0] + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const auto blocks = static_cast<unsigned>(std::min(
-      pair_blocks, resident_blocks(staged_limits.gated_by_registers[kRows], staged_bytes)));
-  launch_overlapped(gated_few_rows_kernel<kRows>, blocks, kWarpsPerBlock * 32, staged_bytes, stream,
-                    x, products, k);
+  launch_overlapped(
+      gated_few_rows_kernel<kRows>,
+      staged_grid(products.n[0], staged_limits.gated_by_registers[kRows], staged_bytes),
+      kWarpsPerBlock * 32, staged_bytes, stream, x, products, k);
 }
 template <int... kMinusOne>
 bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int64_t rows,
@@ -559,9 +547,9 @@ void configure_few_rows_kernels() {
   check_attribute(
       cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   staged_limits.shared_per_sm = shared;
-  allow_staged_x<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
-  allow_staged_x<F16Chunks>(std::make_integer_sequence<int, 8>{});
-  allow_staged_x<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
+  configure_staged_kernels<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
+  configure_staged_kernels<F16Chunks>(std::make_integer_sequence<int, 8>{});
+  configure_staged_kernels<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
   configure_gated_kernels(std::make_integer_sequence<int, 8>{});
   configure_qkv_rope_kernels(std::make_integer_sequence<int, 8>{});
 }
