@@ -143,6 +143,14 @@ __device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8 x 8 bf16 matrices: lanes 8i..8i+7 give the row addresses of matrix i; lane l gets
+// row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each.
+__device__ inline void load_fragments(uint32_t (&r)[4], const __nv_bfloat16* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
 // Four 8 x 8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i.
 __device__ inline void load_transposed(uint32_t (&r)[4], const __nv_bfloat16* row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -172,25 +180,35 @@ struct WarpRows {
   bool valid[2];
 };
 
-__device__ void scores(const WarpRows& w, const __nv_bfloat16* k, int g, int t,
+// S = Q K^T for the warp's rows: K's B fragments for two 16-dim chunks of an 8-key tile in
+// one ldmatrix (lanes 8i..8i+7 address the tile's keys at dims 8i of the pair), each score
+// still summed over the chunks in order.
+__device__ void scores(const WarpRows& w, const __nv_bfloat16* k, int lane,
                        float (&s)[kKeys / 8][4]) {
 #pragma unroll
   for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-  for (int c = 0; c < kDim / 16; ++c) {
+  for (int c = 0; c < kDim / 16; c += 2) {
 #pragma unroll
     for (int j = 0; j < kKeys / 8; ++j) {
-      const __nv_bfloat16* key = k + (j * 8 + g) * kLdTile + c * 16 + 2 * t;
-      mma_bf16(s[j], w.q[c], word(key), word(key + 8));
+      uint32_t b[4];
+      load_fragments(b, k + (j * 8 + lane % 8) * kLdTile + c * 16 + (lane / 8) * 8);
+      mma_bf16(s[j], w.q[c], b[0], b[1]);
+      mma_bf16(s[j], w.q[c + 1], b[2], b[3]);
     }
   }
 }
 
-// Masks what each row may not see, turns the scores into probabilities against the updated
-// running maxima (in place) and rescales O and the sums.
-__device__ void online_softmax(WarpRows& w, float (&s)[kKeys / 8][4], int64_t key0, int t,
-                               int window) {
-  float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+// Whether row r of this thread sees every key of the tile starting at key0.
+__device__ inline bool sees_whole_tile(const WarpRows& w, int r, int64_t key0, int window) {
+  return w.valid[r] && key0 + kKeys - 1 <= w.position[r] &&
+         (window <= 0 || key0 > w.position[r] - window);
+}
+
+// Scores of keys a row may not see (past its position, outside its window, or a row past
+// the queries) set to -FLT_MAX.
+__device__ void mask_scores(const WarpRows& w, float (&s)[kKeys / 8][4], int64_t key0, int t,
+                            int window) {
 #pragma unroll
   for (int j = 0; j < kKeys / 8; ++j) {
 #pragma unroll
@@ -200,8 +218,22 @@ __device__ void online_softmax(WarpRows& w, float (&s)[kKeys / 8][4], int64_t ke
       const bool visible =
           w.valid[r] && key <= w.position[r] && (window <= 0 || key > w.position[r] - window);
       s[j][e] = visible ? s[j][e] : -FLT_MAX;
-      tile_max[r] = fmaxf(tile_max[r], s[j][e]);
     }
+  }
+}
+
+// Masks what each row may not see (only tiles some row does not wholly see: in a long
+// prompt most tiles lie below the diagonal), turns the scores into probabilities against
+// the updated running maxima (in place) and rescales O and the sums.
+__device__ void online_softmax(WarpRows& w, float (&s)[kKeys / 8][4], int64_t key0, int t,
+                               int window) {
+  if (!sees_whole_tile(w, 0, key0, window) || !sees_whole_tile(w, 1, key0, window))
+    mask_scores(w, s, key0, t, window);
+  float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+  for (int j = 0; j < kKeys / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
   }
   float rescale[2];
 #pragma unroll
@@ -262,7 +294,10 @@ __global__ void __launch_bounds__(kThreads)
   const int kv_head = blockIdx.y;
   int seq = 0;
   int64_t first = 0;
-  if (!locate_tile(batch, positions_per_tile, blockIdx.x, &seq, &first)) return;
+  // Tiles in reverse: blocks start in index order (x fastest), so within each KV head the
+  // tiles that see the most keys start first and the last head's short ones fill the tail.
+  if (!locate_tile(batch, positions_per_tile, int64_t{gridDim.x} - 1 - blockIdx.x, &seq, &first))
+    return;
   const int64_t row_base = batch.query_start[seq];
   const int64_t count = batch.query_start[seq + 1] - row_base;
   const int64_t context = batch.context_lens[seq];
@@ -309,7 +344,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     float s[kKeys / 8][4];
-    scores(w, sh.k[buffer], g, t, s);
+    scores(w, sh.k[buffer], lane, s);
     online_softmax(w, s, key0, t, window);
     accumulate_values(w, s, sh.v[buffer], lane);
     __syncthreads();  // every warp is done with this buffer before it is refilled
