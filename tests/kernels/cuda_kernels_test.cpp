@@ -142,6 +142,35 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
   }
 }
 
+// The row stream (weights through shared memory in large bulk copies) against the register
+// path: the same bits for the 8B's o and down shapes, a width that leaves the last stage
+// part full, one and two rows, writing and adding into y.
+TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
+  struct Case {
+    int64_t n, k, rows;
+  };
+  for (const Case c :
+       {Case{4096, 4096, 1}, Case{4096, 14336, 1}, Case{1001, 4096, 2}, Case{4100, 2048, 1}}) {
+    std::vector<uint16_t> weight = to_bf16(random(c.n * c.k, 0.05f));
+    DeviceBuffer dw = upload(weight), dx = upload(random(c.rows * c.k));
+    const std::vector<float> start = random(c.rows * c.n);
+    for (bool accumulate : {false, true}) {
+      std::vector<float> got[2];
+      for (bool streamed : {false, true}) {
+        set_row_stream(streamed);
+        DeviceBuffer dy = upload(start);
+        const FewRowsProduct job{dw.as<uint16_t>(), c.n, dy.as<float>(), accumulate};
+        matmul_bf16_few_rows(dx.as<float>(), &job, 1, c.rows, c.k);
+        synchronize();
+        got[streamed] = download(dy);
+      }
+      set_row_stream(false);
+      EXPECT_EQ(got[0], got[1]) << c.n << " x " << c.k << ", " << c.rows << " rows"
+                                << (accumulate ? ", adding" : "");
+    }
+  }
+}
+
 // DeepSeek-style FP8: e4m3 weights with a scale per 128 x 128 block, against the CPU's
 // block-scaled product (ragged last blocks in both directions).
 TEST_F(CudaKernels, Fp8BlockScaledMatmulMatchesTheCpu) {

@@ -125,6 +125,10 @@ void matmul_bf16_few_rows_qkv_rope(const float* x, int64_t rows, int64_t k, cons
 // Once per device, before any few-rows product (and outside graph capture): lets the
 // kernels that stage x in shared memory use more than the default 48 KB of it.
 void configure_few_rows_kernels();
+// Whether plain few-rows products of one or two rows stream their weight rows through
+// shared memory in large bulk copies (row_stream.cuh) instead of loading them into
+// registers; the same bits either way. DEEPINFER_CUDA_ROW_STREAM=1 sets it at start.
+void set_row_stream(bool enabled);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

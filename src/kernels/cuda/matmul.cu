@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "core/error.h"
@@ -12,6 +13,7 @@
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/qkv_pairs.h"
 #include "kernels/cuda/rope_turn.cuh"
+#include "kernels/cuda/row_stream.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
@@ -376,6 +378,7 @@ struct StagedLimits {
   int sms = 0;
   int64_t shared_per_sm = 0;
   int by_registers[9] = {}, gated_by_registers[9] = {}, qkv_rope_by_registers[9] = {};
+  int64_t shared_per_block = 0;  // the opt-in maximum
 };
 StagedLimits staged_limits;
 
@@ -414,6 +417,59 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
   return static_cast<unsigned>(std::min(group_blocks, resident_blocks(by_registers, staged_bytes)));
 }
 
+// Whether plain products of one or two rows stream their weights through shared memory
+// (row_stream.cuh): DEEPINFER_CUDA_ROW_STREAM=1, or set_row_stream.
+bool& row_stream_setting() {
+  static bool enabled = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM");
+    return setting != nullptr && setting[0] == '1';
+  }();
+  return enabled;
+}
+bool stream_rows() {
+  return row_stream_setting();
+}
+
+// The ring that keeps the most bytes in flight with at least three stages (so one can be
+// read while two fill), in the shared memory left beside x; false if none fits.
+bool choose_stream_ring(int rows, int64_t k, int64_t row_bytes, StreamRing& ring) {
+  const int64_t budget = staged_limits.shared_per_block -
+                         static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
+  int64_t best = 0;
+  for (int per_stage = 8; per_stage >= 1; --per_stage) {
+    const int64_t stages = std::min<int64_t>(kMaxStreamStages, budget / (per_stage * row_bytes));
+    if (stages >= 3 && stages * per_stage * row_bytes > best) {
+      best = stages * per_stage * row_bytes;
+      ring = {per_stage, static_cast<int>(stages)};
+    }
+  }
+  return best > 0;
+}
+
+// A single plain product of one or two rows through the row stream; false (nothing
+// launched) where it does not apply.
+template <int kRows, typename Chunks>
+bool launch_streamed(const float* x, const Products<Chunks>& products, int64_t k,
+                     cudaStream_t stream) {
+  if constexpr (kRows > 2) {
+    return false;
+  } else {
+    const int64_t row_bytes = k / Chunks::kPerChunk * int64_t{sizeof(uint4)};
+    StreamRing ring{};
+    if (!stream_rows() || products.count != 1 || !choose_stream_ring(kRows, k, row_bytes, ring))
+      return false;
+    const StreamedProduct<Chunks> product{products.weight[0], products.format[0], products.y[0],
+                                          products.n[0], products.accumulate[0]};
+    const int64_t groups = (product.n + ring.rows_per_stage - 1) / ring.rows_per_stage;
+    const size_t shared = kStreamBarrierBytes + stream_x_bytes(kRows, k) +
+                          static_cast<size_t>(ring.stages * ring.rows_per_stage * row_bytes);
+    launch_overlapped(streamed_rows_kernel<kRows, Chunks>,
+                      static_cast<unsigned>(std::min<int64_t>(groups, staged_limits.sms)),
+                      (kStreamReaderWarps + 1) * 32, shared, stream, x, product, k, ring);
+    return true;
+  }
+}
+
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
 // products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
@@ -421,6 +477,7 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (!products.norm.weight) {
+    if (launch_streamed<kRows>(x, products, k, stream)) return;
     launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
                       kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
@@ -474,6 +531,16 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 namespace {
 
 // Every row count's staged kernel (bf16, f16 and FP8 alike: the most blocks of the three).
+// The row-stream kernels may take all the shared memory a block can opt into (they have no
+// static shared memory).
+template <typename Chunks>
+void configure_streamed_kernels() {
+  for (auto kernel : {streamed_rows_kernel<1, Chunks>, streamed_rows_kernel<2, Chunks>}) {
+    check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(staged_limits.shared_per_block)));
+  }
+}
+
 template <typename Chunks, int... kMinusOne>
 void configure_staged_kernels(std::integer_sequence<int, kMinusOne...>) {
   ((staged_limits.by_registers[kMinusOne + 1] =
@@ -539,6 +606,10 @@ bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int
 
 }  // namespace
 
+void set_row_stream(bool enabled) {
+  row_stream_setting() = enabled;
+}
+
 void configure_few_rows_kernels() {
   int device = 0, shared = 0;
   check_attribute(cudaGetDevice(&device));
@@ -547,6 +618,11 @@ void configure_few_rows_kernels() {
   check_attribute(
       cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   staged_limits.shared_per_sm = shared;
+  check_attribute(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  staged_limits.shared_per_block = shared;
+  configure_streamed_kernels<Bf16Chunks>();
+  configure_streamed_kernels<F16Chunks>();
+  configure_streamed_kernels<Fp8Chunks>();
   configure_staged_kernels<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<F16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
