@@ -143,30 +143,42 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
 }
 
 // The row stream (weights through shared memory in large bulk copies) against the register
-// path: the same bits for the 8B's o and down shapes, a width that leaves the last stage
-// part full, one and two rows, writing and adding into y.
+// path, the same bits: plain products (the 8B's o and down shapes, a width that leaves the
+// last stage part full, one and two rows, writing and adding into y), one product of
+// normalised x, and gate/up + silu.
 TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
   struct Case {
     int64_t n, k, rows;
   };
+  std::vector<uint16_t> norm = to_bf16(random(14336, 0.5f));
+  DeviceBuffer d_norm = upload(norm);
+  const FewRowsNorm rms{d_norm.data(), DType::kBF16, 1e-5f};
   for (const Case c :
        {Case{4096, 4096, 1}, Case{4096, 14336, 1}, Case{1001, 4096, 2}, Case{4100, 2048, 1}}) {
     std::vector<uint16_t> weight = to_bf16(random(c.n * c.k, 0.05f));
-    DeviceBuffer dw = upload(weight), dx = upload(random(c.rows * c.k));
+    std::vector<uint16_t> up = to_bf16(random(c.n * c.k, 0.05f));
+    DeviceBuffer dw = upload(weight), d_up = upload(up), dx = upload(random(c.rows * c.k));
     const std::vector<float> start = random(c.rows * c.n);
-    for (bool accumulate : {false, true}) {
+    // 0, 1: plain, writing and adding; 2: normalised x; 3: gate/up + silu.
+    for (int variant = 0; variant < 4; ++variant) {
       std::vector<float> got[2];
       for (bool streamed : {false, true}) {
-        set_row_stream(streamed);
+        set_row_stream(streamed ? kStreamPlain | kStreamGated | kStreamNormalised : 0);
         DeviceBuffer dy = upload(start);
-        const FewRowsProduct job{dw.as<uint16_t>(), c.n, dy.as<float>(), accumulate};
-        matmul_bf16_few_rows(dx.as<float>(), &job, 1, c.rows, c.k);
+        const FewRowsProduct job{dw.as<uint16_t>(), c.n, dy.as<float>(), variant == 1};
+        if (variant == 3) {
+          matmul_bf16_few_rows_silu_gate(dx.as<float>(), dw.as<uint16_t>(), d_up.as<uint16_t>(),
+                                         c.rows, c.n, c.k, dy.as<float>(), rms);
+        } else {
+          matmul_bf16_few_rows(dx.as<float>(), &job, 1, c.rows, c.k, nullptr,
+                               variant == 2 ? &rms : nullptr);
+        }
         synchronize();
         got[streamed] = download(dy);
       }
-      set_row_stream(false);
-      EXPECT_EQ(got[0], got[1]) << c.n << " x " << c.k << ", " << c.rows << " rows"
-                                << (accumulate ? ", adding" : "");
+      set_row_stream(0);
+      EXPECT_EQ(got[0], got[1]) << c.n << " x " << c.k << ", " << c.rows << " rows, variant "
+                                << variant;
     }
   }
 }

@@ -23,18 +23,23 @@ __device__ __forceinline__ void publish_copy_barriers() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
+// This thread's arrival on `barrier`, whose current phase now also waits for `bytes` more to
+// land from the copies that name it.
+__device__ __forceinline__ void arrive_expecting(uint64_t* barrier, uint32_t bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)),
+      "r"(bytes)
+      : "memory");
+}
+
 // bytes (a multiple of 16, both addresses 16-byte aligned) from global `source` into shared
-// `destination`; `barrier`'s current phase completes when they have arrived.
-__device__ __forceinline__ void bulk_copy(void* destination, const void* source, uint32_t bytes,
-                                          uint64_t* barrier) {
-  const uint32_t barrier_address = shared_address(barrier);
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier_address),
-               "r"(bytes)
-               : "memory");
+// `destination`, counted against `barrier`'s expected bytes when they land.
+__device__ __forceinline__ void copy_bytes(void* destination, const void* source, uint32_t bytes,
+                                           uint64_t* barrier) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
           "r"(shared_address(destination)),
-      "l"(source), "r"(bytes), "r"(barrier_address)
+      "l"(source), "r"(bytes), "r"(shared_address(barrier))
       : "memory");
 }
 

@@ -125,10 +125,16 @@ void matmul_bf16_few_rows_qkv_rope(const float* x, int64_t rows, int64_t k, cons
 // Once per device, before any few-rows product (and outside graph capture): lets the
 // kernels that stage x in shared memory use more than the default 48 KB of it.
 void configure_few_rows_kernels();
-// Whether plain few-rows products of one or two rows stream their weight rows through
-// shared memory in large bulk copies (row_stream.cuh) instead of loading them into
-// registers; the same bits either way. DEEPINFER_CUDA_ROW_STREAM=1 sets it at start.
-void set_row_stream(bool enabled);
+// Which few-rows products of one or two rows stream their weight rows through shared memory
+// in large bulk copies (row_stream.cuh) instead of loading them into registers: an OR of
+// StreamUse bits; the same bits either way. DEEPINFER_CUDA_ROW_STREAM (the number) sets it at
+// start.
+enum StreamUse : int {
+  kStreamPlain = 1,       // o, down: y (+)= x W^T
+  kStreamGated = 2,       // gate/up + silu, x normalised inside
+  kStreamNormalised = 4,  // one product of normalised x (lm_head)
+};
+void set_row_stream(int uses);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

@@ -14,12 +14,14 @@
 #include "kernels/cuda/qkv_pairs.h"
 #include "kernels/cuda/rope_turn.cuh"
 #include "kernels/cuda/row_stream.cuh"
+#include "kernels/cuda/staged_norm.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+static_assert(kWarpsPerBlock == kNormWarps, "staged kernels normalise with all their threads");
 constexpr int kMaxProducts = kMaxFewRowsProducts;
 
 // Up to kMaxProducts products of the same x in one launch (q/k/v, gate/up): their output
@@ -35,33 +37,6 @@ struct Products {
   int count;
   FewRowsNorm norm;  // weight null: x is read as it is
 };
-
-__device__ float norm_scale(const FewRowsNorm& norm, int64_t i) {
-  if (norm.dtype == DType::kBF16)
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(norm.weight)[i]);
-  if (norm.dtype == DType::kF16) return __half2float(static_cast<const __half*>(norm.weight)[i]);
-  return static_cast<const float*>(norm.weight)[i];
-}
-
-// rmsnorm of the block's staged rows in place, with rmsnorm_kernel's arithmetic.
-template <int kRows>
-__device__ void normalise_staged(float* x, int64_t k, const FewRowsNorm& norm) {
-  __shared__ float partial[kWarpsPerBlock];
-  for (int r = 0; r < kRows; ++r) {
-    float* row = x + r * k;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) sum += row[i] * row[i];
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < kWarpsPerBlock; ++w) total += partial[w];
-    const float scale = rsqrtf(total / static_cast<float>(k) + norm.eps);
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
-      row[i] = row[i] * scale * norm_scale(norm, i);
-    __syncthreads();
-  }
-}
 
 // The most x (rows * k floats) a block stages in shared memory to normalise it in place.
 constexpr size_t kMaxStagedBytes = 64 << 10;
@@ -242,7 +217,8 @@ __device__ const float* stage_x(const float* x_global, int64_t k, const FewRowsN
   const auto* from = reinterpret_cast<const float4*>(x_global);
   for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
   __syncthreads();
-  if (norm.weight) normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, norm);
+  if (norm.weight)
+    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, norm, [] { __syncthreads(); });
   return reinterpret_cast<const float*>(staged);
 }
 
@@ -379,6 +355,7 @@ struct StagedLimits {
   int64_t shared_per_sm = 0;
   int by_registers[9] = {}, gated_by_registers[9] = {}, qkv_rope_by_registers[9] = {};
   int64_t shared_per_block = 0;  // the opt-in maximum
+  int64_t stream_shared = 0;     // dynamic shared memory every row-stream kernel may take
 };
 StagedLimits staged_limits;
 
@@ -417,57 +394,64 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
   return static_cast<unsigned>(std::min(group_blocks, resident_blocks(by_registers, staged_bytes)));
 }
 
-// Whether plain products of one or two rows stream their weights through shared memory
-// (row_stream.cuh): DEEPINFER_CUDA_ROW_STREAM=1, or set_row_stream.
-bool& row_stream_setting() {
-  static bool enabled = [] {
+// Which few-rows products of one or two rows stream their weights through shared memory
+// (row_stream.cuh; StreamUse bits): DEEPINFER_CUDA_ROW_STREAM at start, or set_row_stream.
+int& row_stream_setting() {
+  static int uses = [] {
     const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM");
-    return setting != nullptr && setting[0] == '1';
+    return setting ? static_cast<int>(std::strtol(setting, nullptr, 10)) : 0;
   }();
-  return enabled;
-}
-bool stream_rows() {
-  return row_stream_setting();
+  return uses;
 }
 
 // The ring that keeps the most bytes in flight with at least three stages (so one can be
-// read while two fill), in the shared memory left beside x; false if none fits.
-bool choose_stream_ring(int rows, int64_t k, int64_t row_bytes, StreamRing& ring) {
-  const int64_t budget = staged_limits.shared_per_block -
+// read while two fill), in the shared memory left beside x; false if none fits. A stage of
+// a gated product holds its rows of both gate and up.
+bool choose_stream_ring(int rows, int64_t k, int64_t row_bytes, int columns, StreamRing& ring) {
+  const int64_t budget = staged_limits.stream_shared -
                          static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
   int64_t best = 0;
   for (int per_stage = 8; per_stage >= 1; --per_stage) {
-    const int64_t stages = std::min<int64_t>(kMaxStreamStages, budget / (per_stage * row_bytes));
-    if (stages >= 3 && stages * per_stage * row_bytes > best) {
-      best = stages * per_stage * row_bytes;
+    const int64_t stage_bytes = per_stage * row_bytes * columns;
+    const int64_t stages = std::min<int64_t>(kMaxStreamStages, budget / stage_bytes);
+    if (stages >= 3 && stages * stage_bytes > best) {
+      best = stages * stage_bytes;
       ring = {per_stage, static_cast<int>(stages)};
     }
   }
   return best > 0;
 }
 
-// A single plain product of one or two rows through the row stream; false (nothing
-// launched) where it does not apply.
-template <int kRows, typename Chunks>
-bool launch_streamed(const float* x, const Products<Chunks>& products, int64_t k,
-                     cudaStream_t stream) {
+// `product` (one or two rows) through the row stream when `use` is turned on and a ring
+// fits; false (nothing launched) otherwise.
+template <int kRows, bool kGated, typename Chunks>
+bool launch_streamed(const float* x, const StreamedProduct<Chunks>& product, int64_t k,
+                     StreamUse use, cudaStream_t stream) {
   if constexpr (kRows > 2) {
     return false;
   } else {
+    constexpr int kColumns = kGated ? 2 : 1;
     const int64_t row_bytes = k / Chunks::kPerChunk * int64_t{sizeof(uint4)};
     StreamRing ring{};
-    if (!stream_rows() || products.count != 1 || !choose_stream_ring(kRows, k, row_bytes, ring))
+    if ((row_stream_setting() & use) == 0 ||
+        !choose_stream_ring(kRows, k, row_bytes, kColumns, ring))
       return false;
-    const StreamedProduct<Chunks> product{products.weight[0], products.format[0], products.y[0],
-                                          products.n[0], products.accumulate[0]};
     const int64_t groups = (product.n + ring.rows_per_stage - 1) / ring.rows_per_stage;
-    const size_t shared = kStreamBarrierBytes + stream_x_bytes(kRows, k) +
-                          static_cast<size_t>(ring.stages * ring.rows_per_stage * row_bytes);
-    launch_overlapped(streamed_rows_kernel<kRows, Chunks>,
+    const size_t shared =
+        kStreamBarrierBytes + stream_x_bytes(kRows, k) +
+        static_cast<size_t>(ring.stages * ring.rows_per_stage * row_bytes * kColumns);
+    launch_overlapped(streamed_rows_kernel<kRows, kGated, Chunks>,
                       static_cast<unsigned>(std::min<int64_t>(groups, staged_limits.sms)),
                       (kStreamReaderWarps + 1) * 32, shared, stream, x, product, k, ring);
     return true;
   }
+}
+
+// The first product of `products` (with their norm) as the row stream reads it.
+template <typename Chunks>
+StreamedProduct<Chunks> first_streamed(const Products<Chunks>& products) {
+  return {products.weight[0],     nullptr,      products.format[0], products.y[0], products.n[0],
+          products.accumulate[0], products.norm};
 }
 
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
@@ -476,8 +460,11 @@ template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (products.count == 1 && launch_streamed<kRows, false>(
+                                 x, first_streamed(products), k,
+                                 products.norm.weight ? kStreamNormalised : kStreamPlain, stream))
+    return;
   if (!products.norm.weight) {
-    if (launch_streamed<kRows>(x, products, k, stream)) return;
     launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
                       kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
@@ -531,14 +518,25 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 namespace {
 
 // Every row count's staged kernel (bf16, f16 and FP8 alike: the most blocks of the three).
-// The row-stream kernels may take all the shared memory a block can opt into (they have no
-// static shared memory).
+// Lets a row-stream kernel take all the dynamic shared memory a block can opt into beside
+// its static shared memory, and keeps the least such room over the kernels as the rings'
+// budget.
+template <typename Kernel>
+void allow_streamed(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  check_attribute(cudaFuncGetAttributes(&attributes, kernel));
+  const int64_t room =
+      staged_limits.shared_per_block - static_cast<int64_t>(attributes.sharedSizeBytes);
+  check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(room)));
+  staged_limits.stream_shared =
+      staged_limits.stream_shared == 0 ? room : std::min(staged_limits.stream_shared, room);
+}
+
 template <typename Chunks>
 void configure_streamed_kernels() {
-  for (auto kernel : {streamed_rows_kernel<1, Chunks>, streamed_rows_kernel<2, Chunks>}) {
-    check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(staged_limits.shared_per_block)));
-  }
+  allow_streamed(streamed_rows_kernel<1, false, Chunks>);
+  allow_streamed(streamed_rows_kernel<2, false, Chunks>);
 }
 
 template <typename Chunks, int... kMinusOne>
@@ -590,6 +588,9 @@ void launch_qkv_rope_rows(const float* x, const Products<Bf16Chunks>& products, 
 template <int kRows>
 void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                   cudaStream_t stream) {
+  StreamedProduct<Bf16Chunks> gated = first_streamed(products);
+  gated.up = products.weight[1];
+  if (launch_streamed<kRows, true>(x, gated, k, kStreamGated, stream)) return;
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   launch_overlapped(
       gated_few_rows_kernel<kRows>,
@@ -606,8 +607,8 @@ bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int
 
 }  // namespace
 
-void set_row_stream(bool enabled) {
-  row_stream_setting() = enabled;
+void set_row_stream(int uses) {
+  row_stream_setting() = uses;
 }
 
 void configure_few_rows_kernels() {
@@ -623,6 +624,8 @@ void configure_few_rows_kernels() {
   configure_streamed_kernels<Bf16Chunks>();
   configure_streamed_kernels<F16Chunks>();
   configure_streamed_kernels<Fp8Chunks>();
+  allow_streamed(streamed_rows_kernel<1, true, Bf16Chunks>);
+  allow_streamed(streamed_rows_kernel<2, true, Bf16Chunks>);
   configure_staged_kernels<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<F16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
