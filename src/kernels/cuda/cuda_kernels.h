@@ -133,6 +133,7 @@ enum StreamUse : int {
   kStreamPlain = 1,       // o, down: y (+)= x W^T
   kStreamGated = 2,       // gate/up + silu, x normalised inside
   kStreamNormalised = 4,  // one product of normalised x (lm_head)
+  kStreamQkvRope = 8,     // q/k/v + rope + cache write, x normalised inside
 };
 void set_row_stream(int uses);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's

@@ -302,6 +302,20 @@ __device__ void store_qkv(const Products<Bf16Chunks>& products, const RopeWrite&
   store_kv(base, rope.slot_mapping[r] * kv_columns + index, value);
 }
 
+// Row r's finished pair: rotated as rope_kv_write rotates (when rope turns it), then stored.
+template <typename T>
+__device__ void turn_and_store(const Products<Bf16Chunks>& products, const RopeWrite& rope,
+                               const ColumnPair& p, int r, float x0, float x1) {
+  if (p.rotated) {
+    const int64_t at = int64_t{r} * (rope.shape.rotary_dim / 2) + p.rope_index;
+    const Turned turned = rope_turn(x0, x1, rope.cos[at], rope.sin[at]);
+    x0 = turned.first;
+    x1 = turned.second;
+  }
+  store_qkv<T>(products, rope, p.first, r, x0);
+  store_qkv<T>(products, rope, p.second, r, x1);
+}
+
 // The attention block's input half at decode in one launch, staged like the kernels above:
 // q, k and v of the normalised x, q and k rotated as rope_kv_write rotates them (the same
 // arithmetic) and k and v stored into the cache. Each warp takes a pair of columns
@@ -332,20 +346,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows <= 4 ? 3 : 2)
     column_sums<kRows>(x, k, products, columns, loaded, first && prefetched, sums);
     if (threadIdx.x % 32 != 0) continue;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float x0 = sums[0][r], x1 = sums[1][r];
-      if (p.rotated) {
-        const int64_t at = int64_t{r} * (rope.shape.rotary_dim / 2) + p.rope_index;
-        const float c = rope.cos[at], s = rope.sin[at];
-        const Turned turned = rope_turn(x0, x1, c, s);
-        x0 = turned.first;
-        x1 = turned.second;
-      }
-      store_qkv<T>(products, rope, p.first, r, x0);
-      store_qkv<T>(products, rope, p.second, r, x1);
-    }
+    for (int r = 0; r < kRows; ++r) turn_and_store<T>(products, rope, p, r, sums[0][r], sums[1][r]);
   }
 }
+
+// The same job for the row stream: pair p is column_pair(p)'s two columns, whose weight rows
+// lie apart (one copy each).
+template <typename T>
+struct QkvRopeJobs {
+  static constexpr int kColumns = 2;
+  static constexpr bool kAdjacentRows = false;
+  Bf16Chunks format;
+  FewRowsNorm norm;
+  int64_t count;  // column pairs
+  Products<Bf16Chunks> products;
+  RopeWrite rope;
+  int64_t chunks;
+  __device__ const uint4* row(int64_t job, int j) const {
+    const ColumnPair p = column_pair(job, rope.shape);
+    return column_of(products, j ? p.second : p.first, chunks).row;
+  }
+  __device__ int64_t column(int64_t, int) const { return 0; }  // bf16: no scales
+  __device__ void store(int64_t job, int r, const float (&sums)[2]) const {
+    turn_and_store<T>(products, rope, column_pair(job, rope.shape), r, sums[0], sums[1]);
+  }
+};
 
 // What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels
 // (outside any graph capture): multiprocessors, shared memory per multiprocessor, and blocks
@@ -405,14 +430,13 @@ int& row_stream_setting() {
 }
 
 // The ring that keeps the most bytes in flight with at least three stages (so one can be
-// read while two fill), in the shared memory left beside x; false if none fits. A stage of
-// a gated product holds its rows of both gate and up.
-bool choose_stream_ring(int rows, int64_t k, int64_t row_bytes, int columns, StreamRing& ring) {
+// read while two fill), in the shared memory left beside x; false if none fits.
+bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
   const int64_t budget = staged_limits.stream_shared -
                          static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
   int64_t best = 0;
   for (int per_stage = 8; per_stage >= 1; --per_stage) {
-    const int64_t stage_bytes = per_stage * row_bytes * columns;
+    const int64_t stage_bytes = per_stage * job_bytes;
     const int64_t stages = std::min<int64_t>(kMaxStreamStages, budget / stage_bytes);
     if (stages >= 3 && stages * stage_bytes > best) {
       best = stages * stage_bytes;
@@ -422,36 +446,34 @@ bool choose_stream_ring(int rows, int64_t k, int64_t row_bytes, int columns, Str
   return best > 0;
 }
 
-// `product` (one or two rows) through the row stream when `use` is turned on and a ring
-// fits; false (nothing launched) otherwise.
-template <int kRows, bool kGated, typename Chunks>
-bool launch_streamed(const float* x, const StreamedProduct<Chunks>& product, int64_t k,
-                     StreamUse use, cudaStream_t stream) {
+// `jobs` (for one or two rows of x) through the row stream when `use` is turned on and a
+// ring fits; false (nothing launched) otherwise.
+template <int kRows, typename Jobs>
+bool launch_streamed(const float* x, const Jobs& jobs, int64_t k, StreamUse use,
+                     cudaStream_t stream) {
   if constexpr (kRows > 2) {
     return false;
   } else {
-    constexpr int kColumns = kGated ? 2 : 1;
-    const int64_t row_bytes = k / Chunks::kPerChunk * int64_t{sizeof(uint4)};
+    const int64_t job_bytes =
+        k / decltype(jobs.format)::kPerChunk * int64_t{sizeof(uint4)} * Jobs::kColumns;
     StreamRing ring{};
-    if ((row_stream_setting() & use) == 0 ||
-        !choose_stream_ring(kRows, k, row_bytes, kColumns, ring))
+    if ((row_stream_setting() & use) == 0 || !choose_stream_ring(kRows, k, job_bytes, ring))
       return false;
-    const int64_t groups = (product.n + ring.rows_per_stage - 1) / ring.rows_per_stage;
-    const size_t shared =
-        kStreamBarrierBytes + stream_x_bytes(kRows, k) +
-        static_cast<size_t>(ring.stages * ring.rows_per_stage * row_bytes * kColumns);
-    launch_overlapped(streamed_rows_kernel<kRows, kGated, Chunks>,
+    const int64_t groups = (jobs.count + ring.jobs_per_stage - 1) / ring.jobs_per_stage;
+    const size_t shared = kStreamBarrierBytes + stream_x_bytes(kRows, k) +
+                          static_cast<size_t>(ring.stages * ring.jobs_per_stage * job_bytes);
+    launch_overlapped(streamed_rows_kernel<kRows, Jobs>,
                       static_cast<unsigned>(std::min<int64_t>(groups, staged_limits.sms)),
-                      (kStreamReaderWarps + 1) * 32, shared, stream, x, product, k, ring);
+                      (kStreamReaderWarps + 1) * 32, shared, stream, x, jobs, k, ring);
     return true;
   }
 }
 
-// The first product of `products` (with their norm) as the row stream reads it.
+// The first product of `products` (with their norm) as row-stream jobs.
 template <typename Chunks>
-StreamedProduct<Chunks> first_streamed(const Products<Chunks>& products) {
-  return {products.weight[0],     nullptr,      products.format[0], products.y[0], products.n[0],
-          products.accumulate[0], products.norm};
+PlainJobs<Chunks> plain_jobs(const Products<Chunks>& products, int64_t k) {
+  return {products.format[0],    products.norm, products.n[0],         products.weight[0],
+          k / Chunks::kPerChunk, products.y[0], products.accumulate[0]};
 }
 
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
@@ -460,9 +482,9 @@ template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  if (products.count == 1 && launch_streamed<kRows, false>(
-                                 x, first_streamed(products), k,
-                                 products.norm.weight ? kStreamNormalised : kStreamPlain, stream))
+  if (products.count == 1 &&
+      launch_streamed<kRows>(x, plain_jobs(products, k), k,
+                             products.norm.weight ? kStreamNormalised : kStreamPlain, stream))
     return;
   if (!products.norm.weight) {
     launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
@@ -535,8 +557,8 @@ void allow_streamed(Kernel kernel) {
 
 template <typename Chunks>
 void configure_streamed_kernels() {
-  allow_streamed(streamed_rows_kernel<1, false, Chunks>);
-  allow_streamed(streamed_rows_kernel<2, false, Chunks>);
+  allow_streamed(streamed_rows_kernel<1, PlainJobs<Chunks>>);
+  allow_streamed(streamed_rows_kernel<2, PlainJobs<Chunks>>);
 }
 
 template <typename Chunks, int... kMinusOne>
@@ -566,6 +588,18 @@ void configure_qkv_rope_kernels(std::integer_sequence<int, kMinusOne...>) {
 template <int kRows>
 void launch_qkv_rope(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                      const RopeWrite& rope, cudaStream_t stream) {
+  const int64_t chunks = k / Bf16Chunks::kPerChunk;
+  if (rope.cache.dtype == DType::kBF16
+          ? launch_streamed<kRows>(
+                x,
+                QkvRopeJobs<__nv_bfloat16>{Bf16Chunks{}, products.norm, rope.shape.pairs(),
+                                           products, rope, chunks},
+                k, kStreamQkvRope, stream)
+          : launch_streamed<kRows>(x,
+                                   QkvRopeJobs<float>{Bf16Chunks{}, products.norm,
+                                                      rope.shape.pairs(), products, rope, chunks},
+                                   k, kStreamQkvRope, stream))
+    return;
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   const unsigned blocks =
       staged_grid(rope.shape.pairs(), staged_limits.qkv_rope_by_registers[kRows], staged_bytes);
@@ -588,9 +622,10 @@ void launch_qkv_rope_rows(const float* x, const Products<Bf16Chunks>& products, 
 template <int kRows>
 void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                   cudaStream_t stream) {
-  StreamedProduct<Bf16Chunks> gated = first_streamed(products);
-  gated.up = products.weight[1];
-  if (launch_streamed<kRows, true>(x, gated, k, kStreamGated, stream)) return;
+  const GatedJobs gated{products.format[0], products.norm,      products.n[0],
+                        products.weight[0], products.weight[1], k / Bf16Chunks::kPerChunk,
+                        products.y[0]};
+  if (launch_streamed<kRows>(x, gated, k, kStreamGated, stream)) return;
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   launch_overlapped(
       gated_few_rows_kernel<kRows>,
@@ -624,8 +659,12 @@ void configure_few_rows_kernels() {
   configure_streamed_kernels<Bf16Chunks>();
   configure_streamed_kernels<F16Chunks>();
   configure_streamed_kernels<Fp8Chunks>();
-  allow_streamed(streamed_rows_kernel<1, true, Bf16Chunks>);
-  allow_streamed(streamed_rows_kernel<2, true, Bf16Chunks>);
+  allow_streamed(streamed_rows_kernel<1, GatedJobs>);
+  allow_streamed(streamed_rows_kernel<2, GatedJobs>);
+  allow_streamed(streamed_rows_kernel<1, QkvRopeJobs<float>>);
+  allow_streamed(streamed_rows_kernel<2, QkvRopeJobs<float>>);
+  allow_streamed(streamed_rows_kernel<1, QkvRopeJobs<__nv_bfloat16>>);
+  allow_streamed(streamed_rows_kernel<2, QkvRopeJobs<__nv_bfloat16>>);
   configure_staged_kernels<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<F16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
