@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -162,6 +163,9 @@ TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
     // 0, 1: plain, writing and adding; 2: normalised x; 3: gate/up + silu.
     for (int variant = 0; variant < 4; ++variant) {
       std::vector<float> got[2];
+      // Named on stderr first: a kernel fault ends the process before gtest reports.
+      std::fprintf(stderr, "row stream: %ld x %ld, %ld rows, variant %d\n", long(c.n), long(c.k),
+                   long(c.rows), variant);
       for (bool streamed : {false, true}) {
         set_row_stream(streamed ? kStreamPlain | kStreamGated | kStreamNormalised : 0);
         DeviceBuffer dy = upload(start);
