@@ -136,6 +136,9 @@ enum StreamUse : int {
   kStreamQkvRope = 8,     // q/k/v + rope + cache write, x normalised inside
 };
 void set_row_stream(int uses);
+// The most bytes one of the row stream's bulk copies moves (16 KB by default; a multiple of
+// 16): a stage of adjacent rows is copied in pieces of at most this.
+void set_row_stream_copy_limit(uint32_t bytes);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

@@ -429,6 +429,13 @@ int& row_stream_setting() {
   return uses;
 }
 
+// The most bytes one bulk copy of the row stream moves: 16 KB unless set_row_stream_copy_limit
+// says otherwise (session 8 measured 1-4 KB copies too small to feed a multiprocessor).
+uint32_t& row_stream_copy_limit() {
+  static uint32_t limit = 16 << 10;
+  return limit;
+}
+
 // The ring that keeps the most bytes in flight with at least three stages (so one can be
 // read while two fill), in the shared memory left beside x; false if none fits.
 bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
@@ -440,7 +447,7 @@ bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring
     const int64_t stages = std::min<int64_t>(kMaxStreamStages, budget / stage_bytes);
     if (stages >= 3 && stages * stage_bytes > best) {
       best = stages * stage_bytes;
-      ring = {per_stage, static_cast<int>(stages)};
+      ring = {per_stage, static_cast<int>(stages), row_stream_copy_limit()};
     }
   }
   return best > 0;
@@ -644,6 +651,12 @@ bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int
 
 void set_row_stream(int uses) {
   row_stream_setting() = uses;
+}
+
+void set_row_stream_copy_limit(uint32_t bytes) {
+  if (bytes < 16 || bytes % 16 != 0)
+    fail("row stream: copies of {} bytes (a multiple of 16)", bytes);
+  row_stream_copy_limit() = bytes;
 }
 
 void configure_few_rows_kernels() {

@@ -77,7 +77,17 @@ struct GatedJobs {
 struct StreamRing {
   int jobs_per_stage;
   int stages;
+  uint32_t copy_limit;  // the most bytes one bulk copy moves (a multiple of 16)
 };
+
+// bytes from global `source` into shared `destination` in copies of at most `limit` bytes,
+// all counted against `barrier`.
+__device__ inline void copy_in_pieces(uint4* destination, const uint4* source, uint32_t bytes,
+                                      uint32_t limit, uint64_t* barrier) {
+  for (uint32_t offset = 0; offset < bytes; offset += limit)
+    copy_bytes(destination + offset / sizeof(uint4), source + offset / sizeof(uint4),
+               min(limit, bytes - offset), barrier);
+}
 
 __host__ __device__ constexpr size_t stream_x_bytes(int rows, int64_t k) {
   return (static_cast<size_t>(rows) * static_cast<size_t>(k) * sizeof(float) + 127) / 128 * 128;
@@ -102,11 +112,12 @@ __device__ void produce_stages(const Jobs& jobs, int64_t chunks, StreamRing ring
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
       if constexpr (Jobs::kAdjacentRows) {
-        copy_bytes(buffer + j * stage_chunks, jobs.row(first, j), count * row_bytes, &full[slot]);
+        copy_in_pieces(buffer + j * stage_chunks, jobs.row(first, j), count * row_bytes,
+                       ring.copy_limit, &full[slot]);
       } else {
         for (uint32_t r = 0; r < count; ++r)
-          copy_bytes(buffer + j * stage_chunks + r * chunks, jobs.row(first + r, j), row_bytes,
-                     &full[slot]);
+          copy_in_pieces(buffer + j * stage_chunks + r * chunks, jobs.row(first + r, j), row_bytes,
+                         ring.copy_limit, &full[slot]);
       }
     }
   }
