@@ -583,12 +583,18 @@ void configure_gated_kernels(std::integer_sequence<int, kMinusOne...>) {
    ...);
 }
 
+// The fewer of two blocks-a-multiprocessor counts, a 0 (the runtime could not say) counting
+// as unknown rather than as fewest.
+int fewer_known(int a, int b) {
+  return a == 0 ? b : b == 0 ? a : std::min(a, b);
+}
+
 // Both cache types' kernels; the fewer resident blocks of the two.
 template <int... kMinusOne>
 void configure_qkv_rope_kernels(std::integer_sequence<int, kMinusOne...>) {
   ((staged_limits.qkv_rope_by_registers[kMinusOne + 1] =
-        std::min(allow_staged(qkv_rope_few_rows_kernel<kMinusOne + 1, float>),
-                 allow_staged(qkv_rope_few_rows_kernel<kMinusOne + 1, __nv_bfloat16>))),
+        fewer_known(allow_staged(qkv_rope_few_rows_kernel<kMinusOne + 1, float>),
+                    allow_staged(qkv_rope_few_rows_kernel<kMinusOne + 1, __nv_bfloat16>))),
    ...);
 }
 
