@@ -138,7 +138,12 @@ enum StreamUse : int {
 void set_row_stream(int uses);
 // The most bytes one of the row stream's bulk copies moves (16 KB by default; a multiple of
 // 16): a stage of adjacent rows is copied in pieces of at most this.
+// DEEPINFER_CUDA_ROW_STREAM_COPY_KB sets it at start.
 void set_row_stream_copy_limit(uint32_t bytes);
+// The most shared memory (bytes) one row-stream block takes: all a block can opt into by
+// default (one block a multiprocessor); less lets the next kernel's block start beside it
+// under programmatic dependent launch. DEEPINFER_CUDA_ROW_STREAM_SHARED_KB sets it at start.
+void set_row_stream_shared_limit(int64_t bytes);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

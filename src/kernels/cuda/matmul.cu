@@ -432,15 +432,31 @@ int& row_stream_setting() {
 // The most bytes one bulk copy of the row stream moves: 16 KB unless set_row_stream_copy_limit
 // says otherwise (session 8 measured 1-4 KB copies too small to feed a multiprocessor).
 uint32_t& row_stream_copy_limit() {
-  static uint32_t limit = 16 << 10;
+  static uint32_t limit = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_COPY_KB");
+    const long kb = setting ? std::strtol(setting, nullptr, 10) : 16;
+    return static_cast<uint32_t>(std::clamp(kb, 1L, 1024L) << 10);
+  }();
+  return limit;
+}
+
+// The most shared memory a row-stream block takes (0: all it may; see allow_streamed).
+int64_t& row_stream_shared_limit() {
+  static int64_t limit = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_SHARED_KB");
+    return setting ? std::max<int64_t>(0, std::strtol(setting, nullptr, 10)) << 10 : 0;
+  }();
   return limit;
 }
 
 // The ring that keeps the most bytes in flight with at least three stages (so one can be
 // read while two fill), in the shared memory left beside x; false if none fits.
 bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
-  const int64_t budget = staged_limits.stream_shared -
-                         static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
+  const int64_t shared = row_stream_shared_limit() > 0
+                             ? std::min(row_stream_shared_limit(), staged_limits.stream_shared)
+                             : staged_limits.stream_shared;
+  const int64_t budget =
+      shared - static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
   int64_t best = 0;
   for (int per_stage = 8; per_stage >= 1; --per_stage) {
     const int64_t stage_bytes = per_stage * job_bytes;
@@ -546,7 +562,6 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 
 namespace {
 
-// Every row count's staged kernel (bf16, f16 and FP8 alike: the most blocks of the three).
 // Lets a row-stream kernel take all the dynamic shared memory a block can opt into beside
 // its static shared memory, and keeps the least such room over the kernels as the rings'
 // budget.
@@ -568,6 +583,7 @@ void configure_streamed_kernels() {
   allow_streamed(streamed_rows_kernel<2, PlainJobs<Chunks>>);
 }
 
+// Every row count's staged kernel (bf16, f16 and FP8 alike: the most blocks of the three).
 template <typename Chunks, int... kMinusOne>
 void configure_staged_kernels(std::integer_sequence<int, kMinusOne...>) {
   ((staged_limits.by_registers[kMinusOne + 1] =
@@ -663,6 +679,11 @@ void set_row_stream_copy_limit(uint32_t bytes) {
   if (bytes < 16 || bytes % 16 != 0)
     fail("row stream: copies of {} bytes (a multiple of 16)", bytes);
   row_stream_copy_limit() = bytes;
+}
+
+void set_row_stream_shared_limit(int64_t bytes) {
+  if (bytes < 0) fail("row stream: a shared-memory limit of {} bytes", bytes);
+  row_stream_shared_limit() = bytes;
 }
 
 void configure_few_rows_kernels() {
