@@ -67,4 +67,20 @@ __device__ __forceinline__ void arrive(uint64_t* barrier) {
                : "memory");
 }
 
+// A count in shared memory that one thread raises and others wait on: the release store
+// carries what the thread saw before it (barrier phases it awaited) to whoever acquires it.
+__device__ __forceinline__ void publish_count(int* counter, int value) {
+  asm volatile("st.release.cta.shared::cta.b32 [%0], %1;" ::"r"(shared_address(counter)), "r"(value)
+               : "memory");
+}
+__device__ __forceinline__ void await_count(const int* counter, int at_least) {
+  int value = 0;
+  do {
+    asm volatile("ld.acquire.cta.shared::cta.b32 %0, [%1];"
+                 : "=r"(value)
+                 : "r"(shared_address(counter))
+                 : "memory");
+  } while (value < at_least);
+}
+
 }  // namespace deepinfer::cuda

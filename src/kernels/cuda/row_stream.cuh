@@ -95,9 +95,10 @@ __host__ __device__ constexpr size_t stream_x_bytes(int rows, int64_t k) {
 
 // The producer lane: stage i of this block holds job group blockIdx.x + i * gridDim.x; a
 // buffer is refilled once its previous group's readers have all arrived on its `empty`.
+// `issued` counts the stages whose copies have started (see read_stages).
 template <typename Jobs>
 __device__ void produce_stages(const Jobs& jobs, int64_t chunks, StreamRing ring, int64_t my_groups,
-                               uint4* buffers, uint64_t* full, uint64_t* empty) {
+                               uint4* buffers, uint64_t* full, uint64_t* empty, int* issued) {
   constexpr int kColumns = Jobs::kColumns;
   const int64_t stage_chunks = ring.jobs_per_stage * chunks;
   const auto row_bytes = static_cast<uint32_t>(chunks * sizeof(uint4));
@@ -109,6 +110,7 @@ __device__ void produce_stages(const Jobs& jobs, int64_t chunks, StreamRing ring
     const auto count = static_cast<uint32_t>(min(int64_t{ring.jobs_per_stage}, jobs.count - first));
     uint4* buffer = buffers + slot * stage_chunks * kColumns;
     arrive_expecting(&full[slot], kColumns * count * row_bytes);
+    publish_count(issued, static_cast<int>(i + 1));
 #pragma unroll
     for (int j = 0; j < kColumns; ++j) {
       if constexpr (Jobs::kAdjacentRows) {
@@ -144,12 +146,16 @@ __device__ void store_sums(const Jobs& jobs, int64_t job,
 }
 
 // A reader warp's jobs: warp, warp + 8, ... in ring order (job j is the (j % R)-th of stage
-// j / R), so a warp waits only on stages whose earlier stages are already being read. A lane
-// adds its chunks in order, as the register path does.
+// j / R). A lane adds its chunks in order, as the register path does.
+// A warp may run more than a ring ahead of the stage its buffer holds (eight warps over
+// fewer than eight jobs a round): a parity wait then names a phase the barrier has not
+// begun and, parities repeating, passes at once. So a reader first waits until the stage's
+// copies have started (`issued`): its buffer's previous phase is then complete, and the
+// parity names the current one.
 template <int kRows, typename Jobs>
 __device__ void read_stages(const Jobs& jobs, const float* x, int64_t k, StreamRing ring,
                             int64_t my_groups, const uint4* buffers, uint64_t* full,
-                            uint64_t* empty) {
+                            uint64_t* empty, const int* issued) {
   constexpr int kPer = decltype(jobs.format)::kPerChunk, kColumns = Jobs::kColumns;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t chunks = k / kPer, stage_chunks = ring.jobs_per_stage * chunks;
@@ -158,6 +164,7 @@ __device__ void read_stages(const Jobs& jobs, const float* x, int64_t k, StreamR
     const int r = static_cast<int>(n % ring.jobs_per_stage);
     const int slot = static_cast<int>(i % ring.stages);
     const int64_t job = (blockIdx.x + i * gridDim.x) * int64_t{ring.jobs_per_stage} + r;
+    if (i >= ring.stages) await_count(issued, static_cast<int>(i + 1));
     await_phase(&full[slot], static_cast<uint32_t>((i / ring.stages) & 1));
     float acc[kColumns][kRows] = {};
     if (job < jobs.count) {
@@ -205,7 +212,9 @@ __global__ void __launch_bounds__((kStreamReaderWarps + 1) * 32, 1)
   const int64_t groups = (jobs.count + ring.jobs_per_stage - 1) / ring.jobs_per_stage;
   const int64_t my_groups =
       groups > blockIdx.x ? (groups - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  __shared__ int issued;
   if (threadIdx.x == 0) {
+    issued = 0;
     for (int s = 0; s < ring.stages; ++s) {
       init_barrier(&full[s], 1);
       init_barrier(&empty[s], ring.jobs_per_stage);
@@ -216,7 +225,8 @@ __global__ void __launch_bounds__((kStreamReaderWarps + 1) * 32, 1)
   release_dependents();
   if (threadIdx.x / 32 == kStreamReaderWarps) {
     // Weights are no kernel's output: their copies start before the previous kernel ends.
-    if (threadIdx.x % 32 == 0) produce_stages(jobs, chunks, ring, my_groups, buffers, full, empty);
+    if (threadIdx.x % 32 == 0)
+      produce_stages(jobs, chunks, ring, my_groups, buffers, full, empty, &issued);
     return;
   }
   await_producer();
@@ -225,7 +235,7 @@ __global__ void __launch_bounds__((kStreamReaderWarps + 1) * 32, 1)
   for (int64_t i = threadIdx.x; i < kRows * k / 4; i += kStreamReaderWarps * 32) to[i] = from[i];
   sync_readers();
   if (jobs.norm.weight) normalise_staged<kRows>(x, k, jobs.norm, [] { sync_readers(); });
-  read_stages<kRows>(jobs, x, k, ring, my_groups, buffers, full, empty);
+  read_stages<kRows>(jobs, x, k, ring, my_groups, buffers, full, empty, &issued);
 }
 
 }  // namespace deepinfer::cuda
