@@ -454,7 +454,6 @@ __global__ void __launch_bounds__(kWarps * 32)
                              unsigned* arrivals) {
   using Attention = WarpAttention<T, kGroup, kScoreLanes>;
   release_dependents();
-  await_producer();
   const int64_t row = blockIdx.x;
   const int kv_head = blockIdx.y;
   const int split = blockIdx.z, splits = gridDim.z;
@@ -468,6 +467,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t first = window_first + split * share;
   const int64_t last = min(position, first + share - 1);
   const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
+  auto slot_of = [&](int64_t tile) {
+    const int64_t j = min(tile + lane / kScoreLanes, last);
+    return int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
+  };
+  // The batch's tables reach the GPU by copies ordered before the step's first kernel, never
+  // as a kernel's output, so the first tile's slot is looked up before the wait for q.
+  const int64_t first_tile = first + int64_t{warp} * Attention::kTile;
+  int64_t next_slot = first_tile <= last ? slot_of(first_tile) : 0;
+  await_producer();
   const int64_t first_head = row * heads + int64_t{kv_head} * group;
   const auto* query = reinterpret_cast<const float4*>(q + first_head * kGroupDim);
   // The group's queries, pre-scaled, in shared memory: each lane reads all of them against
@@ -483,11 +491,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const T* keys = static_cast<const T*>(cache.keys) + int64_t{kv_head} * kGroupDim;
   const T* values = static_cast<const T*>(cache.values) + int64_t{kv_head} * kGroupDim;
   Attention attention(group);
-  for (int64_t tile = first + int64_t{warp} * Attention::kTile; tile <= last;
-       tile += kWarps * Attention::kTile) {
-    const int64_t j = min(tile + lane / kScoreLanes, last);
-    const int64_t slot =
-        int64_t{table[j / cache.block_size]} * cache.block_size + j % cache.block_size;
+  for (int64_t tile = first_tile; tile <= last; tile += kWarps * Attention::kTile) {
+    const int64_t slot = next_slot;
+    if (tile + kWarps * Attention::kTile <= last)
+      next_slot = slot_of(tile + kWarps * Attention::kTile);
     attention.attend(keys, values, key_stride(cache), slot,
                      static_cast<int>(min(int64_t{Attention::kTile}, last - tile + 1)), queries);
   }
