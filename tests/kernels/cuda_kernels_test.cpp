@@ -156,6 +156,7 @@ TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
   DeviceBuffer d_norm = upload(norm);
   const FewRowsNorm rms{d_norm.data(), DType::kBF16, 1e-5f};
   const Case cases[] = {{4096, 4096, 1}, {4096, 14336, 1}, {1001, 4096, 2}, {4100, 2048, 1}};
+  const int default_uses = row_stream();
   for (uint32_t limit : {4u << 10, 16u << 10, 64u << 10}) {
     set_row_stream_copy_limit(limit);
     for (const Case c : cases) {
@@ -183,7 +184,7 @@ TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
           synchronize();
           got[streamed] = download(dy);
         }
-        set_row_stream(0);
+        set_row_stream(default_uses);
         EXPECT_EQ(got[0], got[1]) << c.n << " x " << c.k << ", " << c.rows << " rows, variant "
                                   << variant << ", copies <= " << limit;
       }

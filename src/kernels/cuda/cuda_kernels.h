@@ -128,14 +128,18 @@ void configure_few_rows_kernels();
 // Which few-rows products of one or two rows stream their weight rows through shared memory
 // in large bulk copies (row_stream.cuh) instead of loading them into registers: an OR of
 // StreamUse bits; the same bits either way. DEEPINFER_CUDA_ROW_STREAM (the number) sets it at
-// start.
+// start; kDefaultRowStream otherwise.
 enum StreamUse : int {
   kStreamPlain = 1,       // o, down: y (+)= x W^T
   kStreamGated = 2,       // gate/up + silu, x normalised inside
   kStreamNormalised = 4,  // one product of normalised x (lm_head)
   kStreamQkvRope = 8,     // q/k/v + rope + cache write, x normalised inside
 };
+// What measured fastest for batch-1 decode of a Llama-3.1-8B shape on the H200 (BENCHMARKS.md,
+// session 11): gate/up gains most; q/k/v + rope lost slightly and stays on registers.
+constexpr int kDefaultRowStream = kStreamPlain | kStreamGated | kStreamNormalised;
 void set_row_stream(int uses);
+int row_stream();
 // The most bytes one of the row stream's bulk copies moves (16 KB by default; a multiple of
 // 16): a stage of adjacent rows is copied in pieces of at most this.
 // DEEPINFER_CUDA_ROW_STREAM_COPY_KB sets it at start.

@@ -424,7 +424,7 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
 int& row_stream_setting() {
   static int uses = [] {
     const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM");
-    return setting ? static_cast<int>(std::strtol(setting, nullptr, 10)) : 0;
+    return setting ? static_cast<int>(std::strtol(setting, nullptr, 10)) : kDefaultRowStream;
   }();
   return uses;
 }
@@ -673,6 +673,10 @@ bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int
 
 void set_row_stream(int uses) {
   row_stream_setting() = uses;
+}
+
+int row_stream() {
+  return row_stream_setting();
 }
 
 void set_row_stream_copy_limit(uint32_t bytes) {
