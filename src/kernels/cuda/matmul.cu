@@ -449,6 +449,18 @@ int64_t& row_stream_shared_limit() {
   return limit;
 }
 
+// The most stages a ring may have: 8 unless DEEPINFER_CUDA_ROW_STREAM_STAGES says otherwise
+// (up to kMaxStreamStages); when set, rings of equal bytes prefer more, smaller stages.
+int row_stream_stage_limit() {
+  static const int limit = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_STAGES");
+    return setting ? std::clamp(static_cast<int>(std::strtol(setting, nullptr, 10)), 3,
+                                kMaxStreamStages)
+                   : 0;
+  }();
+  return limit;
+}
+
 // The ring that keeps the most bytes in flight with at least three stages (so one can be
 // read while two fill), in the shared memory left beside x; false if none fits.
 bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
@@ -458,9 +470,11 @@ bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring
   const int64_t budget =
       shared - static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
   int64_t best = 0;
-  for (int per_stage = 8; per_stage >= 1; --per_stage) {
+  const int most_stages = row_stream_stage_limit() > 0 ? row_stream_stage_limit() : 8;
+  for (int step = 0; step < 8; ++step) {
+    const int per_stage = row_stream_stage_limit() > 0 ? step + 1 : 8 - step;
     const int64_t stage_bytes = per_stage * job_bytes;
-    const int64_t stages = std::min<int64_t>(kMaxStreamStages, budget / stage_bytes);
+    const int64_t stages = std::min<int64_t>(most_stages, budget / stage_bytes);
     if (stages >= 3 && stages * stage_bytes > best) {
       best = stages * stage_bytes;
       ring = {per_stage, static_cast<int>(stages), row_stream_copy_limit()};
