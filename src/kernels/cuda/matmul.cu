@@ -449,8 +449,10 @@ int64_t& row_stream_shared_limit() {
   return limit;
 }
 
-// The most stages a ring may have: 8 unless DEEPINFER_CUDA_ROW_STREAM_STAGES says otherwise
-// (up to kMaxStreamStages); when set, rings of equal bytes prefer more, smaller stages.
+// The most stages a ring may have: kMaxStreamStages unless DEEPINFER_CUDA_ROW_STREAM_STAGES
+// says fewer; when set, rings of equal bytes prefer more, smaller stages. (Session 11: 12 and
+// 16 stages of a 16-stage build were slower than 8 large ones, 194 and 198 against 201
+// tok/s; the bulk-copy engine favours fewer, larger copies.)
 int row_stream_stage_limit() {
   static const int limit = [] {
     const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_STAGES");
@@ -470,7 +472,8 @@ bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring
   const int64_t budget =
       shared - static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
   int64_t best = 0;
-  const int most_stages = row_stream_stage_limit() > 0 ? row_stream_stage_limit() : 8;
+  const int most_stages =
+      row_stream_stage_limit() > 0 ? row_stream_stage_limit() : kMaxStreamStages;
   for (int step = 0; step < 8; ++step) {
     const int per_stage = row_stream_stage_limit() > 0 ? step + 1 : 8 - step;
     const int64_t stage_bytes = per_stage * job_bytes;

@@ -29,7 +29,7 @@
 namespace deepinfer::cuda {
 
 constexpr int kStreamReaderWarps = 8;
-constexpr int kMaxStreamStages = 16;
+constexpr int kMaxStreamStages = 8;
 // Barriers first, then x, then the ring, each 128-byte aligned.
 constexpr size_t kStreamBarrierBytes = 2 * kMaxStreamStages * sizeof(uint64_t);
 
