@@ -15,9 +15,11 @@ from collections import defaultdict
 
 def short_name(name: str) -> str:
     name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")
-    name = re.sub(r"\(.*$", "", name)  # parameters
-    name = re.sub(r"<.*>", "", name)  # template arguments
-    return name.split("::")[-1].split(" ")[-1].strip()
+    # The row stream's job source tells its products apart (plain: o, down, lm_head).
+    jobs = re.search(r"(Plain|Gated|QkvRope)Jobs", name)
+    name = re.split(r"[<(]", name, maxsplit=1)[0]  # template arguments, parameters
+    name = name.split("::")[-1].split(" ")[-1].strip()
+    return f"{name}[{jobs.group(1).lower()}]" if jobs else name
 
 
 def main() -> int:
@@ -45,6 +47,10 @@ def main() -> int:
     for name, ns in sorted(totals.items(), key=lambda item: -item[1]):
         print(f"  {name:<34} {counts[name]:>5} x {ns / counts[name] / 1e3:8.2f} us = "
               f"{ns / 1e6:7.3f} ms ({100 * ns / whole:4.1f}%)")
+    # The step's first kernels in order: the embedding, then whole layers one kernel each.
+    print("the step's first kernels, in order:")
+    for name, ns in step[:16]:
+        print(f"  {name:<34} {ns / 1e3:8.2f} us")
     return 0
 
 

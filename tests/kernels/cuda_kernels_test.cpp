@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <random>
 
@@ -140,6 +141,56 @@ TEST_F(CudaKernels, Bf16MatmulsMatchTheCpu) {
     synchronize();
     EXPECT_LT(relative_error(download(dy), want), 1e-2) << rows << " rows (cuBLASLt)";
   }
+}
+
+// The row stream (weights through shared memory in large bulk copies) against the register
+// path, the same bits: plain products (the 8B's o and down shapes, a width that leaves the
+// last stage part full, one and two rows, writing and adding into y), one product of
+// normalised x, and gate/up + silu; with bulk copies of at most 4, 16 and 64 KB (smallest
+// first, so a fault names the copy size that brings it).
+TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
+  struct Case {
+    int64_t n, k, rows;
+  };
+  std::vector<uint16_t> norm = to_bf16(random(14336, 0.5f));
+  DeviceBuffer d_norm = upload(norm);
+  const FewRowsNorm rms{d_norm.data(), DType::kBF16, 1e-5f};
+  const Case cases[] = {{4096, 4096, 1}, {4096, 14336, 1}, {1001, 4096, 2}, {4100, 2048, 1}};
+  const int default_uses = row_stream();
+  for (uint32_t limit : {4u << 10, 16u << 10, 64u << 10}) {
+    set_row_stream_copy_limit(limit);
+    for (const Case c : cases) {
+      std::vector<uint16_t> weight = to_bf16(random(c.n * c.k, 0.05f));
+      std::vector<uint16_t> up = to_bf16(random(c.n * c.k, 0.05f));
+      DeviceBuffer dw = upload(weight), d_up = upload(up), dx = upload(random(c.rows * c.k));
+      const std::vector<float> start = random(c.rows * c.n);
+      // 0, 1: plain, writing and adding; 2: normalised x; 3: gate/up + silu.
+      for (int variant = 0; variant < 4; ++variant) {
+        // Named on stderr first: a kernel fault ends the process before gtest reports.
+        std::fprintf(stderr, "row stream: copies <= %u bytes, %ld x %ld, %ld rows, variant %d\n",
+                     limit, long(c.n), long(c.k), long(c.rows), variant);
+        std::vector<float> got[2];
+        for (bool streamed : {false, true}) {
+          set_row_stream(streamed ? kStreamPlain | kStreamGated | kStreamNormalised : 0);
+          DeviceBuffer dy = upload(start);
+          const FewRowsProduct job{dw.as<uint16_t>(), c.n, dy.as<float>(), variant == 1};
+          if (variant == 3) {
+            matmul_bf16_few_rows_silu_gate(dx.as<float>(), dw.as<uint16_t>(), d_up.as<uint16_t>(),
+                                           c.rows, c.n, c.k, dy.as<float>(), rms);
+          } else {
+            matmul_bf16_few_rows(dx.as<float>(), &job, 1, c.rows, c.k, nullptr,
+                                 variant == 2 ? &rms : nullptr);
+          }
+          synchronize();
+          got[streamed] = download(dy);
+        }
+        set_row_stream(default_uses);
+        EXPECT_EQ(got[0], got[1]) << c.n << " x " << c.k << ", " << c.rows << " rows, variant "
+                                  << variant << ", copies <= " << limit;
+      }
+    }
+  }
+  set_row_stream_copy_limit(16 << 10);
 }
 
 // DeepSeek-style FP8: e4m3 weights with a scale per 128 x 128 block, against the CPU's

@@ -456,7 +456,13 @@ TEST_F(CudaOpsParity, QkvProductsRopeAndCacheWriteInOneLaunch) {
       };
       std::vector<Both> want = run(*cpu_, false, false), fused = run(*gpu_, true, true),
                         separate = run(*gpu_, true, false);
+      const int default_uses = cuda::row_stream();
+      cuda::set_row_stream(cuda::kStreamQkvRope);  // one row: weights through shared memory
+      std::vector<Both> streamed = run(*gpu_, true, true);
+      cuda::set_row_stream(default_uses);
       for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(device_floats(streamed[i]), device_floats(separate[i]))
+            << tokens << " tokens, rotary " << rotary << ", output " << i << " (row stream)";
         const std::vector<float> got = device_floats(fused[i]);
         std::vector<float> expected = host_floats(want[i]);
         double diff = 0, total = 0;

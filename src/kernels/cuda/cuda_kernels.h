@@ -125,6 +125,29 @@ void matmul_bf16_few_rows_qkv_rope(const float* x, int64_t rows, int64_t k, cons
 // Once per device, before any few-rows product (and outside graph capture): lets the
 // kernels that stage x in shared memory use more than the default 48 KB of it.
 void configure_few_rows_kernels();
+// Which few-rows products of one or two rows stream their weight rows through shared memory
+// in large bulk copies (row_stream.cuh) instead of loading them into registers: an OR of
+// StreamUse bits; the same bits either way. DEEPINFER_CUDA_ROW_STREAM (the number) sets it at
+// start; kDefaultRowStream otherwise.
+enum StreamUse : int {
+  kStreamPlain = 1,       // o, down: y (+)= x W^T
+  kStreamGated = 2,       // gate/up + silu, x normalised inside
+  kStreamNormalised = 4,  // one product of normalised x (lm_head)
+  kStreamQkvRope = 8,     // q/k/v + rope + cache write, x normalised inside
+};
+// What measured fastest for batch-1 decode of a Llama-3.1-8B shape on the H200 (BENCHMARKS.md,
+// session 11): gate/up gains most; q/k/v + rope lost slightly and stays on registers.
+constexpr int kDefaultRowStream = kStreamPlain | kStreamGated | kStreamNormalised;
+void set_row_stream(int uses);
+int row_stream();
+// The most bytes one of the row stream's bulk copies moves (16 KB by default; a multiple of
+// 16): a stage of adjacent rows is copied in pieces of at most this.
+// DEEPINFER_CUDA_ROW_STREAM_COPY_KB sets it at start.
+void set_row_stream_copy_limit(uint32_t bytes);
+// The most shared memory (bytes) one row-stream block takes: all a block can opt into by
+// default (one block a multiprocessor); less lets the next kernel's block start beside it
+// under programmatic dependent launch. DEEPINFER_CUDA_ROW_STREAM_SHARED_KB sets it at start.
+void set_row_stream_shared_limit(int64_t bytes);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

@@ -4,6 +4,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <utility>
 
 #include "core/error.h"
@@ -12,12 +13,15 @@
 #include "kernels/cuda/overlap.cuh"
 #include "kernels/cuda/qkv_pairs.h"
 #include "kernels/cuda/rope_turn.cuh"
+#include "kernels/cuda/row_stream.cuh"
+#include "kernels/cuda/staged_norm.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+static_assert(kWarpsPerBlock == kNormWarps, "staged kernels normalise with all their threads");
 constexpr int kMaxProducts = kMaxFewRowsProducts;
 
 // Up to kMaxProducts products of the same x in one launch (q/k/v, gate/up): their output
@@ -33,33 +37,6 @@ struct Products {
   int count;
   FewRowsNorm norm;  // weight null: x is read as it is
 };
-
-__device__ float norm_scale(const FewRowsNorm& norm, int64_t i) {
-  if (norm.dtype == DType::kBF16)
-    return __bfloat162float(static_cast<const __nv_bfloat16*>(norm.weight)[i]);
-  if (norm.dtype == DType::kF16) return __half2float(static_cast<const __half*>(norm.weight)[i]);
-  return static_cast<const float*>(norm.weight)[i];
-}
-
-// rmsnorm of the block's staged rows in place, with rmsnorm_kernel's arithmetic.
-template <int kRows>
-__device__ void normalise_staged(float* x, int64_t k, const FewRowsNorm& norm) {
-  __shared__ float partial[kWarpsPerBlock];
-  for (int r = 0; r < kRows; ++r) {
-    float* row = x + r * k;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) sum += row[i] * row[i];
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < kWarpsPerBlock; ++w) total += partial[w];
-    const float scale = rsqrtf(total / static_cast<float>(k) + norm.eps);
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x)
-      row[i] = row[i] * scale * norm_scale(norm, i);
-    __syncthreads();
-  }
-}
 
 // The most x (rows * k floats) a block stages in shared memory to normalise it in place.
 constexpr size_t kMaxStagedBytes = 64 << 10;
@@ -240,7 +217,8 @@ __device__ const float* stage_x(const float* x_global, int64_t k, const FewRowsN
   const auto* from = reinterpret_cast<const float4*>(x_global);
   for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
   __syncthreads();
-  if (norm.weight) normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, norm);
+  if (norm.weight)
+    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, norm, [] { __syncthreads(); });
   return reinterpret_cast<const float*>(staged);
 }
 
@@ -324,6 +302,20 @@ __device__ void store_qkv(const Products<Bf16Chunks>& products, const RopeWrite&
   store_kv(base, rope.slot_mapping[r] * kv_columns + index, value);
 }
 
+// Row r's finished pair: rotated as rope_kv_write rotates (when rope turns it), then stored.
+template <typename T>
+__device__ void turn_and_store(const Products<Bf16Chunks>& products, const RopeWrite& rope,
+                               const ColumnPair& p, int r, float x0, float x1) {
+  if (p.rotated) {
+    const int64_t at = int64_t{r} * (rope.shape.rotary_dim / 2) + p.rope_index;
+    const Turned turned = rope_turn(x0, x1, rope.cos[at], rope.sin[at]);
+    x0 = turned.first;
+    x1 = turned.second;
+  }
+  store_qkv<T>(products, rope, p.first, r, x0);
+  store_qkv<T>(products, rope, p.second, r, x1);
+}
+
 // The attention block's input half at decode in one launch, staged like the kernels above:
 // q, k and v of the normalised x, q and k rotated as rope_kv_write rotates them (the same
 // arithmetic) and k and v stored into the cache. Each warp takes a pair of columns
@@ -354,20 +346,31 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows <= 4 ? 3 : 2)
     column_sums<kRows>(x, k, products, columns, loaded, first && prefetched, sums);
     if (threadIdx.x % 32 != 0) continue;
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float x0 = sums[0][r], x1 = sums[1][r];
-      if (p.rotated) {
-        const int64_t at = int64_t{r} * (rope.shape.rotary_dim / 2) + p.rope_index;
-        const float c = rope.cos[at], s = rope.sin[at];
-        const Turned turned = rope_turn(x0, x1, c, s);
-        x0 = turned.first;
-        x1 = turned.second;
-      }
-      store_qkv<T>(products, rope, p.first, r, x0);
-      store_qkv<T>(products, rope, p.second, r, x1);
-    }
+    for (int r = 0; r < kRows; ++r) turn_and_store<T>(products, rope, p, r, sums[0][r], sums[1][r]);
   }
 }
+
+// The same job for the row stream: pair p is column_pair(p)'s two columns, whose weight rows
+// lie apart (one copy each).
+template <typename T>
+struct QkvRopeJobs {
+  static constexpr int kColumns = 2;
+  static constexpr bool kAdjacentRows = false;
+  Bf16Chunks format;
+  FewRowsNorm norm;
+  int64_t count;  // column pairs
+  Products<Bf16Chunks> products;
+  RopeWrite rope;
+  int64_t chunks;
+  __device__ const uint4* row(int64_t job, int j) const {
+    const ColumnPair p = column_pair(job, rope.shape);
+    return column_of(products, j ? p.second : p.first, chunks).row;
+  }
+  __device__ int64_t column(int64_t, int) const { return 0; }  // bf16: no scales
+  __device__ void store(int64_t job, int r, const float (&sums)[2]) const {
+    turn_and_store<T>(products, rope, column_pair(job, rope.shape), r, sums[0], sums[1]);
+  }
+};
 
 // What bounds the staged kernel's resident blocks, found by configure_few_rows_kernels
 // (outside any graph capture): multiprocessors, shared memory per multiprocessor, and blocks
@@ -376,6 +379,8 @@ struct StagedLimits {
   int sms = 0;
   int64_t shared_per_sm = 0;
   int by_registers[9] = {}, gated_by_registers[9] = {}, qkv_rope_by_registers[9] = {};
+  int64_t shared_per_block = 0;  // the opt-in maximum
+  int64_t stream_shared = 0;     // dynamic shared memory every row-stream kernel may take
 };
 StagedLimits staged_limits;
 
@@ -414,12 +419,113 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
   return static_cast<unsigned>(std::min(group_blocks, resident_blocks(by_registers, staged_bytes)));
 }
 
+// Which few-rows products of one or two rows stream their weights through shared memory
+// (row_stream.cuh; StreamUse bits): DEEPINFER_CUDA_ROW_STREAM at start, or set_row_stream.
+int& row_stream_setting() {
+  static int uses = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM");
+    return setting ? static_cast<int>(std::strtol(setting, nullptr, 10)) : kDefaultRowStream;
+  }();
+  return uses;
+}
+
+// The most bytes one bulk copy of the row stream moves: 16 KB unless set_row_stream_copy_limit
+// says otherwise (session 8 measured 1-4 KB copies too small to feed a multiprocessor).
+uint32_t& row_stream_copy_limit() {
+  static uint32_t limit = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_COPY_KB");
+    const long kb = setting ? std::strtol(setting, nullptr, 10) : 16;
+    return static_cast<uint32_t>(std::clamp(kb, 1L, 1024L) << 10);
+  }();
+  return limit;
+}
+
+// The most shared memory a row-stream block takes (0: all it may; see allow_streamed).
+int64_t& row_stream_shared_limit() {
+  static int64_t limit = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_SHARED_KB");
+    return setting ? std::max<int64_t>(0, std::strtol(setting, nullptr, 10)) << 10 : 0;
+  }();
+  return limit;
+}
+
+// The most stages a ring may have: kMaxStreamStages unless DEEPINFER_CUDA_ROW_STREAM_STAGES
+// says fewer; when set, rings of equal bytes prefer more, smaller stages. (Session 11: 12 and
+// 16 stages of a 16-stage build were slower than 8 large ones, 194 and 198 against 201
+// tok/s; the bulk-copy engine favours fewer, larger copies.)
+int row_stream_stage_limit() {
+  static const int limit = [] {
+    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_STAGES");
+    return setting ? std::clamp(static_cast<int>(std::strtol(setting, nullptr, 10)), 3,
+                                kMaxStreamStages)
+                   : 0;
+  }();
+  return limit;
+}
+
+// The ring that keeps the most bytes in flight with at least three stages (so one can be
+// read while two fill), in the shared memory left beside x; false if none fits.
+bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
+  const int64_t shared = row_stream_shared_limit() > 0
+                             ? std::min(row_stream_shared_limit(), staged_limits.stream_shared)
+                             : staged_limits.stream_shared;
+  const int64_t budget =
+      shared - static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
+  int64_t best = 0;
+  const int most_stages =
+      row_stream_stage_limit() > 0 ? row_stream_stage_limit() : kMaxStreamStages;
+  for (int step = 0; step < 8; ++step) {
+    const int per_stage = row_stream_stage_limit() > 0 ? step + 1 : 8 - step;
+    const int64_t stage_bytes = per_stage * job_bytes;
+    const int64_t stages = std::min<int64_t>(most_stages, budget / stage_bytes);
+    if (stages >= 3 && stages * stage_bytes > best) {
+      best = stages * stage_bytes;
+      ring = {per_stage, static_cast<int>(stages), row_stream_copy_limit()};
+    }
+  }
+  return best > 0;
+}
+
+// `jobs` (for one or two rows of x) through the row stream when `use` is turned on and a
+// ring fits; false (nothing launched) otherwise.
+template <int kRows, typename Jobs>
+bool launch_streamed(const float* x, const Jobs& jobs, int64_t k, StreamUse use,
+                     cudaStream_t stream) {
+  if constexpr (kRows > 2) {
+    return false;
+  } else {
+    const int64_t job_bytes =
+        k / decltype(jobs.format)::kPerChunk * int64_t{sizeof(uint4)} * Jobs::kColumns;
+    StreamRing ring{};
+    if ((row_stream_setting() & use) == 0 || !choose_stream_ring(kRows, k, job_bytes, ring))
+      return false;
+    const int64_t groups = (jobs.count + ring.jobs_per_stage - 1) / ring.jobs_per_stage;
+    const size_t shared = kStreamBarrierBytes + stream_x_bytes(kRows, k) +
+                          static_cast<size_t>(ring.stages * ring.jobs_per_stage * job_bytes);
+    launch_overlapped(streamed_rows_kernel<kRows, Jobs>,
+                      static_cast<unsigned>(std::min<int64_t>(groups, staged_limits.sms)),
+                      (kStreamReaderWarps + 1) * 32, shared, stream, x, jobs, k, ring);
+    return true;
+  }
+}
+
+// The first product of `products` (with their norm) as row-stream jobs.
+template <typename Chunks>
+PlainJobs<Chunks> plain_jobs(const Products<Chunks>& products, int64_t k) {
+  return {products.format[0],    products.norm, products.n[0],         products.weight[0],
+          k / Chunks::kPerChunk, products.y[0], products.accumulate[0]};
+}
+
 // x is staged when the products normalise it (the norm needs all of x in the block); plain
 // products read x through L2, which measured faster for them.
 template <int kRows, typename Chunks>
 void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cudaStream_t stream) {
   const int64_t columns = products.end[products.count - 1];
   const int64_t column_blocks = (columns + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  if (products.count == 1 &&
+      launch_streamed<kRows>(x, plain_jobs(products, k), k,
+                             products.norm.weight ? kStreamNormalised : kStreamPlain, stream))
+    return;
   if (!products.norm.weight) {
     launch_overlapped(few_rows_kernel<kRows, Chunks>, static_cast<unsigned>(column_blocks),
                       kWarpsPerBlock * 32, 0, stream, x, products, k);
@@ -473,6 +579,27 @@ void matmul_bf16_few_rows(const float* x, const uint16_t* weight, int64_t rows, 
 
 namespace {
 
+// Lets a row-stream kernel take all the dynamic shared memory a block can opt into beside
+// its static shared memory, and keeps the least such room over the kernels as the rings'
+// budget.
+template <typename Kernel>
+void allow_streamed(Kernel kernel) {
+  cudaFuncAttributes attributes{};
+  check_attribute(cudaFuncGetAttributes(&attributes, kernel));
+  const int64_t room =
+      staged_limits.shared_per_block - static_cast<int64_t>(attributes.sharedSizeBytes);
+  check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(room)));
+  staged_limits.stream_shared =
+      staged_limits.stream_shared == 0 ? room : std::min(staged_limits.stream_shared, room);
+}
+
+template <typename Chunks>
+void configure_streamed_kernels() {
+  allow_streamed(streamed_rows_kernel<1, PlainJobs<Chunks>>);
+  allow_streamed(streamed_rows_kernel<2, PlainJobs<Chunks>>);
+}
+
 // Every row count's staged kernel (bf16, f16 and FP8 alike: the most blocks of the three).
 template <typename Chunks, int... kMinusOne>
 void configure_staged_kernels(std::integer_sequence<int, kMinusOne...>) {
@@ -507,6 +634,18 @@ void configure_qkv_rope_kernels(std::integer_sequence<int, kMinusOne...>) {
 template <int kRows>
 void launch_qkv_rope(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                      const RopeWrite& rope, cudaStream_t stream) {
+  const int64_t chunks = k / Bf16Chunks::kPerChunk;
+  if (rope.cache.dtype == DType::kBF16
+          ? launch_streamed<kRows>(
+                x,
+                QkvRopeJobs<__nv_bfloat16>{Bf16Chunks{}, products.norm, rope.shape.pairs(),
+                                           products, rope, chunks},
+                k, kStreamQkvRope, stream)
+          : launch_streamed<kRows>(x,
+                                   QkvRopeJobs<float>{Bf16Chunks{}, products.norm,
+                                                      rope.shape.pairs(), products, rope, chunks},
+                                   k, kStreamQkvRope, stream))
+    return;
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   const unsigned blocks =
       staged_grid(rope.shape.pairs(), staged_limits.qkv_rope_by_registers[kRows], staged_bytes);
@@ -529,6 +668,10 @@ void launch_qkv_rope_rows(const float* x, const Products<Bf16Chunks>& products, 
 template <int kRows>
 void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t k,
                   cudaStream_t stream) {
+  const GatedJobs gated{products.format[0], products.norm,      products.n[0],
+                        products.weight[0], products.weight[1], k / Bf16Chunks::kPerChunk,
+                        products.y[0]};
+  if (launch_streamed<kRows>(x, gated, k, kStreamGated, stream)) return;
   const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
   launch_overlapped(
       gated_few_rows_kernel<kRows>,
@@ -545,6 +688,25 @@ bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int
 
 }  // namespace
 
+void set_row_stream(int uses) {
+  row_stream_setting() = uses;
+}
+
+int row_stream() {
+  return row_stream_setting();
+}
+
+void set_row_stream_copy_limit(uint32_t bytes) {
+  if (bytes < 16 || bytes % 16 != 0)
+    fail("row stream: copies of {} bytes (a multiple of 16)", bytes);
+  row_stream_copy_limit() = bytes;
+}
+
+void set_row_stream_shared_limit(int64_t bytes) {
+  if (bytes < 0) fail("row stream: a shared-memory limit of {} bytes", bytes);
+  row_stream_shared_limit() = bytes;
+}
+
 void configure_few_rows_kernels() {
   int device = 0, shared = 0;
   check_attribute(cudaGetDevice(&device));
@@ -553,6 +715,17 @@ void configure_few_rows_kernels() {
   check_attribute(
       cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   staged_limits.shared_per_sm = shared;
+  check_attribute(cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  staged_limits.shared_per_block = shared;
+  configure_streamed_kernels<Bf16Chunks>();
+  configure_streamed_kernels<F16Chunks>();
+  configure_streamed_kernels<Fp8Chunks>();
+  allow_streamed(streamed_rows_kernel<1, GatedJobs>);
+  allow_streamed(streamed_rows_kernel<2, GatedJobs>);
+  allow_streamed(streamed_rows_kernel<1, QkvRopeJobs<float>>);
+  allow_streamed(streamed_rows_kernel<2, QkvRopeJobs<float>>);
+  allow_streamed(streamed_rows_kernel<1, QkvRopeJobs<__nv_bfloat16>>);
+  allow_streamed(streamed_rows_kernel<2, QkvRopeJobs<__nv_bfloat16>>);
   configure_staged_kernels<Bf16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<F16Chunks>(std::make_integer_sequence<int, 8>{});
   configure_staged_kernels<Fp8Chunks>(std::make_integer_sequence<int, 8>{});
