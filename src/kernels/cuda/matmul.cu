@@ -14,6 +14,7 @@
 #include "kernels/cuda/qkv_pairs.h"
 #include "kernels/cuda/rope_turn.cuh"
 #include "kernels/cuda/row_stream.cuh"
+#include "kernels/cuda/row_stream_settings.h"
 #include "kernels/cuda/staged_norm.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
@@ -419,71 +420,11 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
   return static_cast<unsigned>(std::min(group_blocks, resident_blocks(by_registers, staged_bytes)));
 }
 
-// Which few-rows products of one or two rows stream their weights through shared memory
-// (row_stream.cuh; StreamUse bits): DEEPINFER_CUDA_ROW_STREAM at start, or set_row_stream.
-int& row_stream_setting() {
-  static int uses = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM");
-    return setting ? static_cast<int>(std::strtol(setting, nullptr, 10)) : kDefaultRowStream;
-  }();
-  return uses;
-}
-
-// The most bytes one bulk copy of the row stream moves: 16 KB unless set_row_stream_copy_limit
-// says otherwise (session 8 measured 1-4 KB copies too small to feed a multiprocessor).
-uint32_t& row_stream_copy_limit() {
-  static uint32_t limit = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_COPY_KB");
-    const long kb = setting ? std::strtol(setting, nullptr, 10) : 16;
-    return static_cast<uint32_t>(std::clamp(kb, 1L, 1024L) << 10);
-  }();
-  return limit;
-}
-
-// The most shared memory a row-stream block takes (0: all it may; see allow_streamed).
-int64_t& row_stream_shared_limit() {
-  static int64_t limit = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_SHARED_KB");
-    return setting ? std::max<int64_t>(0, std::strtol(setting, nullptr, 10)) << 10 : 0;
-  }();
-  return limit;
-}
-
-// The most stages a ring may have: kMaxStreamStages unless DEEPINFER_CUDA_ROW_STREAM_STAGES
-// says fewer; when set, rings of equal bytes prefer more, smaller stages. (Session 11: 12 and
-// 16 stages of a 16-stage build were slower than 8 large ones, 194 and 198 against 201
-// tok/s; the bulk-copy engine favours fewer, larger copies.)
-int row_stream_stage_limit() {
-  static const int limit = [] {
-    const char* setting = std::getenv("DEEPINFER_CUDA_ROW_STREAM_STAGES");
-    return setting ? std::clamp(static_cast<int>(std::strtol(setting, nullptr, 10)), 3,
-                                kMaxStreamStages)
-                   : 0;
-  }();
-  return limit;
-}
-
-// The ring that keeps the most bytes in flight with at least three stages (so one can be
-// read while two fill), in the shared memory left beside x; false if none fits.
+// The ring for `rows` of x [rows, k] in the shared memory a row-stream kernel may take.
 bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
-  const int64_t shared = row_stream_shared_limit() > 0
-                             ? std::min(row_stream_shared_limit(), staged_limits.stream_shared)
-                             : staged_limits.stream_shared;
-  const int64_t budget =
-      shared - static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
-  int64_t best = 0;
-  const int most_stages =
-      row_stream_stage_limit() > 0 ? row_stream_stage_limit() : kMaxStreamStages;
-  for (int step = 0; step < 8; ++step) {
-    const int per_stage = row_stream_stage_limit() > 0 ? step + 1 : 8 - step;
-    const int64_t stage_bytes = per_stage * job_bytes;
-    const int64_t stages = std::min<int64_t>(most_stages, budget / stage_bytes);
-    if (stages >= 3 && stages * stage_bytes > best) {
-      best = stages * stage_bytes;
-      ring = {per_stage, static_cast<int>(stages), row_stream_copy_limit()};
-    }
-  }
-  return best > 0;
+  const int64_t room = row_stream_shared_room(staged_limits.stream_shared) -
+                       static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
+  return choose_ring(room, job_bytes, ring);
 }
 
 // `jobs` (for one or two rows of x) through the row stream when `use` is turned on and a
@@ -687,25 +628,6 @@ bool launch_gated_rows(const float* x, const Products<Bf16Chunks>& products, int
 }
 
 }  // namespace
-
-void set_row_stream(int uses) {
-  row_stream_setting() = uses;
-}
-
-int row_stream() {
-  return row_stream_setting();
-}
-
-void set_row_stream_copy_limit(uint32_t bytes) {
-  if (bytes < 16 || bytes % 16 != 0)
-    fail("row stream: copies of {} bytes (a multiple of 16)", bytes);
-  row_stream_copy_limit() = bytes;
-}
-
-void set_row_stream_shared_limit(int64_t bytes) {
-  if (bytes < 0) fail("row stream: a shared-memory limit of {} bytes", bytes);
-  row_stream_shared_limit() = bytes;
-}
 
 void configure_few_rows_kernels() {
   int device = 0, shared = 0;

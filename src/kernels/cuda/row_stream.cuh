@@ -23,13 +23,13 @@
 
 #include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/overlap.cuh"
+#include "kernels/cuda/row_stream_settings.h"
 #include "kernels/cuda/staged_norm.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 
 constexpr int kStreamReaderWarps = 8;
-constexpr int kMaxStreamStages = 8;
 // Barriers first, then x, then the ring, each 128-byte aligned.
 constexpr size_t kStreamBarrierBytes = 2 * kMaxStreamStages * sizeof(uint64_t);
 
@@ -70,14 +70,6 @@ struct GatedJobs {
     const float g = sums[0];
     y[r * count + job] = g / (1.0f + expf(-g)) * sums[1];
   }
-};
-
-// The ring: `stages` buffers, each the rows of `jobs_per_stage` consecutive jobs (all their
-// first rows, then all their second rows).
-struct StreamRing {
-  int jobs_per_stage;
-  int stages;
-  uint32_t copy_limit;  // the most bytes one bulk copy moves (a multiple of 16)
 };
 
 // bytes from global `source` into shared `destination` in copies of at most `limit` bytes,
