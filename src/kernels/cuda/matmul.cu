@@ -107,14 +107,8 @@ __device__ void column_sums(const float* x, int64_t k, const Products<Chunks>& p
   float acc[kColumns][kRows] = {};
   auto consume = [&](const uint4(&packed)[kColumns], int64_t chunk) {
 #pragma unroll
-    for (int j = 0; j < kColumns; ++j) {
-      float w[kPer];
-      formats[j].widen(packed[j], w);
-      const float scale = formats[j].scale(indices[j], chunk);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-        acc[j][r] += chunk_dot<kPer>(w, x + r * k + chunk * kPer) * scale;
-    }
+    for (int j = 0; j < kColumns; ++j)
+      add_chunk<kRows>(formats[j], packed[j], indices[j], chunk, x, k, acc[j]);
   };
   int64_t chunk = lane;
   for (bool first = true; chunk + 32 * (kLoads - 1) < chunks; chunk += 32 * kLoads, first = false) {
@@ -138,16 +132,7 @@ __device__ void column_sums(const float* x, int64_t k, const Products<Chunks>& p
     for (int j = 0; j < kColumns; ++j) packed[j] = rows[j][chunk];
     consume(packed, chunk);
   }
-#pragma unroll
-  for (int j = 0; j < kColumns; ++j) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      float sum = acc[j][r];
-      for (int offset = 16; offset > 0; offset /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      sums[j][r] = sum;
-    }
-  }
+  add_across_warp(acc, sums);
 }
 
 // column_sums, each written to (or added into) its column's output by lane 0; where it goes

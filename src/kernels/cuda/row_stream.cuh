@@ -117,24 +117,20 @@ __device__ void produce_stages(const Jobs& jobs, int64_t chunks, StreamRing ring
   }
 }
 
-// The warp's sums of one job reduced across lanes and handed to the job source by lane 0.
+// The warp's sums of one job added across lanes and handed to the job source by lane 0.
 template <int kRows, typename Jobs>
 __device__ void store_sums(const Jobs& jobs, int64_t job,
                            const float (&acc)[Jobs::kColumns][kRows]) {
-  float sums[kRows][Jobs::kColumns];
-#pragma unroll
-  for (int j = 0; j < Jobs::kColumns; ++j) {
-#pragma unroll
-    for (int q = 0; q < kRows; ++q) {
-      float sum = acc[j][q];
-      for (int offset = 16; offset > 0; offset /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      sums[q][j] = sum;
-    }
-  }
+  float sums[Jobs::kColumns][kRows];
+  add_across_warp(acc, sums);
   if (threadIdx.x % 32 != 0) return;
 #pragma unroll
-  for (int q = 0; q < kRows; ++q) jobs.store(job, q, sums[q]);
+  for (int q = 0; q < kRows; ++q) {
+    float row_sums[Jobs::kColumns];
+#pragma unroll
+    for (int j = 0; j < Jobs::kColumns; ++j) row_sums[j] = sums[j][q];
+    jobs.store(job, q, row_sums);
+  }
 }
 
 // A reader warp's jobs: warp, warp + 8, ... in ring order (job j is the (j % R)-th of stage
@@ -166,14 +162,9 @@ __device__ void read_stages(const Jobs& jobs, const float* x, int64_t k, StreamR
       for (int j = 0; j < kColumns; ++j) columns[j] = jobs.column(job, j);
       for (int64_t chunk = lane; chunk < chunks; chunk += 32) {
 #pragma unroll
-        for (int j = 0; j < kColumns; ++j) {
-          float w[kPer];
-          jobs.format.widen(row[j * stage_chunks + chunk], w);
-          const float scale = jobs.format.scale(columns[j], chunk);
-#pragma unroll
-          for (int q = 0; q < kRows; ++q)
-            acc[j][q] += chunk_dot<kPer>(w, x + q * k + chunk * kPer) * scale;
-        }
+        for (int j = 0; j < kColumns; ++j)
+          add_chunk<kRows>(jobs.format, row[j * stage_chunks + chunk], columns[j], chunk, x, k,
+                           acc[j]);
       }
     }
     __syncwarp();

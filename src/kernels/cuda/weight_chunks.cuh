@@ -74,4 +74,36 @@ __device__ inline float chunk_dot(const float* w, const float* x) {
   return sum;
 }
 
+// One 16-byte chunk of weight row `column` (chunk index `chunk`) against every row of x
+// [kRows, k], added into that column's accumulators: the same arithmetic in every few-rows
+// path.
+template <int kRows, typename Chunks>
+__device__ inline void add_chunk(const Chunks& format, uint4 packed, int64_t column, int64_t chunk,
+                                 const float* x, int64_t k, float (&acc)[kRows]) {
+  constexpr int kPer = Chunks::kPerChunk;
+  float w[kPer];
+  format.widen(packed, w);
+  const float scale = format.scale(column, chunk);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] += chunk_dot<kPer>(w, x + r * k + chunk * kPer) * scale;
+}
+
+// Each lane's partial dot products (kColumns weight rows by kRows rows of x) added across
+// the warp, into every lane: one butterfly order for every few-rows path (registers and row
+// stream alike), so they give the same bits.
+template <int kColumns, int kRows>
+__device__ inline void add_across_warp(const float (&partial)[kColumns][kRows],
+                                       float (&sums)[kColumns][kRows]) {
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      float sum = partial[j][r];
+      for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      sums[j][r] = sum;
+    }
+  }
+}
+
 }  // namespace deepinfer::cuda
