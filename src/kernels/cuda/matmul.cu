@@ -39,8 +39,11 @@ struct Products {
   FewRowsNorm norm;  // weight null: x is read as it is
 };
 
-// The most x (rows * k floats) a block stages in shared memory to normalise it in place.
+// The most x (rows * k floats) a block stages in shared memory to normalise it in place, and
+// the most shared memory a staged block takes: that x and its norm's weights (k <= 16384
+// then, so the f32 weights of the widest row take as much again).
 constexpr size_t kMaxStagedBytes = 64 << 10;
+constexpr size_t kMaxStagedShared = 2 * kMaxStagedBytes;
 
 // Several loads in flight per lane before the first is used: a short row is then read in one
 // or two round trips to memory instead of one per chunk. Eight for one or two rows (batch-1
@@ -195,17 +198,37 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, 4)
   columns_product<kRows, 1>(x, k, products, columns, wanted, loaded, prefetched);
 }
 
-// x [kRows, k] copied into the block's shared memory and normalised there when `norm` has a
-// weight; every thread of the block takes part.
+// The block's dynamic shared memory: x [kRows, k], then the norm's weights.
 template <int kRows>
-__device__ const float* stage_x(const float* x_global, int64_t k, const FewRowsNorm& norm) {
+__device__ float* staged_area() {
   extern __shared__ float4 staged[];
+  return reinterpret_cast<float*>(staged);
+}
+size_t staged_shared_bytes(int rows, int64_t k, const FewRowsNorm& norm) {
+  return static_cast<size_t>(rows * k) * sizeof(float) + norm_weight_bytes(norm, k);
+}
+
+// The norm's weights on their way into the block's shared memory (before the wait for the
+// previous kernel): where stage_x then reads them.
+template <int kRows>
+__device__ const void* prefetch_staged_norm(int64_t k, const FewRowsNorm& norm) {
+  return prefetch_norm_weights(norm, k, staged_area<kRows>() + kRows * k, blockDim.x);
+}
+
+// x [kRows, k] copied into the block's shared memory and normalised there when `norm` has a
+// weight (read from `norm_weights`, prefetch_staged_norm's answer); every thread of the block
+// takes part.
+template <int kRows>
+__device__ const float* stage_x(const float* x_global, int64_t k, const FewRowsNorm& norm,
+                                const void* norm_weights) {
+  float* staged = staged_area<kRows>();
   const auto* from = reinterpret_cast<const float4*>(x_global);
-  for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) staged[i] = from[i];
+  auto* to = reinterpret_cast<float4*>(staged);
+  for (int64_t i = threadIdx.x; i < kRows * k / 4; i += blockDim.x) to[i] = from[i];
+  await_norm_weights();
   __syncthreads();
-  if (norm.weight)
-    normalise_staged<kRows>(reinterpret_cast<float*>(staged), k, norm, [] { __syncthreads(); });
-  return reinterpret_cast<const float*>(staged);
+  if (norm.weight) normalise_staged<kRows>(staged, k, norm, norm_weights, [] { __syncthreads(); });
+  return staged;
 }
 
 // Staged: x (normalised first when the products carry a norm) copied once into the block's
@@ -226,8 +249,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   uint4 loaded[kInFlight<kRows>];
   const bool prefetched =
       column[0] < total && load_first_chunks<kRows>(products, column, chunks, loaded);
+  const void* norm_weights = prefetch_staged_norm<kRows>(k, products.norm);
   await_producer();
-  const float* x = stage_x<kRows>(x_global, k, products.norm);
+  const float* x = stage_x<kRows>(x_global, k, products.norm, norm_weights);
   const bool wanted[1] = {true};
   for (bool first = true; column[0] < total;
        column[0] += int64_t{gridDim.x} * kWarpsPerBlock, first = false)
@@ -247,8 +271,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   uint4 loaded[kInFlight<kRows>];
   int64_t columns[2] = {pair, pair + n};
   const bool prefetched = pair < n && load_first_chunks<kRows>(products, columns, chunks, loaded);
+  const void* norm_weights = prefetch_staged_norm<kRows>(k, products.norm);
   await_producer();
-  const float* x = stage_x<kRows>(x_global, k, products.norm);
+  const float* x = stage_x<kRows>(x_global, k, products.norm, norm_weights);
   for (bool first = true; pair < n; pair += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
     columns[0] = pair;
     columns[1] = pair + n;
@@ -321,8 +346,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, kRows <= 4 ? 3 : 2)
   int64_t columns[2] = {p.first, p.second};
   const bool prefetched =
       pair < pairs && load_first_chunks<kRows>(products, columns, chunks, loaded);
+  const void* norm_weights = prefetch_staged_norm<kRows>(k, products.norm);
   await_producer();
-  const float* x = stage_x<kRows>(x_global, k, products.norm);
+  const float* x = stage_x<kRows>(x_global, k, products.norm, norm_weights);
   for (bool first = true; pair < pairs;
        pair += int64_t{gridDim.x} * kWarpsPerBlock, first = false) {
     p = column_pair(pair, rope.shape);
@@ -375,13 +401,13 @@ void check_attribute(cudaError_t status) {
     fail("few-rows products: setting up the kernels: {}", cudaGetErrorString(status));
 }
 
-// Lets a staged kernel use kMaxStagedBytes of dynamic shared memory (over the 48 KB default)
+// Lets a staged kernel use kMaxStagedShared of dynamic shared memory (over the 48 KB default)
 // and returns how many of its blocks fit a multiprocessor as its registers allow (0 if the
 // runtime cannot say).
 template <typename Kernel>
 int allow_staged(Kernel kernel) {
   check_attribute(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxStagedBytes)));
+                                       static_cast<int>(kMaxStagedShared)));
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kWarpsPerBlock * 32, 0) !=
       cudaSuccess)
@@ -405,10 +431,12 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
   return static_cast<unsigned>(std::min(group_blocks, resident_blocks(by_registers, staged_bytes)));
 }
 
-// The ring for `rows` of x [rows, k] in the shared memory a row-stream kernel may take.
-bool choose_stream_ring(int rows, int64_t k, int64_t job_bytes, StreamRing& ring) {
+// The ring for `rows` of x [rows, k] (and its norm's weights) in the shared memory a row-stream
+// kernel may take.
+bool choose_stream_ring(int rows, int64_t k, const FewRowsNorm& norm, int64_t job_bytes,
+                        StreamRing& ring) {
   const int64_t room = row_stream_shared_room(staged_limits.stream_shared) -
-                       static_cast<int64_t>(kStreamBarrierBytes + stream_x_bytes(rows, k));
+                       static_cast<int64_t>(stream_staging_bytes(rows, k, norm));
   return choose_ring(room, job_bytes, ring);
 }
 
@@ -423,10 +451,11 @@ bool launch_streamed(const float* x, const Jobs& jobs, int64_t k, StreamUse use,
     const int64_t job_bytes =
         k / decltype(jobs.format)::kPerChunk * int64_t{sizeof(uint4)} * Jobs::kColumns;
     StreamRing ring{};
-    if ((row_stream_setting() & use) == 0 || !choose_stream_ring(kRows, k, job_bytes, ring))
+    if ((row_stream_setting() & use) == 0 ||
+        !choose_stream_ring(kRows, k, jobs.norm, job_bytes, ring))
       return false;
     const int64_t groups = (jobs.count + ring.jobs_per_stage - 1) / ring.jobs_per_stage;
-    const size_t shared = kStreamBarrierBytes + stream_x_bytes(kRows, k) +
+    const size_t shared = stream_staging_bytes(kRows, k, jobs.norm) +
                           static_cast<size_t>(ring.stages * ring.jobs_per_stage * job_bytes);
     launch_overlapped(streamed_rows_kernel<kRows, Jobs>,
                       static_cast<unsigned>(std::min<int64_t>(groups, staged_limits.sms)),
@@ -457,7 +486,7 @@ void launch_rows(const float* x, const Products<Chunks>& products, int64_t k, cu
                       kWarpsPerBlock * 32, 0, stream, x, products, k);
     return;
   }
-  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const size_t staged_bytes = staged_shared_bytes(kRows, k, products.norm);
   launch_overlapped(staged_few_rows_kernel<kRows, Chunks>,
                     staged_grid(columns, staged_limits.by_registers[kRows], staged_bytes),
                     kWarpsPerBlock * 32, staged_bytes, stream, x, products, k);
@@ -572,7 +601,7 @@ void launch_qkv_rope(const float* x, const Products<Bf16Chunks>& products, int64
                                                       rope.shape.pairs(), products, rope, chunks},
                                    k, kStreamQkvRope, stream))
     return;
-  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const size_t staged_bytes = staged_shared_bytes(kRows, k, products.norm);
   const unsigned blocks =
       staged_grid(rope.shape.pairs(), staged_limits.qkv_rope_by_registers[kRows], staged_bytes);
   if (rope.cache.dtype == DType::kBF16) {
@@ -598,7 +627,7 @@ void launch_gated(const float* x, const Products<Bf16Chunks>& products, int64_t 
                         products.weight[0], products.weight[1], k / Bf16Chunks::kPerChunk,
                         products.y[0]};
   if (launch_streamed<kRows>(x, gated, k, kStreamGated, stream)) return;
-  const size_t staged_bytes = static_cast<size_t>(kRows * k) * sizeof(float);
+  const size_t staged_bytes = staged_shared_bytes(kRows, k, products.norm);
   launch_overlapped(
       gated_few_rows_kernel<kRows>,
       staged_grid(products.n[0], staged_limits.gated_by_registers[kRows], staged_bytes),

@@ -85,6 +85,12 @@ __host__ __device__ constexpr size_t stream_x_bytes(int rows, int64_t k) {
   return (static_cast<size_t>(rows) * static_cast<size_t>(k) * sizeof(float) + 127) / 128 * 128;
 }
 
+// The shared memory before the ring: barriers, x [rows, k] and the norm's weights.
+__host__ __device__ constexpr size_t stream_staging_bytes(int rows, int64_t k,
+                                                          const FewRowsNorm& norm) {
+  return kStreamBarrierBytes + stream_x_bytes(rows, k) + norm_weight_bytes(norm, k);
+}
+
 // The producer lane: stage i of this block holds job group blockIdx.x + i * gridDim.x; a
 // buffer is refilled once its previous group's readers have all arrived on its `empty`.
 // `issued` counts the stages whose copies have started (see read_stages).
@@ -179,7 +185,8 @@ __device__ __forceinline__ void sync_readers() {
 }
 
 // Block: eight reader warps and one producer warp; dynamic shared memory laid out as
-// kStreamBarrierBytes of barriers, x [kRows, k] (stream_x_bytes) and the ring.
+// kStreamBarrierBytes of barriers, x [kRows, k] (stream_x_bytes), the norm's weights
+// (norm_weight_bytes) and the ring.
 template <int kRows, typename Jobs>
 __global__ void __launch_bounds__((kStreamReaderWarps + 1) * 32, 1)
     streamed_rows_kernel(const float* __restrict__ x_global, Jobs jobs, int64_t k,
@@ -190,7 +197,7 @@ __global__ void __launch_bounds__((kStreamReaderWarps + 1) * 32, 1)
   uint64_t* empty = full + kMaxStreamStages;
   auto* x = reinterpret_cast<float*>(stream_shared + kStreamBarrierBytes);
   auto* buffers =
-      reinterpret_cast<uint4*>(stream_shared + kStreamBarrierBytes + stream_x_bytes(kRows, k));
+      reinterpret_cast<uint4*>(stream_shared + stream_staging_bytes(kRows, k, jobs.norm));
   const int64_t chunks = k / decltype(jobs.format)::kPerChunk;
   const int64_t groups = (jobs.count + ring.jobs_per_stage - 1) / ring.jobs_per_stage;
   const int64_t my_groups =
@@ -212,12 +219,17 @@ __global__ void __launch_bounds__((kStreamReaderWarps + 1) * 32, 1)
       produce_stages(jobs, chunks, ring, my_groups, buffers, full, empty, &issued);
     return;
   }
+  const void* norm_weights = prefetch_norm_weights(
+      jobs.norm, k, stream_shared + kStreamBarrierBytes + stream_x_bytes(kRows, k),
+      kStreamReaderWarps * 32);
   await_producer();
   const auto* from = reinterpret_cast<const float4*>(x_global);
   auto* to = reinterpret_cast<float4*>(x);
   for (int64_t i = threadIdx.x; i < kRows * k / 4; i += kStreamReaderWarps * 32) to[i] = from[i];
+  await_norm_weights();
   sync_readers();
-  if (jobs.norm.weight) normalise_staged<kRows>(x, k, jobs.norm, [] { sync_readers(); });
+  if (jobs.norm.weight)
+    normalise_staged<kRows>(x, k, jobs.norm, norm_weights, [] { sync_readers(); });
   read_stages<kRows>(jobs, x, k, ring, my_groups, buffers, full, empty, &issued);
 }
 
