@@ -193,6 +193,48 @@ TEST_F(CudaKernels, RowStreamGivesTheRegisterPathsBits) {
   set_row_stream_copy_limit(16 << 10);
 }
 
+// A norm's weights are copied into shared memory before the wait for the previous kernel
+// when 16-byte aligned, and read where they lie otherwise: both give the same bits, on the
+// register path and the row stream, for one normalised product and for gate/up + silu.
+TEST_F(CudaKernels, NormWeightsGiveTheSameBitsAlignedOrNot) {
+  const int64_t n = 1001, k = 4096;
+  std::vector<uint16_t> norm = to_bf16(random(k, 0.5f));
+  std::vector<uint16_t> shifted(k + 1);
+  std::copy(norm.begin(), norm.end(), shifted.begin() + 1);
+  DeviceBuffer d_norm = upload(norm), d_shifted = upload(shifted);
+  const FewRowsNorm aligned{d_norm.data(), DType::kBF16, 1e-5f};
+  const FewRowsNorm unaligned{d_shifted.as<uint16_t>() + 1, DType::kBF16, 1e-5f};
+  DeviceBuffer dw = upload(to_bf16(random(n * k, 0.05f)));
+  DeviceBuffer d_up = upload(to_bf16(random(n * k, 0.05f)));
+  DeviceBuffer dx = upload(random(2 * k));
+  const int default_uses = row_stream();
+  for (int64_t rows : {1, 2}) {
+    for (bool gated : {false, true}) {
+      std::vector<float> want;
+      for (bool streamed : {false, true}) {
+        set_row_stream(streamed ? kStreamGated | kStreamNormalised : 0);
+        for (const FewRowsNorm* rms : {&aligned, &unaligned}) {
+          DeviceBuffer dy = upload(std::vector<float>(rows * n, 0.0f));
+          const FewRowsProduct job{dw.as<uint16_t>(), n, dy.as<float>(), false};
+          if (gated) {
+            matmul_bf16_few_rows_silu_gate(dx.as<float>(), dw.as<uint16_t>(), d_up.as<uint16_t>(),
+                                           rows, n, k, dy.as<float>(), *rms);
+          } else {
+            matmul_bf16_few_rows(dx.as<float>(), &job, 1, rows, k, nullptr, rms);
+          }
+          synchronize();
+          const std::vector<float> got = download(dy);
+          if (want.empty()) want = got;
+          EXPECT_EQ(got, want) << rows << " rows, " << (gated ? "gate/up" : "one product")
+                               << (streamed ? ", streamed" : ", registers")
+                               << (rms == &aligned ? ", aligned" : ", unaligned");
+        }
+      }
+    }
+  }
+  set_row_stream(default_uses);
+}
+
 // DeepSeek-style FP8: e4m3 weights with a scale per 128 x 128 block, against the CPU's
 // block-scaled product (ragged last blocks in both directions).
 TEST_F(CudaKernels, Fp8BlockScaledMatmulMatchesTheCpu) {
