@@ -4,7 +4,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include "core/error.h"

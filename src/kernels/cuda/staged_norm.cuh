@@ -16,12 +16,16 @@ namespace deepinfer::cuda {
 // The threads that normalise: eight warps, threads 0-255 of the block.
 constexpr int kNormWarps = 8;
 
+// A norm weight's size: f32, or bf16 / f16.
+__host__ __device__ constexpr size_t norm_element_bytes(DType dtype) {
+  return dtype == DType::kF32 ? 4 : 2;
+}
+
 // The shared memory a block sets aside for the norm's weights over k (none without a norm):
 // a multiple of 128 bytes, so what follows stays aligned for bulk copies.
 __host__ __device__ constexpr size_t norm_weight_bytes(const FewRowsNorm& norm, int64_t k) {
   if (norm.weight == nullptr) return 0;
-  const size_t element = norm.dtype == DType::kF32 ? 4 : 2;
-  return (static_cast<size_t>(k) * element + 127) / 128 * 128;
+  return (static_cast<size_t>(k) * norm_element_bytes(norm.dtype) + 127) / 128 * 128;
 }
 
 // The norm's weights start on their way into shared memory `to` (norm_weight_bytes of it)
@@ -32,7 +36,7 @@ __host__ __device__ constexpr size_t norm_weight_bytes(const FewRowsNorm& norm, 
 // the normalisation reads them where they are. Returns where it reads them.
 __device__ inline const void* prefetch_norm_weights(const FewRowsNorm& norm, int64_t k, void* to,
                                                     int threads) {
-  const size_t bytes = static_cast<size_t>(k) * (norm.dtype == DType::kF32 ? 4 : 2);
+  const size_t bytes = static_cast<size_t>(k) * norm_element_bytes(norm.dtype);
   if (norm.weight == nullptr || reinterpret_cast<uintptr_t>(norm.weight) % 16 != 0 ||
       bytes % 16 != 0)
     return norm.weight;
