@@ -564,20 +564,27 @@ void rope_kv_write(float* q, int heads, float* k, const float* v, const float* c
   check_launch("rope_kv_write");
 }
 
+// Enough blocks for eight per multiprocessor of an H200 (32 warps: a warp streams one key at
+// a time, so the SM needs many of them to keep loads in flight), at least one tile per warp.
+// Two per SM left 64 x 2000-token batches at 0.9 TB/s with bf16 K/V.
+constexpr int64_t kTargetSplitBlocks = 132 * 8;
+
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context) {
-  // Enough blocks for eight per multiprocessor of an H200 (32 warps: a warp streams one key
-  // at a time, so the SM needs many of them to keep loads in flight), at least one tile per
-  // warp. Two per SM left 64 x 2000-token batches at 0.9 TB/s with bf16 K/V.
-  constexpr int64_t kTargetBlocks = 132 * 8;
   const int64_t blocks = std::max<int64_t>(1, rows * num_kv_heads);
   const int64_t keys = keys_per_split(rows);
-  const int64_t wanted =
-      std::min<int64_t>((kTargetBlocks + blocks - 1) / blocks, (max_context + keys - 1) / keys);
+  const int64_t wanted = std::min<int64_t>((kTargetSplitBlocks + blocks - 1) / blocks,
+                                           (max_context + keys - 1) / keys);
   return static_cast<int>(std::clamp<int64_t>(wanted, 1, 64));
 }
 
 size_t paged_attention_workspace_floats(int64_t rows, int num_kv_heads, int splits) {
   return static_cast<size_t>(rows * num_kv_heads * splits) * kMaxGroup * kPartialFloats;
+}
+
+size_t paged_attention_workspace_limit_floats() {
+  // Splits beyond one only while (row, KV head) blocks number fewer than the target, and then
+  // at most ceil(target / blocks): blocks x splits < 2 x target.
+  return paged_attention_workspace_floats(2 * kTargetSplitBlocks, 1, 1);
 }
 
 namespace {

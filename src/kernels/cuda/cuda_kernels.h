@@ -174,6 +174,10 @@ struct SplitKeys {
 };
 int paged_attention_splits(int64_t rows, int num_kv_heads, int64_t max_context);
 size_t paged_attention_workspace_floats(int64_t rows, int num_kv_heads, int splits);
+// The most workspace floats paged_attention_splits' choices ever need, for a workspace set
+// aside once: a buffer allocated per call would put allocation nodes into a captured decode
+// graph, between the kernels, and those end the overlap of each kernel with the one before.
+size_t paged_attention_workspace_limit_floats();
 
 // As Ops::paged_attention over `rows` query rows of `heads` heads: causal, each sequence's
 // keys through its block table, optionally windowed. Every pointer in q, batch, cache, out

@@ -89,6 +89,7 @@ class CudaOps final : public Ops {
     lt_ = std::make_unique<LtMatmul>();
     configure_few_rows_kernels();
     attention_arrivals_ = allocate(kAttentionArrivalSlots * sizeof(unsigned));
+    attention_workspace_ = allocate(paged_attention_workspace_limit_floats() * sizeof(float));
   }
 
   std::string name() const override { return name_; }
@@ -476,12 +477,19 @@ class CudaOps final : public Ops {
     }
     int splits = paged_attention_splits(rows, cache.num_kv_heads, batch.max_context_len);
     size_t floats = paged_attention_workspace_floats(rows, cache.num_kv_heads, splits);
-    BackendMemory workspace = splits > 1 ? allocate_scratch(floats * sizeof(float)) : nullptr;
-    cuda::paged_attention(q.as<const float>(), rows, heads, batch, cache, scale, window,
-                          out.as<float>(), stream(),
-                          SplitKeys{splits, static_cast<unsigned*>(attention_arrivals_.get()),
-                                    kAttentionArrivalSlots},
-                          static_cast<float*>(workspace.get()), splits > 1 ? floats : 0);
+    // The kept workspace always suffices (paged_attention_workspace_limit_floats); a buffer
+    // of its own only if that bound were ever wrong.
+    BackendMemory own_workspace;
+    void* workspace = attention_workspace_.get();
+    if (splits > 1 && floats > paged_attention_workspace_limit_floats()) {
+      own_workspace = allocate_scratch(floats * sizeof(float));
+      workspace = own_workspace.get();
+    }
+    cuda::paged_attention(
+        q.as<const float>(), rows, heads, batch, cache, scale, window, out.as<float>(), stream(),
+        SplitKeys{splits, static_cast<unsigned*>(attention_arrivals_.get()),
+                  kAttentionArrivalSlots},
+        splits > 1 ? static_cast<float*>(workspace) : nullptr, splits > 1 ? floats : 0);
   }
 
   void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
@@ -599,6 +607,7 @@ class CudaOps final : public Ops {
   std::unique_ptr<LtMatmul> lt_;
   ExpertTables expert_tables_;
   BackendMemory attention_arrivals_;
+  BackendMemory attention_workspace_;  // paged_attention_workspace_limit_floats()
 };
 
 }  // namespace
