@@ -259,6 +259,25 @@ TEST_F(CudaKernels, Fp8BlockScaledMatmulMatchesTheCpu) {
   }
 }
 
+// Host only: the workspace the backend sets aside once covers every split choice (a decode
+// graph may not allocate between its kernels).
+TEST(PagedAttentionSplits, TheWorkspaceLimitCoversEveryChoice) {
+  size_t most = 0;
+  for (int64_t rows = 1; rows <= 4096; rows += rows < 64 ? 1 : 37)
+    for (int kv_heads : {1, 2, 4, 8, 16, 32, 64, 128})
+      for (int64_t context : {1, 31, 32, 33, 500, 4096, 131072, 1 << 20}) {
+        const int splits = paged_attention_splits(rows, kv_heads, context);
+        ASSERT_GE(splits, 1);
+        if (splits == 1) continue;
+        const size_t floats = paged_attention_workspace_floats(rows, kv_heads, splits);
+        ASSERT_LE(floats, paged_attention_workspace_limit_floats())
+            << rows << " rows, " << kv_heads << " KV heads, " << context << " tokens";
+        most = std::max(most, floats);
+      }
+  // The bound is not slack by more than twice what is used.
+  EXPECT_GE(2 * most, paged_attention_workspace_limit_floats());
+}
+
 // Sequences in one batch: a decode row, a prefill chunk and a whole short prompt, their
 // blocks scattered through the pool; GQA with separate values and MLA's values-in-keys,
 // with and without a window.
