@@ -1,6 +1,7 @@
 // Paged attention over the KV cache's blocks, for prefill chunks and decode alike.
 #include <algorithm>
 #include <cfloat>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -589,6 +590,20 @@ size_t paged_attention_workspace_limit_floats() {
 
 namespace {
 
+// Whether grouped attention's blocks may be placed while the q/k/v + rope kernel before it
+// still runs. Not for decode of a few rows: placed early they land on the few multiprocessors
+// q/k/v frees first and share them, beside the o product's weight copies, and finish later
+// (session 13, batch 1: 208-212 tok/s against 214 placed once q/k/v has ended; the o product
+// overlaps attention either way). DEEPINFER_CUDA_EARLY_ATTENTION=1 places them early at any
+// row count, =0 never.
+bool overlap_attention(int64_t rows) {
+  static const int setting = [] {
+    const char* value = std::getenv("DEEPINFER_CUDA_EARLY_ATTENTION");
+    return value == nullptr ? -1 : std::atoi(value) != 0;
+  }();
+  return setting < 0 ? rows > kFewRows : setting == 1;
+}
+
 // grouped_attention_kernel's arguments after the launch shape.
 struct GroupedArgs {
   const float* q;
@@ -608,8 +623,9 @@ struct GroupedArgs {
 template <typename T, int kScoreLanes>
 void launch_grouped(int group, dim3 grid, cudaStream_t stream, const GroupedArgs& a) {
   auto launch = [&](auto kernel) {
-    launch_overlapped(kernel, grid, kWarps * 32, 0, stream, a.q, a.heads, a.batch, a.cache, a.scale,
-                      a.window, a.out, a.partials, a.arrivals);
+    launch_maybe_overlapped(overlap_attention(grid.x), kernel, grid, kWarps * 32, 0, stream, a.q,
+                            a.heads, a.batch, a.cache, a.scale, a.window, a.out, a.partials,
+                            a.arrivals);
   };
   if (group <= 1) {
     launch(grouped_attention_kernel<T, 1, kScoreLanes>);

@@ -25,11 +25,12 @@ __device__ __forceinline__ void await_producer() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-// kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to overlap its predecessor.
-// A launch error is left for check_launch, as with <<<>>>.
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to overlap its predecessor
+// when `may_overlap` (and overlap_launches()). A launch error is left for check_launch, as
+// with <<<>>>.
 template <typename... Params, typename... Args>
-void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                       cudaStream_t stream, Args&&... args) {
+void launch_maybe_overlapped(bool may_overlap, void (*kernel)(Params...), dim3 grid, dim3 block,
+                             size_t shared_bytes, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -39,8 +40,14 @@ void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t 
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = overlap_launches() ? 1 : 0;
+  config.numAttrs = may_overlap && overlap_launches() ? 1 : 0;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+template <typename... Params, typename... Args>
+void launch_overlapped(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                       cudaStream_t stream, Args&&... args) {
+  launch_maybe_overlapped(true, kernel, grid, block, shared_bytes, stream,
+                          std::forward<Args>(args)...);
 }
 
 }  // namespace deepinfer::cuda
