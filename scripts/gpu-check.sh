@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# The CUDA backend on the GPU machine, in one call per stage: op parity and the fixtures
-# against the CPU and transformers, then the benchmarks, with a short table last.
+# The CUDA backend's checks and benchmarks on a GPU host (any machine with an sm_90 GPU, such
+# as an H100 or H200): op parity and the fixtures against the CPU and transformers, then the
+# benchmarks, with a short table last.
 #
-#   scripts/gpu-check.sh bundle        # here: build the CUDA targets into gpu-bundle/ (ignored)
-#   scripts/gpu-check.sh run [STAGES]  # there (the device tool, carrying gpu-bundle)
+#   scripts/gpu-check.sh bundle        # on the build host: build the CUDA targets into
+#                                      # gpu-bundle/ (ignored by git)
+#   scripts/gpu-check.sh run [STAGES]  # on the GPU host, in a copy of the repository that
+#                                      # holds gpu-bundle/
 #
 # STAGES (comma-separated, default check,kernels,model): check = op parity + fixture tests on
 # the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
@@ -15,13 +18,13 @@
 # (scripts/step-profile.py); detail = Nsight Compute's sections for one layer's products and
 # attention. ENGINE_CONCURRENCY, PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer
 # stages; ENGINE_ASYNC adds a run with --async-scheduling at that concurrency. BUNDLE names
-# another bundle folder (gpu-bundle by default).
+# another bundle folder (gpu-bundle by default); OUT names the folder for logs (/tmp by
+# default).
 #
-# The GPU machine has nvcc but none of the Debian libraries the project builds against, so
-# the binaries are built here (same CUDA 13.0) and carried, stripped, with the shared
-# libraries they need beyond the system's and CUDA's. The tracked tree plus the bundle must
-# stay under the tool's 64 MiB: scripts/device-tree.sh hides the two largest fixture models
-# (so their tests are filtered out there).
+# A GPU host needs only the NVIDIA driver and the CUDA 13 runtime libraries (cuBLASLt): the
+# binaries are built on the build host and carried, stripped, with the shared libraries they
+# need beyond the system's and CUDA's. The check stage reads the fixture models under
+# tests/fixtures/models and leaves out the tests of demo-code-target, the largest of them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=${BUNDLE:-gpu-bundle}

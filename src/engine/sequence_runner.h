@@ -1,5 +1,5 @@
 // Runs one sequence through a model with its own paged KV cache: the building block of the
-// logits, generate and bench commands until the batching engine takes over.
+// logits command, single-prompt generate and the model benchmark.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +50,8 @@ struct GenerateOptions {
   uint64_t seed = 0;                  // the draw seed (sampling.seed when given)
 };
 
-// Continuation of `prompt` sampled as `options` says (one sequence; the batching engine of
-// issue 5 replaces this loop): the new token ids.
+// Continuation of `prompt` sampled as `options` says (one sequence, without the batching
+// engine): the new token ids.
 std::vector<int32_t> generate(CausalLM& model, const std::vector<int32_t>& prompt,
                               const GenerateOptions& options);
 

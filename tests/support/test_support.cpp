@@ -15,8 +15,8 @@ namespace deepinfer::testing {
 namespace fs = std::filesystem;
 
 fs::path fixture_model(const std::string& name) {
-  // Test binaries built here and run on the GPU machine find the fixtures through the
-  // environment: the repository lies elsewhere there.
+  // Test binaries built on one host and run on another (a GPU host) find the fixtures
+  // through the environment: the repository may lie elsewhere there.
   const char* moved = std::getenv("DEEPINFER_FIXTURES");
   return fs::path(moved ? moved : DEEPINFER_FIXTURES) / "models" / name;
 }

@@ -1,7 +1,6 @@
 // Paged attention over the KV cache's blocks, for prefill chunks and decode alike.
 #include <algorithm>
 #include <cfloat>
-#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -593,15 +592,10 @@ namespace {
 // Whether grouped attention's blocks may be placed while the q/k/v + rope kernel before it
 // still runs. Not for decode of a few rows: placed early they land on the few multiprocessors
 // q/k/v frees first and share them, beside the o product's weight copies, and finish later
-// (session 13, batch 1: 208-212 tok/s against 214 placed once q/k/v has ended; the o product
-// overlaps attention either way). DEEPINFER_CUDA_EARLY_ATTENTION=1 places them early at any
-// row count, =0 never.
+// (measured on an H200 at batch 1: 208-212 tok/s placed early against 214 placed once q/k/v
+// has ended; the o product overlaps attention either way).
 bool overlap_attention(int64_t rows) {
-  static const int setting = [] {
-    const char* value = std::getenv("DEEPINFER_CUDA_EARLY_ATTENTION");
-    return value == nullptr ? -1 : std::atoi(value) != 0;
-  }();
-  return setting < 0 ? rows > kFewRows : setting == 1;
+  return rows > kFewRows;
 }
 
 // grouped_attention_kernel's arguments after the launch shape.

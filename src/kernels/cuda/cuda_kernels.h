@@ -1,5 +1,4 @@
-// The CUDA backend's kernels over device memory (the first set of issue 7: the dense
-// decoder's ops). Activations are f32 as on the CPU; weights keep their stored dtype. Every
+// The CUDA backend's kernels over device memory. Activations are f32 as on the CPU; weights keep their stored dtype. Every
 // function checks its launch and throws deepinfer::Error naming the CUDA error. Tested
 // against the CPU ops (tests/kernels/cuda_kernels_test.cpp) and timed by bench/cuda_bench.
 #pragma once
@@ -135,19 +134,15 @@ enum StreamUse : int {
   kStreamNormalised = 4,  // one product of normalised x (lm_head)
   kStreamQkvRope = 8,     // q/k/v + rope + cache write, x normalised inside
 };
-// What measured fastest for batch-1 decode of a Llama-3.1-8B shape on the H200 (BENCHMARKS.md,
-// session 11): gate/up gains most; q/k/v + rope lost slightly and stays on registers.
+// What measured fastest for batch-1 decode of a Llama-3.1-8B shape on the H200: the stream
+// took batch 1 from 192 to 201-205 tok/s, gate/up gaining most; q/k/v + rope streamed was
+// slower (200.5 against 209-210 tok/s) and stays on registers.
 constexpr int kDefaultRowStream = kStreamPlain | kStreamGated | kStreamNormalised;
 void set_row_stream(int uses);
 int row_stream();
 // The most bytes one of the row stream's bulk copies moves (16 KB by default; a multiple of
 // 16): a stage of adjacent rows is copied in pieces of at most this.
-// DEEPINFER_CUDA_ROW_STREAM_COPY_KB sets it at start.
 void set_row_stream_copy_limit(uint32_t bytes);
-// The most shared memory (bytes) one row-stream block takes: all a block can opt into by
-// default (one block a multiprocessor); less lets the next kernel's block start beside it
-// under programmatic dependent launch. DEEPINFER_CUDA_ROW_STREAM_SHARED_KB sets it at start.
-void set_row_stream_shared_limit(int64_t bytes);
 // Whether the few-rows products can normalise x [rows, k] themselves (x fits the block's
 // shared memory).
 bool few_rows_can_normalise(int64_t rows, int64_t k);

@@ -434,7 +434,7 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
 // kernel may take.
 bool choose_stream_ring(int rows, int64_t k, const FewRowsNorm& norm, int64_t job_bytes,
                         StreamRing& ring) {
-  const int64_t room = row_stream_shared_room(staged_limits.stream_shared) -
+  const int64_t room = staged_limits.stream_shared -
                        static_cast<int64_t>(stream_staging_bytes(rows, k, norm));
   return choose_ring(room, job_bytes, ring);
 }

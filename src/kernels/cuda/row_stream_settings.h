@@ -1,7 +1,6 @@
 // The row stream's host-side choices (row_stream.cuh): which products stream, how large each
-// bulk copy is, and the ring of stages that fits a block's shared memory. The settings come
-// from the environment at start (for sweeps on the GPU machine) or from cuda_kernels.h's
-// setters.
+// bulk copy is, and the ring of stages that fits a block's shared memory. Which products
+// stream comes from DEEPINFER_CUDA_ROW_STREAM at start or from cuda_kernels.h's setters.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +19,6 @@ struct StreamRing {
 
 // The StreamUse bits in force (DEEPINFER_CUDA_ROW_STREAM, else kDefaultRowStream).
 int& row_stream_setting();
-// The shared memory a row-stream block takes: `most` (all it may), or less where
-// DEEPINFER_CUDA_ROW_STREAM_SHARED_KB or set_row_stream_shared_limit says so.
-int64_t row_stream_shared_room(int64_t most);
 // The ring that keeps the most bytes in flight with at least three stages (so one can be read
 // while two fill) in `room` bytes of shared memory, for jobs of `job_bytes`; false if none
 // fits.
