@@ -1,6 +1,7 @@
 """The named peer for the CUDA benchmarks: Hugging Face transformers on the same GPU, with a
-Llama-3.1-8B-shaped model of random bf16 weights (SDPA attention, static KV cache, no
-torch.compile). Run on the GPU host (it needs torch and transformers):
+Llama-3.1-8B-shaped model of random bf16 weights (SDPA attention; batch-1 decode over a
+static KV cache, which transformers compiles with torch.compile). Run on the GPU host (it
+needs torch and transformers):
 
     python3 bench/torch_peer.py [--phases decode,prefill,throughput] [--out DIR]
 
