@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer::chat {
 
@@ -139,7 +140,7 @@ void write_tool_calls(PromptWriter& out, const DsmlTags& tags, const Json& calls
     const Json& function = call.contains("function") ? call["function"] : call;
     Json arguments = function.value("arguments", Json::object());
     if (arguments.is_string())
-      arguments = Json::parse(arguments.get<std::string>(), nullptr, false);
+      arguments = parse_json_or_discarded<Json>(arguments.get<std::string>());
     if (!arguments.is_object()) fail("tool call arguments must be a JSON object");
     out.control(tags.open("invoke") + " name=\"");
     out.content(function.value("name", ""));

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer::chat {
 namespace {
@@ -14,7 +15,9 @@ using nlohmann::json;
 json read_json(const fs::path& path) {
   std::ifstream stream(path);
   if (!stream) return json();
-  json value = json::parse(stream, nullptr, false);
+  std::stringstream text;
+  text << stream.rdbuf();
+  json value = parse_json_or_discarded<json>(text.str());
   if (value.is_discarded()) fail("{}: malformed JSON", path.string());
   return value;
 }

@@ -9,6 +9,7 @@
 
 #include "cli/batch.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "engine/engine.h"
 #include "protocol/chat_encoder.h"
 #include "protocol/completion_text.h"
@@ -69,7 +70,7 @@ sampling::SamplingParams read_sampling(const Json& line, int n) {
 
 OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* tokenizer,
                           const protocol::ChatEncoder* chat) {
-  Json line = Json::parse(text, nullptr, false);
+  Json line = parse_json_or_discarded<Json>(text);
   if (line.is_discarded() || !line.is_object()) fail("--input line {}: not a JSON object", n);
   int sources =
       line.contains("prompt") + line.contains("messages") + line.contains("prompt_token_ids");
@@ -238,7 +239,10 @@ void follow_text(Engine& engine, const std::vector<TokenEvent>& sampled,
 void run_offline_batch(CausalLM& model, const std::string& model_dir, const BatchOptions& options) {
   TextTools tools = load_text_tools(model_dir);
   std::vector<OfflineRequest> requests = read_requests(options.input, tools);
-  Engine engine(model, options.engine);
+  EngineConfig config = options.engine;
+  if (tools.tokenizer)
+    config.vocab_limit = std::min(model.config().vocab_size, tools.tokenizer->vocab_size());
+  Engine engine(model, config);
   std::map<std::string, size_t> index;
   std::map<CompletionKey, TextState> states;
   size_t completions = 0;

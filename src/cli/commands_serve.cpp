@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "protocol/limits.h"
 #include "server/api_server.h"
 
 namespace deepinfer::cli {
@@ -54,6 +55,7 @@ void add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* command =
       app.add_subcommand("serve", "Serve a model over the OpenAI-compatible HTTP API");
+  command->footer(protocol::request_limits_text(args->serve.http.max_body_bytes));
   add_model_options(*command, args->model, "read");
   auto option = [&](const char* flag, auto& value, const char* help, const char* env) {
     return command->add_option(flag, value, help)->envname(env)->capture_default_str();
@@ -107,8 +109,14 @@ void add_serve_command(CLI::App& app) {
          "Largest request body accepted; larger ones get 413", "DEEPINFER_MAX_REQUEST_BYTES")
       ->check(CLI::PositiveNumber);
   option("--http-threads", args->serve.http.io_threads,
-         "Threads that parse, render, tokenize and stream (any number of connections each)",
+         "Threads that accept connections, answer /health and /metrics and stream answers (any "
+         "number of connections each)",
          "DEEPINFER_HTTP_THREADS")
+      ->check(CLI::Range(1, 64));
+  option("--request-threads", args->serve.request_threads,
+         "Threads that parse, render and tokenize requests (a large prompt holds one while it "
+         "is tokenized)",
+         "DEEPINFER_REQUEST_THREADS")
       ->check(CLI::Range(1, 64));
   command->callback([args] { run_serve(*args); });
 }

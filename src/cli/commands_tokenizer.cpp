@@ -9,6 +9,7 @@
 #include "chat/model_template.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -63,7 +64,7 @@ struct RenderChatArgs {
 
 nlohmann::ordered_json read_json_file(const std::string& path, const char* flag) {
   nlohmann::ordered_json value =
-      nlohmann::ordered_json::parse(read_text_file(path), nullptr, false);
+      parse_json_or_discarded<nlohmann::ordered_json>(read_text_file(path));
   if (value.is_discarded()) fail("{}: {} is not valid JSON", flag, path);
   return value;
 }
@@ -78,7 +79,7 @@ void run_render_chat(const RenderChatArgs& args) {
     size_t equals = variable.find('=');
     if (equals == std::string::npos || equals == 0)
       fail("--var: \"{}\" is not key=JSON_VALUE", variable);
-    auto value = nlohmann::ordered_json::parse(variable.substr(equals + 1), nullptr, false);
+    auto value = parse_json_or_discarded<nlohmann::ordered_json>(variable.substr(equals + 1));
     if (value.is_discarded())
       fail("--var: the value of \"{}\" is not JSON (strings need quotes)",
            variable.substr(0, equals));

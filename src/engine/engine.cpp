@@ -108,7 +108,11 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
   DI_CHECK(config.max_batched_tokens > 0 && config.max_running > 0,
            "engine: max_batched_tokens and max_running must be positive");
   const ModelConfig& c = model.config();
-  limits_ = {c.vocab_size,      c.max_position_embeddings,    cache_.num_blocks() - 1,
+  DI_CHECK(config.vocab_limit >= 0 && config.vocab_limit <= c.vocab_size,
+           "engine: vocab_limit {} is outside the model's vocabulary of {}", config.vocab_limit,
+           c.vocab_size);
+  sampled_vocab_ = config.vocab_limit > 0 ? config.vocab_limit : c.vocab_size;
+  limits_ = {sampled_vocab_,    c.max_position_embeddings,    cache_.num_blocks() - 1,
              config.block_size, cache_.groups().group_window, config.max_batched_tokens};
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
@@ -270,6 +274,9 @@ void Engine::execute(StepWork& work) {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   Tensor logits = step_logits(work.batch.logit_rows.size());
   model_.forward_into(work.batch, cache_, logits);
+  // Draws see only the ids that can be sampled (the rows keep the model's stride).
+  Tensor sampled = Tensor::strided(logits.data, DType::kF32, {logits.dim(0), sampled_vocab_},
+                                   {logits.dim(1), 1}, logits.device);
   std::vector<TokenDraw> draws;
   std::vector<Chunk*> drawn;
   std::vector<bool> on_backend(work.chunks.size(), false);
@@ -292,7 +299,7 @@ void Engine::execute(StepWork& work) {
     on_backend[c] = true;
   }
   std::vector<DrawnToken> tokens(draws.size());
-  model_.ops().sample_rows(logits, draws, tokens.data());
+  model_.ops().sample_rows(sampled, draws, tokens.data());
   for (size_t i = 0; i < drawn.size(); ++i) {
     drawn[i]->sample.token = tokens[i].token;
     if (drawn[i]->sequence->request.sampling.logprobs) drawn[i]->sample.logprob = tokens[i].logprob;
@@ -310,10 +317,9 @@ void Engine::execute(StepWork& work) {
     for (size_t r = 0; r < chunk.logit_rows; ++r) {
       int64_t next = chunk.start + static_cast<int64_t>(r) + 1;
       if (next >= sequence.prompt_size()) break;
-      chunk.prompt_scores.push_back(
-          sampling::score_token(rows + r * vocab, static_cast<int32_t>(vocab),
-                                sequence.request.prompt[static_cast<size_t>(next)],
-                                sequence.request.sampling.prompt_logprobs));
+      chunk.prompt_scores.push_back(sampling::score_token(
+          rows + r * vocab, sampled_vocab_, sequence.request.prompt[static_cast<size_t>(next)],
+          sequence.request.sampling.prompt_logprobs));
     }
   }
 }
@@ -357,7 +363,7 @@ const float* Engine::host_logits(const Tensor& logits,
 // (logprobs still come from the unmasked row: the model's own distribution).
 sampling::Sample Engine::sample_next(const Sequence& sequence, const float* logits,
                                      uint64_t position) const {
-  const int32_t vocab = model_.config().vocab_size;
+  const int32_t vocab = sampled_vocab_;
   const sampling::SamplingParams& params = sequence.request.sampling;
   if (!sequence.matcher)
     return sampling::sample(logits, vocab, params, sequence.history, sequence.seed, position);

@@ -34,6 +34,10 @@ struct EngineConfig {
   bool prefix_caching = true;
   // Schedule step N+1 while step N runs (results are the same as without).
   bool async_scheduling = false;
+  // Token ids at or above this are never sampled and refused in prompts and logit_bias: a
+  // model's vocabulary is often padded past its tokenizer's (Qwen3: 151,936 rows for 151,669
+  // tokens), and a padded id cannot be decoded. 0: the model's whole vocabulary.
+  int32_t vocab_limit = 0;
 };
 
 inline constexpr double kDefaultDeviceKvFraction = 0.9;
@@ -119,6 +123,7 @@ class Engine {
   EngineConfig config_;
   KvCache cache_;
   AdmissionLimits limits_;
+  int32_t sampled_vocab_ = 0;  // ids below this can be sampled (EngineConfig::vocab_limit)
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   // Finished sequences that a launched step may still read; freed once it is done.

@@ -254,8 +254,9 @@ class Ops {
   // before it.
   virtual void paged_attention(const Tensor& q, const AttentionBatch& batch,
                                const PagedKvView& cache, float scale, int window, Tensor& out) = 0;
-  // One token per draw from logits [rows, vocab] (f32, backend memory) into out[draws.size()]
-  // (host memory), as draw_token does.
+  // One token per draw from logits [rows, vocab] (f32, backend memory; each row's values
+  // adjacent, rows possibly further apart, as in a view of a wider buffer's first columns)
+  // into out[draws.size()] (host memory), as draw_token does.
   virtual void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
                            DrawnToken* out) = 0;
 };

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer {
 
@@ -327,7 +328,7 @@ std::string supported_architectures() {
 }
 
 ModelConfig parse_model_config(const std::string& text, const std::string& source) {
-  json config = json::parse(text, nullptr, false);
+  json config = parse_json_or_discarded<json>(text);
   if (config.is_discarded()) fail("{}: malformed JSON", source);
   if (!config.is_object()) fail("{}: expected a JSON object", source);
   ModelConfig model;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "core/thread_pool.h"
 #include "model/safetensors.h"
 
@@ -109,7 +110,7 @@ json family_config(const MakeModelOptions& o, int head_dim) {
       {"eos_token_id", 2},
   };
   if (!o.rope_scaling_json.empty()) {
-    json scaling = json::parse(o.rope_scaling_json, nullptr, false);
+    json scaling = parse_json_or_discarded<json>(o.rope_scaling_json);
     if (scaling.is_discarded() || !scaling.is_object())
       fail("make-model: --rope-scaling is not a JSON object");
     config["rope_scaling"] = scaling;

@@ -10,8 +10,10 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer {
 
@@ -113,7 +115,7 @@ SafetensorsFile::SafetensorsFile(const fs::path& path, LoadMode mode) : path_(pa
   }
   std::string header(header_size, '\0');
   read_fully(file.fd, header.data(), header_size, 8, path);
-  json parsed = json::parse(header, nullptr, false);
+  json parsed = parse_json_or_discarded<json>(header);
   if (parsed.is_discarded() || !parsed.is_object()) {
     fail("{}: malformed safetensors header (not a JSON object)", path.string());
   }
@@ -156,7 +158,9 @@ TensorStore::TensorStore(const fs::path& folder, LoadMode mode) : folder_(folder
   std::vector<std::string> shard_names;
   if (fs::exists(index_path)) {
     std::ifstream stream(index_path);
-    json index = json::parse(stream, nullptr, false);
+    std::stringstream text;
+    text << stream.rdbuf();
+    json index = parse_json_or_discarded<json>(text.str());
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
         !index["weight_map"].is_object()) {
       fail("{}: malformed index (expected a JSON object with \"weight_map\")", index_path.string());

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json.h"
+
 namespace deepinfer::protocol {
 namespace {
 
@@ -67,7 +69,7 @@ void convert_message(const Json& message, size_t index, Json& out) {
 }
 
 Json convert_tools(const Json& tools) {
-  if (!tools.is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+  check_tools(tools);
   Json converted = Json::array();
   for (const Json& tool : tools) {
     if (!tool.is_object() || !tool.contains("name"))
@@ -153,7 +155,7 @@ std::string stop_reason(const ChoiceOutput& choice) {
 }
 
 Json tool_input(const ToolCall& call) {
-  Json input = Json::parse(call.arguments, nullptr, false);
+  Json input = parse_json_or_discarded<Json>(call.arguments);
   return input.is_object() ? input : Json::object();
 }
 
@@ -230,6 +232,10 @@ class MessagesFormatter final : public ResponseFormatter {
                     usage.completion_tokens, usage.cached_tokens);
   }
   Json error_body(const ApiError& error) const override { return anthropic_error_body(error); }
+  // Anthropic's clients raise on an error event; nothing follows it.
+  std::string stream_error(const ApiError& error) override {
+    return named_event("error", anthropic_error_body(error));
+  }
 
  private:
   Json envelope(const Json& content, const Json& reason, const Json& sequence, int64_t output,

@@ -76,7 +76,7 @@ chat::ForcedCallText ChatEncoder::forced_call_text() const {
   return text;
 }
 
-ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request) const {
+ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request, size_t max_text_bytes) const {
   ChatPrompt prompt;
   if (!available()) throw ApiError(400, "this model has no chat template; use /v1/completions");
   try {
@@ -117,6 +117,13 @@ ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request) const {
     }
     prompt.syntax.starts_in_reasoning = false;
     encoded.text += prompt.forced_output;
+  }
+  if (max_text_bytes > 0 && encoded.text.size() > max_text_bytes) {
+    throw ApiError(400,
+                   fmt::format("the rendered prompt is {} bytes, more than the model's context "
+                               "can hold (at most {} bytes)",
+                               encoded.text.size(), max_text_bytes),
+                   "messages");
   }
   encoded.ids = tokenizer_.encode_with_plain_ranges(encoded.text, encoded.client_token_text);
   return prompt;

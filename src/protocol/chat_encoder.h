@@ -38,8 +38,9 @@ class ChatEncoder {
   // False when the model has neither a template nor a DeepSeek encoding.
   bool available() const { return chat_template_ || deepseek_; }
   // ApiError 422 when the template or encoding rejects the conversation, 400 when the model
-  // has no way to render chats or the request cannot be forced into a tool call.
-  ChatPrompt encode(const chat::ChatRequest& request) const;
+  // has no way to render chats, the request cannot be forced into a tool call, or the
+  // rendered prompt is longer than `max_text_bytes` (checked before tokenizing; 0: no limit).
+  ChatPrompt encode(const chat::ChatRequest& request, size_t max_text_bytes = 0) const;
   const OutputSyntax& output_syntax() const { return syntax_; }
 
  private:

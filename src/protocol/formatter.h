@@ -35,6 +35,11 @@ class ResponseFormatter {
   virtual Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) = 0;
   // The error body this API's clients parse.
   virtual Json error_body(const ApiError& error) const { return openai_error_body(error); }
+  // The events that end a stream that failed after it started: the error as this API's
+  // clients read it mid-stream, then the stream's terminator (OpenAI: data: [DONE]).
+  virtual std::string stream_error(const ApiError& error) {
+    return sse_event(error_body(error)) + "data: [DONE]\n\n";
+  }
 };
 
 enum class ApiFormat { kChatCompletions, kCompletions, kAnthropicMessages, kResponses };

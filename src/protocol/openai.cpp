@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
+#include "core/json.h"
+#include "protocol/limits.h"
+
 namespace deepinfer::protocol {
 
 ApiError::ApiError(int status, const std::string& message, std::string param, std::string type)
@@ -24,38 +29,82 @@ Json openai_error_body(const ApiError& error) {
 }
 
 Json parse_json_object(const std::string& body) {
-  Json parsed = Json::parse(body, nullptr, false);
-  if (parsed.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  Json parsed;
+  switch (parse_json(body, parsed)) {
+    case JsonParse::kInvalid:
+      throw ApiError(400, "the request body is not valid JSON");
+    case JsonParse::kTooDeep:
+      throw ApiError(400, fmt::format("the request body nests arrays and objects deeper than {} "
+                                      "levels",
+                                      kMaxJsonDepth));
+    case JsonParse::kOk:
+      break;
+  }
   if (!parsed.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return parsed;
 }
 
+const char* json_type_name(const Json& value) {
+  return value.is_number_integer() ? "an integer"
+         : value.is_number()       ? "a number"
+                                   : value.type_name();
+}
+
+int64_t checked_integer(const Json& value, const std::string& field, int64_t lowest,
+                        int64_t highest) {
+  // Unsigned values above INT64_MAX compare as large, not as their wrapped signed selves.
+  bool in_range = value.is_number_unsigned()
+                      ? value.get<uint64_t>() <= static_cast<uint64_t>(highest) && highest >= 0
+                      : value.get<int64_t>() >= lowest && value.get<int64_t>() <= highest;
+  if (!value.is_number_integer() || !in_range) {
+    throw ApiError(
+        400,
+        value.is_number_integer()
+            ? fmt::format("'{}' must be in [{}, {}]", field, lowest, highest)
+            : fmt::format("'{}' must be an integer, not {}", field, json_type_name(value)),
+        field);
+  }
+  return value.get<int64_t>();
+}
+
+std::vector<int32_t> read_token_ids(const Json& value, const std::string& field) {
+  if (!value.is_array())
+    throw ApiError(400, fmt::format("'{}' must be an array of token ids", field), field);
+  std::vector<int32_t> ids;
+  ids.reserve(value.size());
+  for (const Json& id : value)
+    ids.push_back(
+        static_cast<int32_t>(checked_integer(id, field, 0, std::numeric_limits<int32_t>::max())));
+  return ids;
+}
+
 namespace {
 
-// Reads an optional field of one JSON type; a wrong type is a 400 naming the field.
+// Reads an optional field of one JSON type; a wrong type, or an integer outside what the field
+// holds, is a 400 naming the field.
 template <typename T>
 bool read(const Json& body, const char* key, T& target) {
   auto found = body.find(key);
   if (found == body.end() || found->is_null()) return false;
-  bool ok = false;
   if constexpr (std::is_same_v<T, bool>) {
-    ok = found->is_boolean();
+    if (found->is_boolean()) return target = found->get<bool>(), true;
   } else if constexpr (std::is_integral_v<T>) {
-    ok = found->is_number_integer();
+    target = static_cast<T>(
+        checked_integer(*found, key, std::numeric_limits<T>::min(), std::numeric_limits<T>::max()));
+    return true;
   } else if constexpr (std::is_floating_point_v<T>) {
-    ok = found->is_number();
+    if (found->is_number()) return target = found->get<T>(), true;
   } else if constexpr (std::is_same_v<T, std::string>) {
-    ok = found->is_string();
+    if (found->is_string()) return target = found->get<std::string>(), true;
   } else {
-    ok = true;
+    try {
+      target = found->get<T>();
+      return true;
+    } catch (const nlohmann::json::exception&) {
+    }
   }
-  if (!ok) throw ApiError(400, fmt::format("'{}' has the wrong type: {}", key, found->dump()), key);
-  try {
-    target = found->get<T>();
-  } catch (const nlohmann::json::exception&) {
-    throw ApiError(400, fmt::format("'{}' has the wrong type: {}", key, found->dump()), key);
-  }
-  return true;
+  throw ApiError(400, fmt::format("'{}' has the wrong type ({})", key, json_type_name(*found)),
+                 key);
 }
 
 std::vector<std::string> read_stop(const Json& body) {
@@ -70,9 +119,19 @@ std::vector<std::string> read_stop(const Json& body) {
   } else {
     throw ApiError(400, "'stop' must be a string or an array of strings", "stop");
   }
-  if (stops.size() > 16) throw ApiError(400, "'stop' holds more than 16 strings", "stop");
-  for (const std::string& stop : stops)
+  if (stops.size() > RequestLimits::kStopStrings) {
+    throw ApiError(
+        400, fmt::format("'stop' holds more than {} strings", RequestLimits::kStopStrings), "stop");
+  }
+  for (const std::string& stop : stops) {
     if (stop.empty()) throw ApiError(400, "'stop' strings must not be empty", "stop");
+    if (stop.size() > RequestLimits::kStopStringBytes) {
+      throw ApiError(
+          400,
+          fmt::format("'stop' strings must be at most {} bytes", RequestLimits::kStopStringBytes),
+          "stop");
+    }
+  }
   return stops;
 }
 
@@ -80,6 +139,11 @@ void read_logit_bias(const Json& body, sampling::SamplingParams& p) {
   auto found = body.find("logit_bias");
   if (found == body.end() || found->is_null()) return;
   if (!found->is_object()) throw ApiError(400, "'logit_bias' must be an object", "logit_bias");
+  if (found->size() > RequestLimits::kLogitBias) {
+    throw ApiError(
+        400, fmt::format("'logit_bias' holds more than {} entries", RequestLimits::kLogitBias),
+        "logit_bias");
+  }
   for (const auto& [token, bias] : found->items()) {
     size_t end = 0;
     int32_t id = -1;
@@ -88,7 +152,7 @@ void read_logit_bias(const Json& body, sampling::SamplingParams& p) {
     } catch (const std::exception&) {
       end = 0;
     }
-    if (end != token.size() || !bias.is_number())
+    if (end != token.size() || id < 0 || !bias.is_number())
       throw ApiError(400, "'logit_bias' maps token ids to numbers", "logit_bias");
     p.logit_bias.emplace_back(id, bias.get<float>());
   }
@@ -113,6 +177,18 @@ void read_response_format(const Json& body, GenerationParams& params) {
 }
 
 }  // namespace
+
+void check_tools(const Json& tools) {
+  if (!tools.is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+  if (tools.size() > RequestLimits::kTools)
+    throw ApiError(400, fmt::format("'tools' holds more than {} tools", RequestLimits::kTools),
+                   "tools");
+  if (tools.dump().size() > RequestLimits::kToolsBytes) {
+    throw ApiError(400,
+                   fmt::format("'tools' is more than {} bytes of JSON", RequestLimits::kToolsBytes),
+                   "tools");
+  }
+}
 
 chat::ToolChoice parse_tool_choice(const Json& choice, const Json& tools) {
   using Mode = chat::ToolChoice::Mode;
@@ -175,8 +251,11 @@ GenerationParams parse_generation_params(const Json& body, bool chat) {
   } else {
     int logprobs = -1;
     if (read(body, "logprobs", logprobs)) {
-      if (logprobs < 0 || logprobs > 20)
-        throw ApiError(400, "'logprobs' must be in [0, 20]", "logprobs");
+      if (logprobs < 0 || logprobs > RequestLimits::kTopLogprobs) {
+        throw ApiError(400,
+                       fmt::format("'logprobs' must be in [0, {}]", RequestLimits::kTopLogprobs),
+                       "logprobs");
+      }
       p.logprobs = true;
       p.top_logprobs = logprobs;
     }
@@ -188,7 +267,14 @@ GenerationParams parse_generation_params(const Json& body, bool chat) {
   }
   read(body, "min_tokens", params.min_tokens);
   read(body, "ignore_eos", params.ignore_eos);
-  read(body, "stop_token_ids", params.stop_token_ids);
+  if (auto ids = body.find("stop_token_ids"); ids != body.end() && !ids->is_null()) {
+    params.stop_token_ids = read_token_ids(*ids, "stop_token_ids");
+    if (params.stop_token_ids.size() > RequestLimits::kStopTokenIds) {
+      throw ApiError(
+          400, fmt::format("'stop_token_ids' holds more than {} ids", RequestLimits::kStopTokenIds),
+          "stop_token_ids");
+    }
+  }
   read(body, "priority", params.priority);
   read(body, "stream", params.stream);
   params.stop = read_stop(body);
@@ -257,7 +343,7 @@ ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
   request.chat.messages = normalize_messages(body["messages"]);
   request.chat.add_generation_prompt = true;
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) throw ApiError(400, "'tools' must be an array", "tools");
+    check_tools(*tools);
     request.chat.tools = *tools;
   }
   if (auto choice = body.find("tool_choice"); choice != body.end())
@@ -292,7 +378,7 @@ CompletionRequest parse_completion(const std::string& body_text) {
   } else if (prompt->is_array() && !prompt->empty() &&
              std::all_of(prompt->begin(), prompt->end(),
                          [](const Json& id) { return id.is_number_integer(); })) {
-    request.prompt_ids = prompt->get<std::vector<int32_t>>();
+    request.prompt_ids = read_token_ids(*prompt, "prompt");
   } else if (prompt->is_array() && prompt->size() == 1 && (*prompt)[0].is_string()) {
     request.prompt_text = (*prompt)[0].get<std::string>();
   } else {

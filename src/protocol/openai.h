@@ -34,6 +34,20 @@ class ApiError : public std::runtime_error {
 // {"error": {"message", "type", "param", "code"}}
 Json openai_error_body(const ApiError& error);
 
+// The body as a JSON object; malformed JSON, nesting deeper than kMaxJsonDepth or another
+// type is a 400.
+Json parse_json_object(const std::string& body);
+// "an integer", "a string", ...: a value's type as error messages name it.
+const char* json_type_name(const Json& value);
+// An integer field in [lowest, highest]; any other type or value is a 400 naming `field`
+// (never a silent wrap to a narrower type).
+int64_t checked_integer(const Json& value, const std::string& field, int64_t lowest,
+                        int64_t highest);
+// A tools array within RequestLimits, else a 400.
+void check_tools(const Json& tools);
+// An array of token ids (each in [0, 2^31)), else a 400 naming `field`.
+std::vector<int32_t> read_token_ids(const Json& value, const std::string& field);
+
 // What chat and text completions share.
 struct GenerationParams {
   sampling::SamplingParams sampling;
@@ -76,8 +90,6 @@ void check_tool_choice(const chat::ToolChoice& choice, const Json& tools);
 // Parse and check a request body; ApiError (400) names the offending field.
 ChatCompletionRequest parse_chat_completion(const std::string& body);
 CompletionRequest parse_completion(const std::string& body);
-// The body as a JSON object, or ApiError 400.
-Json parse_json_object(const std::string& body);
 
 // One completion's final state for a response.
 struct ChoiceOutput {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/json.h"
+
 namespace deepinfer::protocol {
 
 namespace {
@@ -91,7 +93,7 @@ std::optional<std::vector<ToolCall>> parse_deepseek_v3_calls(std::string_view bo
       size_t fence = arguments.rfind("```");
       if (fence != std::string::npos) arguments.erase(fence);
     }
-    auto parsed = nlohmann::json::parse(arguments, nullptr, false);
+    auto parsed = parse_json_or_discarded<nlohmann::json>(arguments);
     if (parsed.is_discarded() || !parsed.is_object() || name.empty()) return std::nullopt;
     calls.push_back(
         {fmt::format("{}{}", id_prefix, first_index + calls.size()), name, parsed.dump()});
@@ -130,7 +132,7 @@ std::optional<std::vector<ToolCall>> parse_dsml_calls(std::string_view body,
       std::optional<std::string> key = attribute(param_tag, "name");
       if (!key) return std::nullopt;
       std::string value(inside.substr(p_end + 1, value_end->first - p_end - 1));
-      auto parsed = nlohmann::json::parse(value, nullptr, false);
+      auto parsed = parse_json_or_discarded<nlohmann::json>(value);
       bool raw = attribute(param_tag, "string").value_or("false") == "true";
       arguments[*key] = raw || parsed.is_discarded() ? nlohmann::json(value) : parsed;
       p = value_end->first + value_end->second;
@@ -288,7 +290,7 @@ bool OutputParser::step_hermes(ParsedOutput& out) {
   }
   std::string body = buffer_.substr(0, end);
   consume(end + syntax_.tool_end.size());
-  auto call = nlohmann::json::parse(body, nullptr, false);
+  auto call = parse_json_or_discarded<nlohmann::json>(body);
   if (call.is_discarded() || !call.is_object() || !call.contains("name") ||
       !call["name"].is_string()) {
     // Not a call after all: the model's text stays visible.
@@ -297,7 +299,7 @@ bool OutputParser::step_hermes(ParsedOutput& out) {
   }
   nlohmann::json arguments = call.value("arguments", nlohmann::json::object());
   if (arguments.is_string()) {
-    auto parsed = nlohmann::json::parse(arguments.get<std::string>(), nullptr, false);
+    auto parsed = parse_json_or_discarded<nlohmann::json>(arguments.get<std::string>());
     if (!parsed.is_discarded()) arguments = parsed;
   }
   add_call(out, {fmt::format("{}{}", id_prefix_, total_.tool_calls.size()),

@@ -55,11 +55,21 @@ class TokenTexts {
   std::map<unsigned char, std::vector<std::string>> by_first_;
 };
 
+// Every client string, object keys included (a template's tojson prints keys too, so a
+// tool parameter named "<|im_end|>" must not become that token). Requests nest at most
+// kMaxJsonDepth levels, so the recursion is bounded.
 void mark_strings(nlohmann::ordered_json& value, const TokenTexts& texts, int& marked) {
   if (value.is_string()) {
     value = texts.mark(value.get<std::string>(), marked);
-  } else if (value.is_array() || value.is_object()) {
+  } else if (value.is_array()) {
     for (auto& child : value) mark_strings(child, texts, marked);
+  } else if (value.is_object()) {
+    nlohmann::ordered_json object = nlohmann::ordered_json::object();
+    for (auto& [key, child] : value.items()) {
+      mark_strings(child, texts, marked);
+      object[texts.mark(key, marked)] = std::move(child);
+    }
+    value = std::move(object);
   }
 }
 

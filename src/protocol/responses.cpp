@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "core/json.h"
+
 namespace deepinfer::protocol {
 namespace {
 
@@ -43,7 +45,7 @@ Json convert_input(const Json& input) {
       messages.push_back({{"role", role == "developer" ? "system" : role},
                           {"content", item_text(item.value("content", Json("")), i)}});
     } else if (type == "function_call") {
-      Json arguments = Json::parse(item.value("arguments", "{}"), nullptr, false);
+      Json arguments = parse_json_or_discarded<Json>(item.value("arguments", "{}"));
       messages.push_back(
           {{"role", "assistant"},
            {"content", ""},
@@ -82,6 +84,8 @@ ResponsesRequest parse_responses(const std::string& body_text) {
   for (Json& message : convert_input(body["input"])) messages.push_back(std::move(message));
   request.chat.messages = messages;
   request.chat.add_generation_prompt = true;
+  if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null())
+    check_tools(*tools);
   if (auto tools = body.find("tools");
       tools != body.end() && tools->is_array() && !tools->empty()) {
     Json converted = Json::array();
@@ -177,6 +181,14 @@ class ResponsesFormatter final : public ResponseFormatter {
     std::string out = kind_.empty() && index_ < 0 ? open("message") : "";
     out += close();
     return out + event("response.completed", {{"response", response(status(), done_, usage)}});
+  }
+  // An error event, then response.failed, the terminal event clients wait for.
+  std::string stream_error(const ApiError& error) override {
+    std::string code = error.status() >= 500 ? "server_error" : "invalid_request";
+    Json failed = response("failed", done_, Usage{});
+    failed["error"] = {{"code", code}, {"message", error.what()}};
+    return event("error", {{"code", code}, {"message", error.what()}, {"param", nullptr}}) +
+           event("response.failed", {{"response", failed}});
   }
   Json whole(const std::vector<ChoiceOutput>& choices, const Usage& usage) override {
     const ChoiceOutput& choice = choices.front();

@@ -38,12 +38,13 @@ void validate(const SamplingParams& p, int32_t vocab_size) {
     if (!(std::fabs(bias) <= 100.0f))
       fail("logit_bias values must be in [-100, 100], got {}", bias);
   }
-  if (p.top_logprobs < 0 || p.top_logprobs > 20)
-    fail("top_logprobs must be in [0, 20], got {}", p.top_logprobs);
+  if (p.top_logprobs < 0 || p.top_logprobs > kMaxTopLogprobs)
+    fail("top_logprobs must be in [0, {}], got {}", kMaxTopLogprobs, p.top_logprobs);
   if (p.top_logprobs > 0 && !p.logprobs) fail("top_logprobs needs logprobs to be enabled");
-  if (p.n < 1 || p.n > 128) fail("n must be in [1, 128], got {}", p.n);
-  if (p.prompt_logprobs < -1 || p.prompt_logprobs > 20)
-    fail("prompt_logprobs must be in [0, 20] (or -1: off), got {}", p.prompt_logprobs);
+  if (p.n < 1 || p.n > kMaxCompletions) fail("n must be in [1, {}], got {}", kMaxCompletions, p.n);
+  if (p.prompt_logprobs < -1 || p.prompt_logprobs > kMaxTopLogprobs)
+    fail("prompt_logprobs must be in [0, {}] (or -1: off), got {}", kMaxTopLogprobs,
+         p.prompt_logprobs);
 }
 
 uint64_t completion_seed(uint64_t seed, int index) {

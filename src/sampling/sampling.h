@@ -35,6 +35,8 @@ struct SamplingParams {
 // Clear errors for out-of-range values ("top_p must be in (0, 1], got 1.5"); vocab_size bounds
 // logit_bias ids.
 void validate(const SamplingParams& params, int32_t vocab_size);
+inline constexpr int kMaxCompletions = 128;  // n
+inline constexpr int kMaxTopLogprobs = 20;   // top_logprobs and prompt_logprobs
 
 // A uniform double in [0, 1) that depends only on (seed, position): a counter-based
 // generator (no state to carry between steps or copy on preemption).

@@ -34,11 +34,8 @@ void ApiServer::detokenize(const HttpRequest& request,
                            const std::shared_ptr<ResponseWriter>& writer) {
   Json body = protocol::parse_json_object(request.body);
   auto tokens = body.find("tokens");
-  if (tokens == body.end() || !tokens->is_array() ||
-      !std::all_of(tokens->begin(), tokens->end(),
-                   [](const Json& id) { return id.is_number_integer(); }))
-    throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
-  std::vector<int32_t> ids = tokens->get<std::vector<int32_t>>();
+  if (tokens == body.end()) throw ApiError(400, "'tokens' must be an array of token ids", "tokens");
+  std::vector<int32_t> ids = protocol::read_token_ids(*tokens, "tokens");
   for (int32_t id : ids) {
     if (id < 0 || id >= tokenizer_->vocab_size())
       throw ApiError(400, fmt::format("token id {} is outside the vocabulary", id), "tokens");

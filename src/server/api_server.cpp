@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <boost/asio/post.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -33,6 +35,11 @@ void send_json(const std::shared_ptr<ResponseWriter>& writer, int status, const 
 std::string random_id(const char* prefix) {
   static thread_local std::mt19937_64 generator{std::random_device{}()};
   return fmt::format("{}{:016x}", prefix, generator());
+}
+
+// Anthropic clients parse Anthropic's error shape; everyone else OpenAI's.
+Json (*error_body_for(const std::string& path))(const ApiError&) {
+  return path == "/v1/messages" ? protocol::anthropic_error_body : protocol::openai_error_body;
 }
 
 int64_t unix_seconds() {
@@ -72,13 +79,25 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
   tokenizer_ = Tokenizer::load(model_dir);
   chat_encoder_ =
       std::make_unique<protocol::ChatEncoder>(model_dir, *tokenizer_, options.prompt_format);
+  for (const std::string& bytes : tokenizer_->token_bytes())
+    longest_token_bytes_ = std::max(longest_token_bytes_, bytes.size());
   int64_t context = model.config().max_position_embeddings;
   max_model_len_ = options.max_model_len > 0 ? std::min(options.max_model_len, context) : context;
   if (options_.served_model_name.empty())
     options_.served_model_name = fs::path(model_dir).filename().string();
-  engine_ = std::make_unique<EngineLoop>(model, engine);
+  // Ids past the tokenizer's vocabulary (a padded embedding) are never sampled or accepted.
+  vocab_limit_ = std::min(model.config().vocab_size, tokenizer_->vocab_size());
+  EngineConfig config = engine;
+  config.vocab_limit = vocab_limit_;
+  engine_ = std::make_unique<EngineLoop>(model, config);
+  request_workers_ =
+      std::make_unique<boost::asio::thread_pool>(std::max(1, options.request_threads));
+  HttpServerOptions http = options.http;
+  http.error_body = [](int status, const std::string& message, const std::string& path) {
+    return error_body_for(path)(ApiError(status, message)).dump();
+  };
   http_ = std::make_unique<HttpServer>(
-      options.http, [this](HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
+      http, [this](HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
         handle(std::move(request), std::move(writer));
       });
 }
@@ -87,6 +106,7 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
 // still call stream listeners, which post to the (now idle) I/O context; then the context
 // and whatever it still queues.
 ApiServer::~ApiServer() {
+  request_workers_->join();  // nothing queued may reach a gone engine
   engine_.reset();
   http_.reset();
 }
@@ -111,10 +131,26 @@ bool ApiServer::authorized(const HttpRequest& request) const {
   return request.header("x-api-key") == options_.api_key;
 }
 
+// GETs (health, metrics, models) are answered here, on the I/O thread; everything else is
+// parsed, rendered and tokenized on a request thread. Requests waiting for one count against
+// --max-pending-requests like running ones.
 void ApiServer::handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
-  // Anthropic clients parse Anthropic's error shape; everyone else OpenAI's.
-  auto error_body =
-      request.path == "/v1/messages" ? protocol::anthropic_error_body : protocol::openai_error_body;
+  if (request.method == "GET") return answer(request, writer);
+  if (queued_requests_.load() + counters_.in_flight.load() >= options_.max_pending_requests) {
+    ++counters_.rejected;
+    ApiError busy(429, "the server is at its limit of concurrent requests; retry later");
+    return send_json(writer, busy.status(), error_body_for(request.path)(busy));
+  }
+  ++queued_requests_;
+  boost::asio::post(*request_workers_,
+                    [this, request = std::move(request), writer = std::move(writer)] {
+                      answer(request, writer);
+                      --queued_requests_;
+                    });
+}
+
+void ApiServer::answer(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer) {
+  auto error_body = error_body_for(request.path);
   try {
     route(request, writer);
   } catch (const ApiError& error) {
@@ -238,10 +274,17 @@ void ApiServer::responses(const HttpRequest& http_request,
   start_chat_job(new_job(writer, protocol::ApiFormat::kResponses, parsed.params), parsed.chat);
 }
 
+// Text longer than this cannot fit max_model_len tokens, so it is refused before tokenizing
+// (which takes seconds for tens of MB): no token is longer than the vocabulary's longest,
+// and 4x leaves room for normalizers that shorten text (NFC composition, case folding).
+size_t ApiServer::max_prompt_bytes() const {
+  return static_cast<size_t>(max_model_len_) * longest_token_bytes_ * 4;
+}
+
 // Renders the conversation (template or DeepSeek encoding), tokenizes, checks lengths, starts.
 void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat) {
   chat.json_output = job->params.json_output;
-  protocol::ChatPrompt prompt = chat_encoder_->encode(chat);
+  protocol::ChatPrompt prompt = chat_encoder_->encode(chat, max_prompt_bytes());
   std::vector<int32_t> ids = std::move(prompt.encoded.ids);
   int max_tokens =
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
@@ -266,11 +309,21 @@ void ApiServer::completions(const HttpRequest& http_request,
   protocol::CompletionRequest parsed = protocol::parse_completion(http_request.body);
   check_model(parsed.model, options_.served_model_name);
   std::vector<int32_t> prompt = parsed.prompt_ids;
-  if (parsed.prompt_text)
+  if (parsed.prompt_text) {
+    if (parsed.prompt_text->size() > max_prompt_bytes()) {
+      throw ApiError(400,
+                     fmt::format("the prompt is {} bytes, more than the model's context can hold "
+                                 "(at most {} bytes)",
+                                 parsed.prompt_text->size(), max_prompt_bytes()),
+                     "prompt");
+    }
     prompt = tokenizer_->encode(*parsed.prompt_text, EncodeMode::kSpecials, true);
+  }
   for (int32_t id : prompt) {
-    if (id < 0 || id >= model_.config().vocab_size)
-      throw ApiError(400, fmt::format("token id {} is outside the vocabulary", id), "prompt");
+    if (id < 0 || id >= vocab_limit_)
+      throw ApiError(
+          400, fmt::format("token id {} is outside the vocabulary (size {})", id, vocab_limit_),
+          "prompt");
   }
   int max_tokens = check_lengths(static_cast<int64_t>(prompt.size()),
                                  parsed.params.max_tokens.value_or(16), max_model_len_);
@@ -395,8 +448,9 @@ void ApiServer::drain(const std::shared_ptr<Job>& job) {
   --counters_.in_flight;
   job->stream->set_listener(nullptr);  // breaks the job <-> listener cycle
   if (failure) {
+    engine_->stop(job->id);  // its KV blocks go back now, not at max_tokens
     if (!job->params.stream) return send_json(job->writer, 503, job->format->error_body(*failure));
-    job->writer->write(protocol::sse_event(job->format->error_body(*failure)));
+    job->writer->write(job->format->stream_error(*failure));
     return job->writer->end_stream();
   }
   protocol::Usage usage;

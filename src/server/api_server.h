@@ -15,6 +15,10 @@
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
+namespace boost::asio {
+class thread_pool;
+}
+
 namespace deepinfer::server {
 
 struct ServeOptions {
@@ -23,6 +27,9 @@ struct ServeOptions {
   std::string served_model_name;    // the id clients send as "model"
   int64_t max_model_len = 0;        // 0: the model's context length
   int max_pending_requests = 1024;  // more at once get 429
+  // Threads that parse, render and tokenize requests, so that no request's size holds up
+  // the I/O threads (which accept connections and answer /health and /metrics).
+  int request_threads = 2;
   protocol::PromptFormat prompt_format = protocol::PromptFormat::kAuto;
 };
 
@@ -39,10 +46,13 @@ class ApiServer {
     std::atomic<int64_t> in_flight{0};
     std::atomic<int64_t> finished_stop{0}, finished_length{0};
     std::atomic<int64_t> rejected{0};
+    std::atomic<int64_t> engine_failures{0};
   };
 
  private:
   void handle(HttpRequest request, std::shared_ptr<ResponseWriter> writer);
+  void answer(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
+  size_t max_prompt_bytes() const;
   void route(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void chat_completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
   void completions(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer);
@@ -71,8 +81,12 @@ class ApiServer {
   std::once_flag json_once_;
   std::shared_ptr<const structured::Constraint> json_object_;  // response_format json_object
   std::unique_ptr<EngineLoop> engine_;
+  std::unique_ptr<boost::asio::thread_pool> request_workers_;
+  std::atomic<int64_t> queued_requests_{0};  // waiting for or on a request thread
   std::unique_ptr<HttpServer> http_;
+  size_t longest_token_bytes_ = 1;
   int64_t max_model_len_ = 0;
+  int32_t vocab_limit_ = 0;  // token ids below this can be sampled, decoded and sent
   Counters counters_;
 };
 

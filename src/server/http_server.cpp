@@ -8,6 +8,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -40,6 +41,15 @@ struct HttpServer::State {
 
 namespace {
 
+// Bytes a client may send after a request while its answer is pending: pipelined requests
+// are kept for their turn up to this; past it they are read and dropped (so a client that goes
+// away is still noticed) and the connection closes after the answer.
+constexpr size_t kMaxPipelinedBytes = size_t{1} << 20;
+
+bool is_http_error(const beast::error_code& error) {
+  return &error.category() == &http::make_error_code(http::error::end_of_stream).category();
+}
+
 // Raw HTTP/1.1 framing for what we send: a status line and headers, then either a sized body
 // or chunks. Beast parses what clients send; our side needs no more than this.
 std::string status_head(int status, const std::string& content_type, bool keep_alive) {
@@ -64,24 +74,27 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (answered_ || closed_) return;
     answered_ = true;
     std::string message = status_head(status, content_type, keep_alive_) +
-                          fmt::format("Content-Length: {}\r\n\r\n", body.size()) + body;
+                          fmt::format("Content-Length: {}\r\n\r\n", body.size());
+    if (!head_only_) message += body;  // HEAD: the headers GET would send, no body
     finish_answer_after(std::move(message));
   }
   void start_stream(int status, const std::string& content_type) {
     if (answered_ || closed_) return;
     answered_ = true;
     streaming_ = true;
-    enqueue(status_head(status, content_type, keep_alive_) +
-            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n");
+    // HTTP/1.0 has no chunked encoding: the body runs until the connection closes.
+    if (!http11_) keep_alive_ = false;
+    enqueue(status_head(status, content_type, keep_alive_) + "Cache-Control: no-cache\r\n" +
+            (http11_ ? "Transfer-Encoding: chunked\r\n\r\n" : "\r\n"));
   }
   void write(std::string data) {
     if (!streaming_ || closed_ || data.empty()) return;
-    enqueue(chunk(data));
+    enqueue(http11_ ? chunk(data) : std::move(data));
   }
   void end_stream() {
     if (!streaming_ || closed_) return;
     streaming_ = false;
-    finish_answer_after("0\r\n\r\n");
+    finish_answer_after(http11_ ? "0\r\n\r\n" : "");
   }
   void on_disconnect(std::function<void()> callback) {
     if (closed_) {
@@ -96,6 +109,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_request() {
     parser_.emplace();
     parser_->body_limit(state_.options.max_body_bytes);
+    parser_->header_limit(static_cast<std::uint32_t>(state_.options.max_header_bytes));
     stream_.expires_after(std::chrono::seconds(300));  // idle keep-alive connections close
     http::async_read(
         stream_, buffer_, *parser_,
@@ -106,19 +120,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_request(beast::error_code error) {
     stream_.expires_never();
-    if (error == http::error::body_limit) {
-      keep_alive_ = false;
-      answered_ = false;
-      open_answer();
-      send(
-          413, "application/json",
-          R"({"error":{"message":"request body too large","type":"invalid_request_error","param":null,"code":"request_too_large"}})");
-      return;
-    }
-    if (error) return close();
+    if (error) return refuse_request(error);
     http::request<http::string_body> message = parser_->release();
     HttpRequest request;
-    request.method = std::string(message.method_string());
+    head_only_ = message.method() == http::verb::head;
+    http11_ = message.version() >= 11;
+    request.method = head_only_ ? "GET" : std::string(message.method_string());
     std::string target(message.target());
     request.path = target.substr(0, target.find('?'));
     for (const auto& field : message) {
@@ -137,9 +144,48 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::shared_ptr<ResponseWriter> make_writer();
 
-  // While an answer is pending, a readable socket with nothing to read means the client
-  // closed it (a pipelined request would be data, which stays for the next read). The peek
-  // never blocks: readiness can be stale by the time it runs.
+  // A request that could not be read. Framing the client broke gets its status (too large a
+  // body 413, too large a head 431, anything else malformed 400) and the connection closes
+  // after it; a client that went away mid-request just loses the connection.
+  void refuse_request(const beast::error_code& error) {
+    int status = 400;
+    std::string message = fmt::format("malformed HTTP request: {}", error.message());
+    if (error == http::error::body_limit) {
+      status = 413;
+      message =
+          fmt::format("the request body is larger than {} bytes", state_.options.max_body_bytes);
+    } else if (error == http::error::header_limit) {
+      status = 431;
+      message = fmt::format("the request's headers are larger than {} bytes",
+                            state_.options.max_header_bytes);
+    } else if (!is_http_error(error) || error == http::error::end_of_stream ||
+               error == http::error::partial_message) {
+      return close();
+    }
+    // The target is known once the request line was read (a body limit fails on its
+    // Content-Length, before the head counts as done).
+    std::string target(parser_->get().target());
+    std::string path = target.substr(0, target.find('?'));
+    keep_alive_ = false;
+    answered_ = false;
+    head_only_ = false;
+    http11_ = true;
+    open_answer();
+    send(status, "application/json", error_body(status, message, path));
+  }
+
+  std::string error_body(int status, const std::string& message, const std::string& path) const {
+    if (state_.options.error_body) return state_.options.error_body(status, message, path);
+    nlohmann::json body = {{"error",
+                            {{"message", message},
+                             {"type", "invalid_request_error"},
+                             {"param", nullptr},
+                             {"code", status}}}};
+    return body.dump();
+  }
+
+  // While an answer is pending, a readable socket is the client closing it or sending more.
+  // The read never blocks: readiness can be stale by the time it runs.
   void watch_for_disconnect() {
     uint64_t answer = answers_;
     stream_.socket().async_wait(
@@ -147,14 +193,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
         net::bind_executor(strand_, [self = shared_from_this(), answer](beast::error_code error) {
           if (self->closed_ || !self->answer_open_ || self->answers_ != answer) return;
           if (error) return self->close();
-          char probe;
-          beast::error_code peek_error;
-          self->stream_.socket().non_blocking(true, peek_error);
-          size_t bytes = self->stream_.socket().receive(net::buffer(&probe, 1),
-                                                        tcp::socket::message_peek, peek_error);
-          if (peek_error == net::error::would_block) return self->watch_for_disconnect();
-          if (peek_error || bytes == 0) self->close();
+          self->take_pending_bytes();
         }));
+  }
+
+  // What the client sent while its answer is pending: nothing yet (watch again), the end of
+  // its stream (it went away), or more requests, kept for their turn (beast's next read parses
+  // the buffer first) up to kMaxPipelinedBytes and dropped past it.
+  void take_pending_bytes() {
+    beast::error_code error;
+    stream_.socket().non_blocking(true, error);
+    auto space = buffer_.prepare(16 << 10);
+    size_t bytes = stream_.socket().receive(space, 0, error);
+    if (error == net::error::would_block) return watch_for_disconnect();
+    if (error || bytes == 0) return close();
+    if (!dropping_) buffer_.commit(bytes);
+    if (buffer_.size() > kMaxPipelinedBytes) {
+      dropping_ = true;
+      keep_alive_ = false;
+    }
+    watch_for_disconnect();
   }
 
   void enqueue(std::string data) {
@@ -178,16 +236,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
     enqueue(std::move(data));
   }
 
-  // The server drains by waiting for open answers to reach zero.
+  // The server drains by waiting for open answers to reach zero. While an answer is open the
+  // connection keeps itself alive: the writer handed to the handler holds it weakly, and no
+  // socket operation may be pending (a client that sent nothing more).
   void open_answer() {
     answer_open_ = true;
     ++answers_;
     ++state_.open_answers;
+    self_ = shared_from_this();
   }
   void close_answer() {
     if (std::exchange(answer_open_, false)) --state_.open_answers;
   }
 
+  // Called from a handler that holds a reference, so dropping self_ never destroys `this`
+  // under its own feet.
   void after_answer() {
     answer_done_ = false;
     disconnect_ = nullptr;
@@ -196,9 +259,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
       beast::error_code ignored;
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
       closed_ = true;
-      return;
+    } else {
+      read_request();
     }
-    read_request();
+    self_.reset();
   }
 
   void close() {
@@ -208,6 +272,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     beast::error_code ignored;
     stream_.socket().close(ignored);
     if (auto callback = std::exchange(disconnect_, nullptr)) callback();
+    self_.reset();
   }
 
   beast::tcp_stream stream_;
@@ -217,7 +282,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<http::request_parser<http::string_body>> parser_;
   std::deque<std::string> outbox_;
   std::function<void()> disconnect_;
+  std::shared_ptr<Connection> self_;  // set while an answer is open
   bool keep_alive_ = true;
+  bool head_only_ = false;    // a HEAD request: no body in the answer
+  bool http11_ = true;        // HTTP/1.1 or later: chunked streams, keep-alive
+  bool dropping_ = false;     // pipelined bytes past kMaxPipelinedBytes are dropped
   bool answered_ = false;     // the handler has started its answer
   bool streaming_ = false;    // headers of a stream sent, end not yet
   bool answer_done_ = false;  // the answer's last bytes are queued

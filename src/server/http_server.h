@@ -13,7 +13,7 @@
 namespace deepinfer::server {
 
 struct HttpRequest {
-  std::string method;                          // "GET", "POST", ...
+  std::string method;                          // "GET", "POST", ... (HEAD is answered as GET)
   std::string path;                            // target without the query string
   std::map<std::string, std::string> headers;  // names in lower case
   std::string body;
@@ -35,12 +35,20 @@ class ResponseWriter {
 
 using Handler = std::function<void(HttpRequest, std::shared_ptr<ResponseWriter>)>;
 
+// The JSON error body for a request the server answers before any handler sees it
+// (malformed framing 400, headers too large 431, body too large 413), shaped for the route
+// it was sent to.
+using ErrorBody =
+    std::function<std::string(int status, const std::string& message, const std::string& path)>;
+
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   uint16_t port = 8000;  // 0: any free port (see HttpServer::port())
   int io_threads = 2;
-  size_t max_body_bytes = size_t{32} << 20;  // larger requests get 413
-  double drain_seconds = 60.0;               // stop() waits this long for answers in progress
+  size_t max_body_bytes = size_t{32} << 20;    // larger requests get 413
+  size_t max_header_bytes = size_t{64} << 10;  // larger request heads get 431
+  double drain_seconds = 60.0;                 // stop() waits this long for answers in progress
+  ErrorBody error_body;                        // none: a plain OpenAI-shaped body
 };
 
 class HttpServer {

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/components.h"
 #include "tokenizer/text.h"
@@ -193,7 +194,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json(const std::string& tokenizer_jso
 
 std::unique_ptr<Tokenizer> Tokenizer::build(const std::string& tokenizer_json,
                                             const std::string& config_json) {
-  Json spec = Json::parse(tokenizer_json, nullptr, false);
+  Json spec = parse_json_or_discarded<Json>(tokenizer_json);
   if (spec.is_discarded() || !spec.is_object()) fail("tokenizer.json: malformed JSON");
   auto impl = std::make_unique<Impl>();
   impl->model = std::make_unique<tokenization::BpeModel>(spec.at("model"));
@@ -216,7 +217,7 @@ std::unique_ptr<Tokenizer> Tokenizer::build(const std::string& tokenizer_json,
   }
   impl->build_matchers();
   if (!config_json.empty()) {
-    Json config = Json::parse(config_json, nullptr, false);
+    Json config = parse_json_or_discarded<Json>(config_json);
     if (config.is_discarded() || !config.is_object()) fail("tokenizer_config.json: malformed JSON");
     // clean_up_tokenization_spaces is not applied: transformers 5.17 leaves decoded text as
     // the decoder produced it even where the config sets it (Llama 3's golden decodes keep

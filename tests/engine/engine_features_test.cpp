@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "core/error.h"
 #include "engine/engine.h"
 #include "engine/sequence_runner.h"
 #include "kernels/ops.h"
@@ -70,6 +71,44 @@ TEST(EngineFeatures, NCompletionsShareThePromptAndTheFirstEqualsASingleRequest) 
   other.async_scheduling = true;
   for (GenerationResult& result : run(*model, other, {request}))
     EXPECT_EQ(result.tokens, by_index[result.index].tokens) << result.index;
+}
+
+// A vocabulary limit (the tokenizer's size, where the model's embedding is padded past it):
+// no draw, host or backend, greedy or sampled, ever returns an id at or above it, and prompts
+// and logit_bias naming one are refused.
+TEST(EngineFeatures, NoIdAtOrAboveTheVocabularyLimitIsEverSampled) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
+  const int32_t limit = model->config().vocab_size / 4;
+  EngineConfig config = small_config();
+  config.vocab_limit = limit;
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 6; ++i) {
+    GenerationRequest request;
+    request.id = "r" + std::to_string(i);
+    request.prompt = prompt_of(12, i, limit);
+    request.sampling.temperature = i == 0 ? 0.0f : 3.0f;  // greedy, and near-uniform draws
+    request.sampling.seed = static_cast<uint64_t>(i);
+    request.sampling.logprobs = i == 5;
+    request.sampling.top_logprobs = i == 5 ? 2 : 0;  // drawn on the host
+    request.sampling.n = 4;
+    request.max_tokens = 24;
+    request.ignore_eos = true;
+    requests.push_back(request);
+  }
+  size_t drawn = 0;
+  for (const GenerationResult& result : run(*model, config, requests)) {
+    for (int32_t token : result.tokens) EXPECT_LT(token, limit);
+    drawn += result.tokens.size();
+  }
+  EXPECT_EQ(drawn, 6u * 4 * 24);
+  Engine engine(*model, config);
+  GenerationRequest outside = requests[1];
+  outside.prompt.push_back(limit);
+  EXPECT_THROW(engine.submit(outside), Error);
+  GenerationRequest biased = requests[1];
+  biased.sampling.logit_bias = {{limit, 100.0f}};
+  EXPECT_THROW(engine.submit(biased), Error);
 }
 
 TEST(EngineFeatures, PromptLogprobsMatchTheFullForwardEvenAfterACacheHit) {

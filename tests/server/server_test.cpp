@@ -5,106 +5,35 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <nlohmann/json.hpp>
 #include <thread>
 
-#include "kernels/ops.h"
-#include "server/api_server.h"
+#include "server/server_fixture.h"
 #include "support/test_support.h"
 
 namespace deepinfer::server {
 namespace {
 
 namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
 using tcp = net::ip::tcp;
-using Json = nlohmann::json;
-
-struct Reply {
-  int status = 0;
-  std::string body;
-  Json json() const { return Json::parse(body); }
-};
-
-Reply call(uint16_t port, const std::string& method, const std::string& path,
-           const std::string& body = "", const std::string& key = "sk-test") {
-  net::io_context io;
-  beast::tcp_stream stream(io);
-  stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
-  http::request<http::string_body> request(http::string_to_verb(method), path, 11);
-  request.set(http::field::host, "localhost");
-  request.set(http::field::content_type, "application/json");
-  if (!key.empty()) request.set(http::field::authorization, "Bearer " + key);
-  request.body() = body;
-  request.prepare_payload();
-  beast::error_code write_error;  // a server that refuses a body early (413) stops reading it
-  http::write(stream, request, write_error);
-  beast::flat_buffer buffer;
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(1 << 26);
-  http::read(stream, buffer, parser);
-  beast::error_code ignored;
-  stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-  return {static_cast<int>(parser.get().result_int()), parser.get().body()};
-}
-
-// The JSON payloads of an SSE body; `done` tells whether it ended with [DONE].
-std::vector<Json> sse_payloads(const std::string& body, bool& done) {
-  std::vector<Json> payloads;
-  done = false;
-  size_t at = 0;
-  while ((at = body.find("data: ", at)) != std::string::npos) {
-    size_t end = body.find("\n\n", at);
-    std::string data = body.substr(at + 6, end - at - 6);
-    if (data == "[DONE]") {
-      done = true;
-    } else {
-      payloads.push_back(Json::parse(data));
-    }
-    at = end;
-  }
-  return payloads;
-}
+using testing::call;
+using testing::Json;
+using testing::Reply;
+using testing::sse_payloads;
 
 class ServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ops_ = make_cpu_ops();
-    model_ = load_model(testing::fixture_model("demo-code-target"), LoadMode::kMmap, *ops_);
-    EngineConfig engine;
-    engine.block_size = 16;
-    engine.kv_bytes = size_t{256} << 20;
     ServeOptions options;
-    options.http.host = "127.0.0.1";
-    options.http.port = 0;
     options.http.max_body_bytes = 1 << 20;
-    options.api_key = "sk-test";
     options.served_model_name = "demo";
-    server_ = std::make_unique<ApiServer>(*model_, testing::fixture_model("demo-code-target"),
-                                          engine, options);
-    thread_ = std::thread([this] { server_->run(); });
+    server_ = std::make_unique<testing::LoopbackServer>(
+        deepinfer::testing::fixture_model("demo-code-target"), options);
   }
-  void TearDown() override {
-    server_->stop();
-    thread_.join();
-    server_.reset();
-  }
+  void TearDown() override { server_.reset(); }
   uint16_t port() const { return server_->port(); }
-  double metric(const std::string& name) const {
-    std::string text = call(port(), "GET", "/metrics").body;
-    size_t at = text.find("\n" + name + "{");
-    if (at == std::string::npos) return -1;
-    size_t space = text.find("} ", at);
-    return std::stod(text.substr(space + 2, text.find('\n', space) - space - 2));
-  }
+  double metric(const std::string& name) const { return server_->metric(name); }
 
-  std::unique_ptr<Ops> ops_;
-  std::unique_ptr<CausalLM> model_;
-  std::unique_ptr<ApiServer> server_;
-  std::thread thread_;
+  std::unique_ptr<testing::LoopbackServer> server_;
 };
 
 TEST_F(ServerTest, HealthModelsAndApiKey) {
@@ -320,14 +249,15 @@ TEST_F(ServerTest, TypedControlTokensBecomePlainText) {
 // A full server answers 429 at once instead of queueing without bound.
 TEST(ServerLimits, AFullServerAnswers429) {
   auto ops = make_cpu_ops();
-  auto model = load_model(testing::fixture_model("demo-code-target"), LoadMode::kMmap, *ops);
+  auto model =
+      load_model(deepinfer::testing::fixture_model("demo-code-target"), LoadMode::kMmap, *ops);
   EngineConfig engine;
   engine.kv_bytes = size_t{64} << 20;
   ServeOptions options;
   options.http.host = "127.0.0.1";
   options.http.port = 0;
   options.max_pending_requests = 1;
-  ApiServer server(*model, testing::fixture_model("demo-code-target"), engine, options);
+  ApiServer server(*model, deepinfer::testing::fixture_model("demo-code-target"), engine, options);
   std::thread runner([&] { server.run(); });
   Reply slow_reply;
   std::thread slow([&] {

@@ -389,8 +389,9 @@ class CpuOps final : public Ops {
   void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
                    DrawnToken* out) override {
     int64_t vocab = logits.dim(-1);
-    DI_CHECK(logits.is_contiguous(), "sample_rows: logits {} must be contiguous",
-             logits.shape_string());
+    DI_CHECK(logits.rank == 2 && logits.strides[1] == 1 && logits.strides[0] >= vocab,
+             "sample_rows: logits {} must be rows of adjacent values", logits.shape_string());
+    const int64_t row_stride = logits.strides[0];
     for (const TokenDraw& draw : draws) {
       DI_CHECK(draw.row >= 0 && draw.row < rows_of(logits), "sample_rows: row {} of {}", draw.row,
                rows_of(logits));
@@ -398,7 +399,7 @@ class CpuOps final : public Ops {
     pool_.parallel_for(static_cast<int64_t>(draws.size()), 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const TokenDraw& draw = draws[static_cast<size_t>(i)];
-        out[i] = draw_token(logits.as<const float>() + draw.row * vocab, vocab, draw);
+        out[i] = draw_token(logits.as<const float>() + draw.row * row_stride, vocab, draw);
       }
     });
   }

@@ -1,6 +1,7 @@
-// The CUDA backend's kernels over device memory. Activations are f32 as on the CPU; weights keep their stored dtype. Every
-// function checks its launch and throws deepinfer::Error naming the CUDA error. Tested
-// against the CPU ops (tests/kernels/cuda_kernels_test.cpp) and timed by bench/cuda_bench.
+// The CUDA backend's kernels over device memory. Activations are f32 as on the CPU; weights keep
+// their stored dtype. Every function checks its launch and throws deepinfer::Error naming the CUDA
+// error. Tested against the CPU ops (tests/kernels/cuda_kernels_test.cpp) and timed by
+// bench/cuda_bench.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -69,8 +70,8 @@ struct RopeLayout {
 };
 // One token per draw from logits [rows, vocab] into out[count] (device memory), as
 // deepinfer::draw_token does on the host.
-void sample_rows(const float* logits, int64_t vocab, const TokenDraw* draws, int64_t count,
-                 DrawnToken* out, cudaStream_t stream = nullptr);
+void sample_rows(const float* logits, int64_t vocab, int64_t row_stride, const TokenDraw* draws,
+                 int64_t count, DrawnToken* out, cudaStream_t stream = nullptr);
 // Rotates x [tokens, heads, rotary_dim...] in place by cos/sin [tokens, rotary_dim / 2]: pairs
 // (i, i + rotary_dim/2), or (2i, 2i+1) when interleaved.
 void rope(float* x, RopeLayout layout, const float* cos, const float* sin, int64_t tokens,

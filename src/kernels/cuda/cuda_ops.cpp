@@ -490,8 +490,8 @@ class CudaOps final : public Ops {
   void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
                    DrawnToken* out) override {
     require_device(logits, "sample_rows");
-    DI_CHECK(logits.is_contiguous(), "sample_rows: logits {} must be contiguous",
-             logits.shape_string());
+    DI_CHECK(logits.rank == 2 && logits.strides[1] == 1 && logits.strides[0] >= logits.dim(-1),
+             "sample_rows: logits {} must be rows of adjacent values", logits.shape_string());
     for (const TokenDraw& draw : draws) {
       DI_CHECK(draw.row >= 0 && draw.row < rows_of(logits), "sample_rows: row {} of {}", draw.row,
                rows_of(logits));
@@ -502,9 +502,10 @@ class CudaOps final : public Ops {
     BackendMemory device_draws = allocate_scratch(draw_bytes);
     BackendMemory device_out = allocate_scratch(out_bytes);
     to_backend(device_draws.get(), draws.data(), draw_bytes);
-    cuda::sample_rows(
-        logits.as<const float>(), logits.dim(-1), static_cast<const TokenDraw*>(device_draws.get()),
-        static_cast<int64_t>(draws.size()), static_cast<DrawnToken*>(device_out.get()), stream());
+    cuda::sample_rows(logits.as<const float>(), logits.dim(-1), logits.strides[0],
+                      static_cast<const TokenDraw*>(device_draws.get()),
+                      static_cast<int64_t>(draws.size()),
+                      static_cast<DrawnToken*>(device_out.get()), stream());
     to_host(out, device_out.get(), out_bytes);
   }
 

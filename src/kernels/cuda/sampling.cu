@@ -240,10 +240,11 @@ __device__ int64_t draw_kept(const float* row, int64_t vocab, float max_logit, c
 }
 
 __global__ void __launch_bounds__(kDrawThreads)
-    sample_kernel(const float* logits, int64_t vocab, const TokenDraw* draws, DrawnToken* out) {
+    sample_kernel(const float* logits, int64_t vocab, int64_t row_stride, const TokenDraw* draws,
+                  DrawnToken* out) {
   __shared__ DrawShared sh;
   const TokenDraw d = draws[blockIdx.x];
-  const float* row = logits + d.row * vocab;
+  const float* row = logits + d.row * row_stride;
   float max_logit;
   int64_t best;
   row_max(row, vocab, sh, max_logit, best);
@@ -278,11 +279,11 @@ __global__ void __launch_bounds__(kDrawThreads)
 
 }  // namespace
 
-void sample_rows(const float* logits, int64_t vocab, const TokenDraw* draws, int64_t count,
-                 DrawnToken* out, cudaStream_t stream) {
+void sample_rows(const float* logits, int64_t vocab, int64_t row_stride, const TokenDraw* draws,
+                 int64_t count, DrawnToken* out, cudaStream_t stream) {
   if (count == 0) return;
-  sample_kernel<<<static_cast<unsigned>(count), kDrawThreads, 0, stream>>>(logits, vocab, draws,
-                                                                           out);
+  sample_kernel<<<static_cast<unsigned>(count), kDrawThreads, 0, stream>>>(logits, vocab,
+                                                                           row_stride, draws, out);
   check_launch("sample_rows");
 }
 
