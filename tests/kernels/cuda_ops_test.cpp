@@ -549,6 +549,38 @@ TEST_P(CudaSamplingParity, SamplingDrawsTheReferenceToken) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, CudaSamplingParity, ::testing::Values(128256, 50001));
 
+// A model vocabulary padded past what the tokenizer can decode (Qwen3: 151,936 rows of the
+// output matrix, 151,669 tokens) is sampled through a view of the first `limit` columns: the
+// padded ids are never drawn, even where their logits are the largest, and every draw equals
+// the host's over the same view.
+TEST_F(CudaOpsParity, SamplingStaysInsideTheVocabularyLimit) {
+  const int64_t width = 151936, limit = 151669, rows = 2;
+  std::vector<float> values(static_cast<size_t>(rows * width));
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (float& v : values) v = normal(rng_);
+  for (int64_t row = 0; row < rows; ++row)  // the padding holds the largest logits
+    for (int64_t i = limit; i < width; ++i) values[static_cast<size_t>(row * width + i)] = 50.0f;
+  Both logits = make(values, DType::kF32, {rows, width});
+  Tensor host = Tensor::strided(logits.host_view.data, DType::kF32, {rows, limit}, {width, 1});
+  Tensor device = Tensor::strided(logits.device_view.data, DType::kF32, {rows, limit}, {width, 1},
+                                  logits.device_view.device);
+  std::vector<TokenDraw> draws;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int64_t row = 0; row < rows; ++row) {
+    draws.push_back({row, 0.0f, 0, 1.0f, 0.0f, uniform(rng_), true});
+    draws.push_back({row, 1.0f, 0, 1.0f, 0.0f, uniform(rng_), true});
+    draws.push_back({row, 0.8f, 40, 0.9f, 0.05f, uniform(rng_), false});
+  }
+  std::vector<DrawnToken> want(draws.size()), got(draws.size());
+  cpu_->sample_rows(host, draws, want.data());
+  gpu_->sample_rows(device, draws, got.data());
+  for (size_t i = 0; i < draws.size(); ++i) {
+    EXPECT_LT(got[i].token, limit) << i;
+    EXPECT_EQ(got[i].token, want[i].token) << i;
+    EXPECT_NEAR(got[i].logprob, want[i].logprob, 1e-4) << i;
+  }
+}
+
 // V3's noaux_tc (sigmoid, biased top-two group sums), V2's group-limited greedy and plain
 // softmax top-k: the same experts; weights within the exp's last-bit differences.
 TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
