@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/error.h"
 
@@ -337,7 +338,19 @@ bool value_filter(const std::string& name, const Value& input, CallArguments& ar
                                                                        : Value(0);
     }
   } else if (name == "float") {
-    result = input.is_string() ? Value(std::stod(input.as_string())) : Value(input.as_float());
+    if (input.is_string()) {
+      // Python's float(): surrounding spaces allowed, too large is inf, anything else that
+      // is not a whole number falls back to the default.
+      const std::string& text = input.as_string();
+      const char* begin = text.c_str();
+      char* end = nullptr;
+      double number = std::strtod(begin, &end);
+      while (*end == ' ' || *end == '\t' || *end == '\n') ++end;
+      bool whole = end != begin && static_cast<size_t>(end - begin) == text.size();
+      result = whole ? Value(number) : arguments.get(0, "default", Value(0.0));
+    } else {
+      result = Value(input.as_float());
+    }
   } else if (name == "abs") {
     result = input.kind() == Value::Kind::kInt ? Value(std::abs(input.as_int()))
                                                : Value(std::fabs(input.as_float()));

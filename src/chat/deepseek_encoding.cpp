@@ -50,6 +50,18 @@ struct DsmlTags {
   std::string block_open() const { return open(block) + ">\n"; }
 };
 
+// A string member of a message or tool call (empty when absent or null). Requests arrive
+// checked, but this encoding is a library function too: any other shape is an Error.
+std::string string_member(const Json& object, const char* key) {
+  if (!object.is_object())
+    fail("DeepSeek encoding: expected an object, not {}", object.type_name());
+  auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return "";
+  if (!found->is_string())
+    fail("DeepSeek encoding: '{}' must be a string, not {}", key, found->type_name());
+  return found->get<std::string>();
+}
+
 std::string text_of(const Json& message) {
   const Json& content = message.contains("content") ? message["content"] : Json(nullptr);
   if (content.is_null()) return "";
@@ -138,12 +150,13 @@ void write_tool_calls(PromptWriter& out, const DsmlTags& tags, const Json& calls
   out.control(tags.block_open());
   for (const Json& call : calls) {
     const Json& function = call.contains("function") ? call["function"] : call;
+    if (!function.is_object()) fail("DeepSeek encoding: a tool call must be an object");
     Json arguments = function.value("arguments", Json::object());
     if (arguments.is_string())
       arguments = parse_json_or_discarded<Json>(arguments.get<std::string>());
     if (!arguments.is_object()) fail("tool call arguments must be a JSON object");
     out.control(tags.open("invoke") + " name=\"");
-    out.content(function.value("name", ""));
+    out.content(string_member(function, "name"));
     out.control("\">\n");
     for (const auto& [name, value] : arguments.items()) {
       out.control(tags.open("parameter") + " name=\"");
@@ -182,15 +195,15 @@ void write_assistant_turn(PromptWriter& out, const DsmlTags& tags, const Json& m
 // order of the calls they answer.
 void write_user_turn(PromptWriter& out, std::vector<Json> run, const Json& calls) {
   auto call_rank = [&](const Json& message) {
-    std::string id = message.value("tool_call_id", "");
+    std::string id = string_member(message, "tool_call_id");
     for (size_t i = 0; calls.is_array() && i < calls.size(); ++i)
-      if (calls[i].value("id", "") == id) return i;
+      if (string_member(calls[i], "id") == id) return i;
     return calls.is_array() ? calls.size() : size_t{0};
   };
   std::vector<size_t> tool_slots;
   std::vector<Json> results;
   for (size_t i = 0; i < run.size(); ++i) {
-    if (run[i].value("role", "") != "tool") continue;
+    if (string_member(run[i], "role") != "tool") continue;
     tool_slots.push_back(i);
     results.push_back(run[i]);
   }
@@ -200,7 +213,7 @@ void write_user_turn(PromptWriter& out, std::vector<Json> run, const Json& calls
   out.control(kUser);
   for (size_t i = 0; i < run.size(); ++i) {
     if (i > 0) out.control("\n\n");
-    bool tool = run[i].value("role", "") == "tool";
+    bool tool = string_member(run[i], "role") == "tool";
     if (tool) out.control("<tool_result>");
     out.content(text_of(run[i]));
     if (tool) out.control("</tool_result>");
@@ -231,11 +244,11 @@ SegmentedPrompt render_deepseek_prompt(const DeepSeekPromptOptions& options,
   DsmlTags tags(options.version);
   size_t first = 0;
   std::string system_text;
-  for (; first < messages.size() && messages[first].value("role", "") == "system"; ++first)
+  for (; first < messages.size() && string_member(messages[first], "role") == "system"; ++first)
     system_text += (system_text.empty() ? "" : "\n\n") + text_of(messages[first]);
   size_t last_user = 0;
   for (size_t i = 0; i < messages.size(); ++i)
-    if (messages[i].value("role", "") == "user") last_user = i;
+    if (string_member(messages[i], "role") == "user") last_user = i;
   bool has_tools = request.tools.is_array() && !request.tools.empty();
 
   PromptWriter out;
@@ -249,7 +262,7 @@ SegmentedPrompt render_deepseek_prompt(const DeepSeekPromptOptions& options,
   };
   for (size_t i = first; i < messages.size(); ++i) {
     const Json& message = messages[i];
-    std::string role = message.value("role", "");
+    std::string role = string_member(message, "role");
     if (role == "user" || role == "tool" || (role == "system" && !v41)) {
       user_run.push_back(message);
       continue;

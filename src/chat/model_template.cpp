@@ -38,12 +38,22 @@ std::string token_text(const json& value) {
 }
 
 // The content of token `id` from tokenizer.json's added tokens or vocabulary.
+// A folder without tokenizer.json, or one of another shape, names no token.
 std::string token_by_id(const json& tokenizer, int64_t id) {
-  for (const json& added : tokenizer.value("added_tokens", json::array())) {
-    if (added.value("id", -1) == id) return added.value("content", "");
+  if (!tokenizer.is_object()) return "";
+  auto added_tokens = tokenizer.find("added_tokens");
+  if (added_tokens != tokenizer.end() && added_tokens->is_array()) {
+    for (const json& added : *added_tokens) {
+      if (!added.is_object()) continue;
+      auto added_id = added.find("id");
+      auto content = added.find("content");
+      if (added_id != added.end() && added_id->is_number_integer() &&
+          added_id->get<int64_t>() == id && content != added.end() && content->is_string())
+        return content->get<std::string>();
+    }
   }
-  if (tokenizer.contains("model") && tokenizer["model"].contains("vocab") &&
-      tokenizer["model"]["vocab"].is_object()) {
+  if (tokenizer.contains("model") && tokenizer["model"].is_object() &&
+      tokenizer["model"].contains("vocab") && tokenizer["model"]["vocab"].is_object()) {
     for (const auto& [token, value] : tokenizer["model"]["vocab"].items()) {
       if (value.is_number_integer() && value.get<int64_t>() == id) return token;
     }

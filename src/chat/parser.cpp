@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cstdlib>
 
 #include "chat/ast.h"
 #include "core/error.h"
@@ -147,11 +149,16 @@ std::vector<Token> lex(const std::string& code, int line) {
       if (is_float) {
         ++i;
         while (i < code.size() && std::isdigit(static_cast<unsigned char>(code[i]))) ++i;
-        tokens.push_back(
-            {Token::Kind::kFloat, "", Value(std::stod(code.substr(start, i - start)))});
+        // strtod: a literal too large for a double is inf, as in Python, not an exception.
+        std::string digits = code.substr(start, i - start);
+        tokens.push_back({Token::Kind::kFloat, "", Value(std::strtod(digits.c_str(), nullptr))});
       } else {
-        tokens.push_back({Token::Kind::kInt, "",
-                          Value(static_cast<int64_t>(std::stoll(code.substr(start, i - start))))});
+        int64_t number = 0;
+        auto [end, error] = std::from_chars(code.data() + start, code.data() + i, number);
+        if (error != std::errc() || end != code.data() + i)
+          fail("chat template line {}: integer literal {} does not fit in 64 bits", line,
+               code.substr(start, std::min<size_t>(i - start, 40)));
+        tokens.push_back({Token::Kind::kInt, "", Value(number)});
       }
     } else if (ch == '\'' || ch == '"') {
       std::string text = string_literal(code, i, line);

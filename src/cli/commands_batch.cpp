@@ -218,7 +218,7 @@ void write_results(const std::string& path, const std::vector<OfflineRequest>& r
         prompt.push_back(logprob_json(sample));
       line["prompt_logprobs"] = prompt;
     }
-    output << line.dump() << "\n";
+    output << json_text(line) << "\n";
   }
   if (!output) fail("--output: write to {} failed", path);
 }

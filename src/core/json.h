@@ -5,6 +5,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <string_view>
 
 namespace deepinfer {
@@ -49,6 +50,14 @@ Json parse_json_or_discarded(std::string_view text, int max_depth = kMaxJsonDept
   Json value;
   if (parse_json(text, value, max_depth) != JsonParse::kOk) return Json(Json::value_t::discarded);
   return value;
+}
+
+// `value` as compact JSON text. Strings that hold invalid UTF-8 (a model can emit any bytes,
+// a client can send them in a field) are written with U+FFFD in place of each bad byte instead
+// of throwing.
+template <typename Json>
+std::string json_text(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
 }  // namespace deepinfer

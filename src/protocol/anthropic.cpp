@@ -12,7 +12,8 @@ std::string block_text(const Json& content, const char* where) {
   if (!content.is_array()) throw ApiError(400, fmt::format("{} must be a string or blocks", where));
   std::string text;
   for (const Json& block : content) {
-    if (!block.is_object() || block.value("type", "") != "text" || !block.contains("text"))
+    if (!block.is_object() || block.find("type") == block.end() || block["type"] != "text" ||
+        !block.contains("text") || !block["text"].is_string())
       throw ApiError(400, fmt::format("{}: only text blocks are allowed here", where));
     if (!text.empty()) text += "\n";
     text += block["text"].get<std::string>();
@@ -29,7 +30,7 @@ void convert_message(const Json& message, size_t index, Json& out) {
   if (role != "user" && role != "assistant")
     throw ApiError(400, fmt::format("messages.{}.role must be user or assistant", index),
                    "messages");
-  const Json content = message.value("content", Json(nullptr));
+  const Json content = message.contains("content") ? message["content"] : Json(nullptr);
   if (content.is_string()) {
     out.push_back({{"role", role}, {"content", content}});
     return;
@@ -40,19 +41,20 @@ void convert_message(const Json& message, size_t index, Json& out) {
   std::string text;
   Json tool_calls = Json::array();
   for (const Json& block : content) {
-    std::string type = block.is_object() ? block.value("type", "") : "";
+    std::string where = fmt::format("messages.{}.content", index);
+    std::string type = block.is_object() ? string_field(block, "type", where) : "";
     if (type == "text" && block.contains("text") && block["text"].is_string()) {
       text += (text.empty() ? "" : "\n") + block["text"].get<std::string>();
     } else if (type == "tool_use" && role == "assistant") {
-      tool_calls.push_back({{"id", block.value("id", "")},
+      tool_calls.push_back({{"id", string_field(block, "id", where)},
                             {"type", "function"},
                             {"function",
-                             {{"name", block.value("name", "")},
+                             {{"name", string_field(block, "name", where)},
                               {"arguments", block.value("input", Json::object())}}}});
     } else if (type == "tool_result" && role == "user") {
       out.push_back(
           {{"role", "tool"},
-           {"tool_call_id", block.value("tool_use_id", "")},
+           {"tool_call_id", string_field(block, "tool_use_id", where)},
            {"content", block_text(block.value("content", Json("")), "tool_result.content")}});
     } else if (type == "thinking" || type == "redacted_thinking") {
       continue;  // earlier reasoning is not shown to the model again
@@ -71,14 +73,16 @@ void convert_message(const Json& message, size_t index, Json& out) {
 Json convert_tools(const Json& tools) {
   check_tools(tools);
   Json converted = Json::array();
-  for (const Json& tool : tools) {
-    if (!tool.is_object() || !tool.contains("name"))
-      throw ApiError(400, "each tool needs a 'name'", "tools");
-    converted.push_back({{"type", "function"},
-                         {"function",
-                          {{"name", tool["name"]},
-                           {"description", tool.value("description", "")},
-                           {"parameters", tool.value("input_schema", Json::object())}}}});
+  for (size_t t = 0; t < tools.size(); ++t) {
+    const Json& tool = tools[t];
+    if (!tool.is_object() || !tool.contains("name") || !tool["name"].is_string())
+      throw ApiError(400, "each tool needs a string 'name'", "tools");
+    converted.push_back(
+        {{"type", "function"},
+         {"function",
+          {{"name", tool["name"]},
+           {"description", string_field(tool, "description", fmt::format("tools[{}]", t))},
+           {"parameters", tool.value("input_schema", Json::object())}}}});
   }
   return converted;
 }
@@ -104,13 +108,13 @@ MessagesRequest parse_messages(const std::string& body_text) {
     request.chat.tools = convert_tools(body["tools"]);
   if (auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null()) {
     using Mode = chat::ToolChoice::Mode;
-    std::string type = choice->is_object() ? choice->value("type", "") : "";
+    std::string type = choice->is_object() ? string_field(*choice, "type", "tool_choice") : "";
     chat::ToolChoice& parsed = request.chat.tool_choice;
     if (type == "none") parsed.mode = Mode::kNone;
     if (type == "any") parsed.mode = Mode::kRequired;
     if (type == "tool") {
       parsed.mode = Mode::kNamed;
-      parsed.name = choice->value("name", "");
+      parsed.name = string_field(*choice, "name", "tool_choice");
     }
     if (type != "auto" && type != "none" && type != "any" && type != "tool")
       throw ApiError(400, "tool_choice.type must be auto, any, tool or none", "tool_choice");
@@ -118,7 +122,7 @@ MessagesRequest parse_messages(const std::string& body_text) {
     if (parsed.mode == Mode::kNone) request.chat.tools = nullptr;
   }
   if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
-    bool enabled = thinking->value("type", "") == "enabled";
+    bool enabled = string_field(*thinking, "type", "thinking") == "enabled";
     request.chat.variables["enable_thinking"] = enabled;
     request.chat.variables["thinking"] = enabled;
   }
@@ -144,8 +148,7 @@ Json anthropic_error_body(const ApiError& error) {
 namespace {
 
 std::string named_event(const char* name, const Json& payload) {
-  return fmt::format("event: {}\ndata: {}\n\n", name,
-                     payload.dump(-1, ' ', false, Json::error_handler_t::replace));
+  return fmt::format("event: {}\ndata: {}\n\n", name, json_text(payload));
 }
 
 std::string stop_reason(const ChoiceOutput& choice) {

@@ -53,10 +53,11 @@ const char* json_type_name(const Json& value) {
 int64_t checked_integer(const Json& value, const std::string& field, int64_t lowest,
                         int64_t highest) {
   // Unsigned values above INT64_MAX compare as large, not as their wrapped signed selves.
-  bool in_range = value.is_number_unsigned()
-                      ? value.get<uint64_t>() <= static_cast<uint64_t>(highest) && highest >= 0
-                      : value.get<int64_t>() >= lowest && value.get<int64_t>() <= highest;
-  if (!value.is_number_integer() || !in_range) {
+  bool in_range = value.is_number_integer() &&
+                  (value.is_number_unsigned()
+                       ? value.get<uint64_t>() <= static_cast<uint64_t>(highest) && highest >= 0
+                       : value.get<int64_t>() >= lowest && value.get<int64_t>() <= highest);
+  if (!in_range) {
     throw ApiError(
         400,
         value.is_number_integer()
@@ -65,6 +66,28 @@ int64_t checked_integer(const Json& value, const std::string& field, int64_t low
         field);
   }
   return value.get<int64_t>();
+}
+
+std::string string_field(const Json& object, const char* key, const std::string& where,
+                         const std::string& fallback) {
+  auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return fallback;
+  if (!found->is_string()) {
+    std::string field = where.substr(0, where.find_first_of(".["));
+    throw ApiError(
+        400, fmt::format("'{}.{}' must be a string, not {}", where, key, json_type_name(*found)),
+        field);
+  }
+  return found->get<std::string>();
+}
+
+bool bool_field(const Json& object, const char* key, bool fallback) {
+  auto found = object.find(key);
+  if (found == object.end() || found->is_null()) return fallback;
+  if (!found->is_boolean())
+    throw ApiError(400, fmt::format("'{}' must be a boolean, not {}", key, json_type_name(*found)),
+                   key);
+  return found->get<bool>();
 }
 
 std::vector<int32_t> read_token_ids(const Json& value, const std::string& field) {
@@ -200,7 +223,7 @@ chat::ToolChoice parse_tool_choice(const Json& choice, const Json& tools) {
   }
   if (choice == "required") {
     parsed.mode = Mode::kRequired;
-  } else if (choice.is_object() && choice.value("type", "") == "function") {
+  } else if (choice.is_object() && string_field(choice, "type", "tool_choice") == "function") {
     // Chat nests the name in "function"; Responses puts it beside "type".
     const Json& function = choice.contains("function") ? choice["function"] : choice;
     if (!function.is_object() || !function.contains("name") || !function["name"].is_string())
@@ -224,7 +247,8 @@ void check_tool_choice(const chat::ToolChoice& choice, const Json& tools) {
   if (choice.mode == Mode::kRequired) return;
   for (const Json& tool : tools) {
     const Json& function = tool.contains("function") ? tool["function"] : tool;
-    if (function.is_object() && function.value("name", "") == choice.name) return;
+    if (function.is_object() && function.contains("name") && function["name"] == choice.name)
+      return;
   }
   throw ApiError(400,
                  fmt::format("tool_choice names '{}', which is not among the tools", choice.name),
@@ -300,8 +324,8 @@ std::string message_text(const Json& content, size_t index) {
                    "messages");
   std::string text;
   for (const Json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    if (!part.is_object() || part.find("type") == part.end() || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
       throw ApiError(400, fmt::format("messages[{}].content: only text parts are supported", index),
                      "messages");
     }
@@ -309,6 +333,35 @@ std::string message_text(const Json& content, size_t index) {
     text += part["text"].get<std::string>();
   }
   return text;
+}
+
+// An assistant's earlier tool calls and a tool message's call id, checked for the types the
+// chat templates and the DeepSeek encoding read: the request, not a template, names the
+// mistake.
+void check_tool_fields(const Json& message, size_t index) {
+  std::string where = fmt::format("messages[{}]", index);
+  (void)string_field(message, "tool_call_id", where);
+  auto calls = message.find("tool_calls");
+  if (calls == message.end() || calls->is_null()) return;
+  if (!calls->is_array())
+    throw ApiError(400, fmt::format("{}.tool_calls must be an array", where), "messages");
+  for (size_t c = 0; c < calls->size(); ++c) {
+    const Json& call = (*calls)[c];
+    std::string call_where = fmt::format("{}.tool_calls[{}]", where, c);
+    auto function = call.is_object() ? call.find("function") : call.end();
+    if (!call.is_object() || function == call.end() || !function->is_object())
+      throw ApiError(400, fmt::format("{} needs a 'function' object", call_where), "messages");
+    (void)string_field(call, "id", call_where);
+    (void)string_field(call, "type", call_where);
+    if (!function->contains("name") || !(*function)["name"].is_string())
+      throw ApiError(400, fmt::format("{}.function needs a string 'name'", call_where), "messages");
+    auto arguments = function->find("arguments");
+    if (arguments != function->end() && !arguments->is_string() && !arguments->is_object() &&
+        !arguments->is_null())
+      throw ApiError(400,
+                     fmt::format("{}.function.arguments must be a string or an object", call_where),
+                     "messages");
+  }
 }
 
 Json normalize_messages(const Json& messages) {
@@ -325,6 +378,7 @@ Json normalize_messages(const Json& messages) {
       throw ApiError(400, fmt::format("messages[{}].role '{}' is not a known role", i, role),
                      "messages");
     }
+    check_tool_fields(message, i);
     Json copy = message;
     if (role == "developer") copy["role"] = "system";  // what chat templates know
     copy["content"] = message_text(message.value("content", Json(nullptr)), i);
@@ -513,7 +567,7 @@ Json chat_logprobs_json(const std::vector<sampling::Sample>& samples,
 }
 
 std::string sse_event(const Json& payload) {
-  return "data: " + payload.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n\n";
+  return "data: " + json_text(payload) + "\n\n";
 }
 
 }  // namespace deepinfer::protocol

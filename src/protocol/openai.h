@@ -43,6 +43,13 @@ const char* json_type_name(const Json& value);
 // (never a silent wrap to a narrower type).
 int64_t checked_integer(const Json& value, const std::string& field, int64_t lowest,
                         int64_t highest);
+// The string member `key` of `object` (`fallback` when absent or null). Any other type is a
+// 400 naming "<where>.<key>"; `object` must be a JSON object.
+std::string string_field(const Json& object, const char* key, const std::string& where,
+                         const std::string& fallback = "");
+// The boolean member `key` of `object` (`fallback` when absent or null); any other type is a
+// 400 naming it.
+bool bool_field(const Json& object, const char* key, bool fallback);
 // A tools array within RequestLimits, else a 400.
 void check_tools(const Json& tools);
 // An array of token ids (each in [0, 2^31)), else a 400 naming `field`.

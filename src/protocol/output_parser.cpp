@@ -96,7 +96,7 @@ std::optional<std::vector<ToolCall>> parse_deepseek_v3_calls(std::string_view bo
     auto parsed = parse_json_or_discarded<nlohmann::json>(arguments);
     if (parsed.is_discarded() || !parsed.is_object() || name.empty()) return std::nullopt;
     calls.push_back(
-        {fmt::format("{}{}", id_prefix, first_index + calls.size()), name, parsed.dump()});
+        {fmt::format("{}{}", id_prefix, first_index + calls.size()), name, json_text(parsed)});
     at = end + kV3CallEnd.size();
   }
   if (calls.empty()) return std::nullopt;
@@ -138,7 +138,7 @@ std::optional<std::vector<ToolCall>> parse_dsml_calls(std::string_view body,
       p = value_end->first + value_end->second;
     }
     calls.push_back(
-        {fmt::format("{}{}", id_prefix, first_index + calls.size()), *name, arguments.dump()});
+        {fmt::format("{}{}", id_prefix, first_index + calls.size()), *name, json_text(arguments)});
     at = close->first + close->second;
   }
   if (calls.empty()) return std::nullopt;
@@ -303,7 +303,7 @@ bool OutputParser::step_hermes(ParsedOutput& out) {
     if (!parsed.is_discarded()) arguments = parsed;
   }
   add_call(out, {fmt::format("{}{}", id_prefix_, total_.tool_calls.size()),
-                 call["name"].get<std::string>(), arguments.dump()});
+                 call["name"].get<std::string>(), json_text(arguments)});
   return true;
 }
 

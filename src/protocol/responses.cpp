@@ -13,7 +13,8 @@ std::string item_text(const Json& content, size_t index) {
     throw ApiError(400, fmt::format("input[{}].content must be a string or parts", index), "input");
   std::string text;
   for (const Json& part : content) {
-    std::string type = part.is_object() ? part.value("type", "") : "";
+    std::string type =
+        part.is_object() ? string_field(part, "type", fmt::format("input[{}].content", index)) : "";
     if ((type != "input_text" && type != "output_text" && type != "text") ||
         !part.contains("text") || !part["text"].is_string()) {
       throw ApiError(400, fmt::format("input[{}]: only text parts are supported", index), "input");
@@ -36,30 +37,31 @@ Json convert_input(const Json& input) {
     throw ApiError(400, "'input' must be a string or a non-empty array of items", "input");
   for (size_t i = 0; i < input.size(); ++i) {
     const Json& item = input[i];
-    std::string type = item.is_object() ? item.value("type", "message") : "";
+    std::string where = fmt::format("input[{}]", i);
+    std::string type = item.is_object() ? string_field(item, "type", where, "message") : "";
     if (type == "message") {
-      std::string role = item.value("role", "");
+      std::string role = string_field(item, "role", where);
       if (role != "user" && role != "assistant" && role != "system" && role != "developer")
         throw ApiError(400, fmt::format("input[{}].role '{}' is not a known role", i, role),
                        "input");
       messages.push_back({{"role", role == "developer" ? "system" : role},
                           {"content", item_text(item.value("content", Json("")), i)}});
     } else if (type == "function_call") {
-      Json arguments = parse_json_or_discarded<Json>(item.value("arguments", "{}"));
+      Json arguments = parse_json_or_discarded<Json>(string_field(item, "arguments", where, "{}"));
       messages.push_back(
           {{"role", "assistant"},
            {"content", ""},
            {"tool_calls",
             Json::array(
-                {{{"id", item.value("call_id", "")},
+                {{{"id", string_field(item, "call_id", where)},
                   {"type", "function"},
                   {"function",
-                   {{"name", item.value("name", "")},
+                   {{"name", string_field(item, "name", where)},
                     {"arguments", arguments.is_discarded() ? Json::object() : arguments}}}}})}});
     } else if (type == "function_call_output") {
       messages.push_back({{"role", "tool"},
-                          {"tool_call_id", item.value("call_id", "")},
-                          {"content", item.value("output", "")}});
+                          {"tool_call_id", string_field(item, "call_id", where)},
+                          {"content", string_field(item, "output", where)}});
     } else {
       throw ApiError(400, fmt::format("input[{}]: item type '{}' is not supported", i, type),
                      "input");
@@ -89,13 +91,15 @@ ResponsesRequest parse_responses(const std::string& body_text) {
   if (auto tools = body.find("tools");
       tools != body.end() && tools->is_array() && !tools->empty()) {
     Json converted = Json::array();
-    for (const Json& tool : *tools) {
-      if (tool.value("type", "") != "function")
+    for (size_t t = 0; t < tools->size(); ++t) {
+      const Json& tool = (*tools)[t];
+      std::string where = fmt::format("tools[{}]", t);
+      if (!tool.is_object() || string_field(tool, "type", where) != "function")
         throw ApiError(400, "only function tools are supported", "tools");
       converted.push_back({{"type", "function"},
                            {"function",
-                            {{"name", tool.value("name", "")},
-                             {"description", tool.value("description", "")},
+                            {{"name", string_field(tool, "name", where)},
+                             {"description", string_field(tool, "description", where)},
                              {"parameters", tool.value("parameters", Json::object())}}}});
     }
     request.chat.tools = converted;
@@ -104,7 +108,8 @@ ResponsesRequest parse_responses(const std::string& body_text) {
     request.chat.tool_choice = parse_tool_choice(*choice, request.chat.tools);
   if (request.chat.tool_choice.mode == chat::ToolChoice::Mode::kNone) request.chat.tools = nullptr;
   if (auto reasoning = body.find("reasoning"); reasoning != body.end() && reasoning->is_object())
-    request.chat.variables["reasoning_effort"] = reasoning->value("effort", "medium");
+    request.chat.variables["reasoning_effort"] =
+        string_field(*reasoning, "effort", "reasoning", "medium");
   Json common = Json::object();
   for (const char* key : {"temperature", "top_p", "stream", "seed"})
     if (body.contains(key)) common[key] = body[key];
@@ -293,8 +298,7 @@ class ResponsesFormatter final : public ResponseFormatter {
   std::string event(const char* type, Json fields) {
     Json payload = {{"type", type}, {"sequence_number", sequence_++}};
     payload.update(fields);
-    return fmt::format("event: {}\ndata: {}\n\n", type,
-                       payload.dump(-1, ' ', false, Json::error_handler_t::replace));
+    return fmt::format("event: {}\ndata: {}\n\n", type, json_text(payload));
   }
   Json response(const std::string& state, const Json& output, const Usage& usage) const {
     return {{"id", meta_.id},

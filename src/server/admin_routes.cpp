@@ -1,6 +1,7 @@
 // The routes beside generation: /tokenize, /detokenize and Prometheus /metrics.
 #include <fmt/format.h>
 
+#include "core/json.h"
 #include "protocol/openai.h"
 #include "protocol/prompt.h"
 #include "server/api_server.h"
@@ -16,11 +17,11 @@ void ApiServer::tokenize(const HttpRequest& request,
   std::vector<int32_t> tokens;
   if (body.contains("messages")) {
     protocol::ChatCompletionRequest chat = protocol::parse_chat_completion(request.body);
-    chat.chat.add_generation_prompt = body.value("add_generation_prompt", true);
+    chat.chat.add_generation_prompt = protocol::bool_field(body, "add_generation_prompt", true);
     chat.chat.json_output = chat.params.json_output;
     tokens = chat_encoder_->encode(chat.chat).encoded.ids;
   } else if (body.contains("prompt") && body["prompt"].is_string()) {
-    bool add_special = body.value("add_special_tokens", true);
+    bool add_special = protocol::bool_field(body, "add_special_tokens", true);
     tokens =
         tokenizer_->encode(body["prompt"].get<std::string>(), EncodeMode::kSpecials, add_special);
   } else {
@@ -41,8 +42,7 @@ void ApiServer::detokenize(const HttpRequest& request,
       throw ApiError(400, fmt::format("token id {} is outside the vocabulary", id), "tokens");
   }
   writer->send(200, "application/json",
-               Json{{"prompt", tokenizer_->decode(ids, false)}}.dump(
-                   -1, ' ', false, Json::error_handler_t::replace));
+               json_text(Json{{"prompt", tokenizer_->decode(ids, false)}}));
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/json.h"
 #include "protocol/anthropic.h"
 #include "protocol/completion_text.h"
 #include "protocol/formatter.h"
@@ -29,7 +30,7 @@ namespace {
 constexpr const char* kJson = "application/json";
 
 void send_json(const std::shared_ptr<ResponseWriter>& writer, int status, const Json& body) {
-  writer->send(status, kJson, body.dump(-1, ' ', false, Json::error_handler_t::replace));
+  writer->send(status, kJson, json_text(body));
 }
 
 std::string random_id(const char* prefix) {
@@ -94,7 +95,7 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
       std::make_unique<boost::asio::thread_pool>(std::max(1, options.request_threads));
   HttpServerOptions http = options.http;
   http.error_body = [](int status, const std::string& message, const std::string& path) {
-    return error_body_for(path)(ApiError(status, message)).dump();
+    return json_text(error_body_for(path)(ApiError(status, message)));
   };
   http_ = std::make_unique<HttpServer>(
       http, [this](HttpRequest request, std::shared_ptr<ResponseWriter> writer) {

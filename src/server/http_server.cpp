@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json.h"
 
 namespace deepinfer::server {
 
@@ -120,6 +121,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_request(beast::error_code error) {
     stream_.expires_never();
+    if (closed_) return;
     if (error) return refuse_request(error);
     http::request<http::string_body> message = parser_->release();
     HttpRequest request;
@@ -181,7 +183,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                              {"type", "invalid_request_error"},
                              {"param", nullptr},
                              {"code", status}}}};
-    return body.dump();
+    return json_text(body);
   }
 
   // While an answer is pending, a readable socket is the client closing it or sending more.
@@ -224,7 +226,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     net::async_write(
         stream_, net::buffer(outbox_.front()),
         net::bind_executor(strand_, [self = shared_from_this()](beast::error_code error, size_t) {
-          if (error) return self->close();
+          // A connection closed while this write was in flight (the client went away) ends
+          // here: reading its next request would open an answer nothing can finish.
+          if (error || self->closed_) return self->close();
           self->outbox_.pop_front();
           if (!self->outbox_.empty()) return self->write_next();
           if (self->answer_done_) self->after_answer();

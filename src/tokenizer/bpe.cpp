@@ -11,6 +11,19 @@
 
 namespace deepinfer::tokenization {
 
+int32_t token_id(const Json& value, const std::string& what) {
+  // Above every real vocabulary (the largest hold about a million tokens), low enough that a
+  // hostile file cannot make the id table take gigabytes.
+  constexpr int64_t kMaxId = int64_t{1} << 24;
+  bool in_range = value.is_number_unsigned() ? value.get<uint64_t>() <= uint64_t{kMaxId}
+                  : value.is_number_integer()
+                      ? value.get<int64_t>() >= 0 && value.get<int64_t>() <= kMaxId
+                      : false;
+  if (!in_range)
+    fail("tokenizer.json: {} must be an integer in [0, {}], not {}", what, kMaxId, value.dump());
+  return static_cast<int32_t>(value.get<int64_t>());
+}
+
 void BpeModel::MergeTable::build(const std::vector<std::pair<uint64_t, Merge>>& entries) {
   size_t capacity = 16;
   while (capacity < entries.size() * 2) capacity *= 2;
@@ -35,8 +48,7 @@ BpeModel::BpeModel(const Json& model) {
   const Json& vocab = model.at("vocab");
   if (!vocab.is_object()) fail("tokenizer.json: model.vocab must be an object");
   for (const auto& [token, id_value] : vocab.items()) {
-    int64_t id = id_value.get<int64_t>();
-    if (id < 0 || id > (1 << 30)) fail("tokenizer.json: token \"{}\" has id {}", token, id);
+    int32_t id = token_id(id_value, fmt::format("the id of token \"{}\"", token));
     vocab_.emplace(token, static_cast<int32_t>(id));
     if (static_cast<size_t>(id) >= tokens_.size()) tokens_.resize(static_cast<size_t>(id) + 1);
     tokens_[static_cast<size_t>(id)] = token;

@@ -67,6 +67,10 @@ struct PostProcessor {
 PostProcessor make_post_processor(const Json& description);
 
 // GPT-2's reversible byte <-> printable character map used by ByteLevel stages.
+// A token id from tokenizer.json: an integer in [0, 2^24], else an Error naming `what`. Reading
+// a float or a huge number as an int would be undefined, so nothing else is converted.
+int32_t token_id(const Json& value, const std::string& what);
+
 const std::vector<std::string>& byte_to_char();
 int char_to_byte(char32_t c);  // -1 when c is not one of the 256 characters
 

@@ -173,7 +173,8 @@ PostProcessor make_post_processor(const Json& description) {
     if (!specials.contains(name))
       fail("tokenizer.json: TemplateProcessing names unknown special token \"{}\"", name);
     auto& target = seen_sequence ? processor.suffix : processor.prefix;
-    for (const Json& id : specials[name].at("ids")) target.push_back(id.get<int32_t>());
+    for (const Json& id : specials[name].at("ids"))
+      target.push_back(token_id(id, "a TemplateProcessing special token id"));
   }
   return processor;
 }

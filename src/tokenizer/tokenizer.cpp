@@ -205,7 +205,7 @@ std::unique_ptr<Tokenizer> Tokenizer::build(const std::string& tokenizer_json,
   for (const Json& entry : spec.value("added_tokens", Json::array())) {
     AddedToken token;
     token.content = entry.at("content").get<std::string>();
-    token.id = entry.at("id").get<int32_t>();
+    token.id = tokenization::token_id(entry.at("id"), "an added token's id");
     token.special = entry.value("special", false);
     token.lstrip = entry.value("lstrip", false);
     token.rstrip = entry.value("rstrip", false);

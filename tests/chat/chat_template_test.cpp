@@ -164,6 +164,17 @@ TEST(ChatTemplate, ErrorsAreClearAndBounded) {
       std::string::npos);
 }
 
+// Numbers a template cannot hold (found by fuzzing: std::stoll threw out_of_range) are an
+// Error; the float filter falls back to its default like Jinja's.
+TEST(ChatTemplate, NumbersOutOfRangeAreErrorsOrDefaults) {
+  EXPECT_THROW(ChatTemplate("{{ 99999999999999999999999 }}"), Error);
+  EXPECT_EQ(ChatTemplate("{{ 9223372036854775807 }}").render(nlohmann::ordered_json::object()),
+            "9223372036854775807");
+  EXPECT_EQ(ChatTemplate("{{ 'x' | float }}|{{ '1.5x' | float(default=2.5) }}|{{ ' 2 ' | float }}")
+                .render(nlohmann::ordered_json::object()),
+            "0.0|2.5|2.0");
+}
+
 TEST(ModelChatTemplate, FolderFilesAndSpecialTokensFromModelConfig) {
   std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("deepinfer-chat-" + std::to_string(getpid()));
@@ -182,6 +193,24 @@ TEST(ModelChatTemplate, FolderFilesAndSpecialTokensFromModelConfig) {
   EXPECT_EQ(ModelChatTemplate::load(dir).render(request), "J0");
   std::filesystem::remove_all(dir);
   EXPECT_THROW(ModelChatTemplate::load(dir), Error);
+}
+
+// A model folder whose config names a bos id but which has no tokenizer.json, or one of an
+// unexpected shape, once threw a JSON type error from the loader; the token is simply unnamed.
+TEST(ModelChatTemplate, SpecialTokenIdsWithoutAUsableTokenizerAreUnnamed) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("deepinfer-chat-ids-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": "[{{ bos_token }}]"})";
+  std::ofstream(dir / "config.json") << R"({"bos_token_id": 7})";
+  ChatRequest request;
+  EXPECT_EQ(ModelChatTemplate::load(dir).render(request), "[]");
+  for (const char* tokenizer : {R"([1, 2])", R"({"added_tokens": [3, {"id": "7"}], "model": 1})",
+                                R"({"added_tokens": {"id": 7}})"}) {
+    std::ofstream(dir / "tokenizer.json") << tokenizer;
+    EXPECT_EQ(ModelChatTemplate::load(dir).render(request), "[]") << tokenizer;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -255,6 +255,19 @@ TEST(OutputParser, DsmlToolCallsInBothSpellingsAtEverySplit) {
   }
 }
 
+// Bytes that are not UTF-8 inside a call's names or values (a model can emit any byte token)
+// become U+FFFD in the arguments' JSON; serializing them once threw out of the parser.
+TEST(OutputParser, InvalidUtf8InsideToolCallsIsReplacedNotThrown) {
+  const std::string text =
+      "</think><\uFF5CDSML\uFF5Ctool_calls>\n<\uFF5CDSML\uFF5Cinvoke name=\"f\">\n"
+      "<\uFF5CDSML\uFF5Cparameter name=\"\xa0x\" "
+      "string=\"true\">v\xff</\uFF5CDSML\uFF5Cparameter>\n"
+      "</\uFF5CDSML\uFF5Cinvoke>\n</\uFF5CDSML\uFF5Ctool_calls>";
+  ParsedOutput out = run(dsml_syntax(), text, text.size());
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].arguments, "{\"\uFFFDx\":\"v\uFFFD\"}");
+}
+
 // DeepSeek V3's call blocks (the V3 fence form and the V3.1 bare form) at every split; the
 // syntax is detected from the real V3 vocabulary.
 TEST(OutputParser, DeepSeekV3ToolCallsAtEverySplit) {

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <thread>
+#include <tuple>
 
 #include "server/server_fixture.h"
 #include "support/test_support.h"
@@ -118,6 +119,49 @@ TEST_F(HostileTest, AWrongTypeIsNamedNotEchoed) {
   EXPECT_EQ(reply.status, 400);
   EXPECT_LT(reply.body.size(), 400u);
   EXPECT_EQ(reply.json()["error"]["param"], "temperature");
+  // Integer fields name the type too (found by fuzzing: the range check read the value first).
+  for (const char* body : {R"({"prompt":"hi","n":[[[]]]})", R"({"prompt":"hi","max_tokens":"5"})",
+                           R"({"prompt":"hi","stop_token_ids":[1,{"a":2}]})"}) {
+    Reply integer = call(port(), "POST", "/v1/completions", body);
+    EXPECT_EQ(integer.status, 400) << body;
+    EXPECT_NE(integer.body.find("must be an integer, not"), std::string::npos) << integer.body;
+  }
+}
+
+// Members read as strings or booleans once threw the JSON library's own type error (found by
+// fuzzing each API's parser); each is a 400 naming where the wrong type is.
+TEST_F(HostileTest, WrongTypedMembersAreA400NamingThem) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"/v1/responses", R"({"input":[{"type":["message"],"role":"user","content":"u"}]})",
+       "input[0].type"},
+      {"/v1/responses", R"({"input":[{"type":"function_call","name":1,"call_id":"c"}]})",
+       "input[0].name"},
+      {"/v1/responses", R"({"input":"x","tools":[{"type":"function","name":["f"]}]})",
+       "tools[0].name"},
+      {"/v1/responses", R"({"input":"x","reasoning":{"effort":3}})", "reasoning.effort"},
+      {"/v1/messages",
+       R"({"max_tokens":4,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":[1],"name":"f","input":{}}]}]})",
+       "messages.0.content.id"},
+      {"/v1/messages",
+       R"({"max_tokens":4,"messages":[{"role":"user","content":"x"}],"thinking":{"type":true}})",
+       "thinking.type"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"assistant","content":"","tool_calls":[5]},{"role":"user","content":"x"}]})",
+       "tool_calls[0]"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"assistant","content":"","tool_calls":[{"function":{"name":2}}]},{"role":"user","content":"x"}]})",
+       "tool_calls[0].function"},
+      {"/v1/chat/completions",
+       R"({"messages":[{"role":"tool","content":"r","tool_call_id":{"a":1}},{"role":"user","content":"x"}]})",
+       "messages[0].tool_call_id"},
+      {"/tokenize", R"({"prompt":"hi","add_special_tokens":"yes"})", "add_special_tokens"},
+  };
+  for (const auto& [path, body, named] : cases) {
+    Reply reply = call(port(), "POST", path, body);
+    EXPECT_EQ(reply.status, 400) << path << " " << body << " -> " << reply.body;
+    EXPECT_NE(reply.body.find(named), std::string::npos) << body << " -> " << reply.body;
+    EXPECT_EQ(reply.body.find("json.exception"), std::string::npos) << reply.body;
+  }
 }
 
 // A client that sends anything after a whole request (a stray CRLF, or pipelined requests)

@@ -105,6 +105,11 @@ void RawConnection::close() {
   socket_.close(ignored);
 }
 
+void RawConnection::shutdown_send() {
+  beast::error_code ignored;
+  socket_.shutdown(boost::asio::ip::tcp::socket::shutdown_send, ignored);
+}
+
 std::string raw_post(const std::string& path, const std::string& body, bool keep_alive) {
   return "POST " + path + " HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-test\r\n" +
          (keep_alive ? "" : "Connection: close\r\n") +

@@ -44,6 +44,8 @@ class RawConnection {
   std::string read_until(const std::string& text,
                          std::chrono::milliseconds limit = std::chrono::seconds(30));
   void close();
+  // Ends what this side sends (a half-close); the server can still answer.
+  void shutdown_send();
 
  private:
   boost::asio::io_context io_;

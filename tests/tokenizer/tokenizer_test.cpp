@@ -275,6 +275,21 @@ TEST(Tokenizer, UnsupportedComponentsAreNamed) {
             std::string::npos);
 }
 
+// Ids are converted only when they are integers an id table can hold (found by fuzzing: a
+// float id such as 2.6e86 was cast to an integer, which is undefined).
+TEST(Tokenizer, TokenIdsMustBeSmallIntegers) {
+  for (const char* id : {"2.6e86", "1.5", "-1", "16777217", "18446744073709551615", "\"7\""}) {
+    std::string vocab =
+        R"({"model": {"type": "BPE", "vocab": {"a": )" + std::string(id) + R"(}, "merges": []}})";
+    EXPECT_NE(load_error(vocab).find("must be an integer in [0, 16777216]"), std::string::npos)
+        << id << ": " << load_error(vocab);
+    std::string added = R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                            "added_tokens": [{"id": )" +
+                        std::string(id) + R"(, "content": "<s>"}]})";
+    EXPECT_NE(load_error(added).find("added token's id"), std::string::npos) << id;
+  }
+}
+
 TEST(Tokenizer, MergesInBothSerialisedFormsAgree) {
   std::string vocab = R"("vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "abc": 4})";
   auto strings = Tokenizer::from_json(
