@@ -14,6 +14,13 @@
 namespace deepinfer::chat {
 namespace {
 
+// Bounds that keep parsing and rendering within a thread's stack whatever the template: both
+// recurse once per level of nesting, and freeing a parsed expression once per node depth.
+constexpr size_t kMaxTagTokens = 4096;    // tokens in one {{ }} or {% %}
+constexpr int kMaxBracketNesting = 64;    // brackets, unary chains and conditionals
+constexpr int kMaxBlockNesting = 64;      // {% if %}, {% for %}, ... inside each other
+constexpr int kMaxExpressionDepth = 256;  // operator and filter chains, after parsing
+
 struct Segment {
   enum class Kind { kText, kOutput, kStatement } kind;
   std::string text;
@@ -180,8 +187,60 @@ std::vector<Token> lex(const std::string& code, int line) {
       if (!matched) fail("chat template line {}: unexpected character '{}'", line, ch);
     }
   }
+  if (tokens.size() > kMaxTagTokens)
+    fail("chat template line {}: a tag of more than {} tokens", line, kMaxTagTokens);
   tokens.push_back({Token::Kind::kEnd, "", Value()});
   return tokens;
+}
+
+// Counts a level of nesting while it is open; too many is an Error naming the line.
+class NestingLevel {
+ public:
+  NestingLevel(int& depth, int limit, int line) : depth_(depth) {
+    if (++depth_ > limit) {
+      --depth_;
+      fail("chat template line {}: nested more than {} levels deep", line, limit);
+    }
+  }
+  ~NestingLevel() { --depth_; }
+  NestingLevel(const NestingLevel&) = delete;
+  NestingLevel& operator=(const NestingLevel&) = delete;
+
+ private:
+  int& depth_;
+};
+
+// The deepest chain of sub-expressions under `root`, found without recursion (the tree is
+// not yet known to be shallow).
+int expression_depth(const Expr& root) {
+  int deepest = 0;
+  std::vector<std::pair<const Expr*, int>> pending = {{&root, 1}};
+  while (!pending.empty()) {
+    auto [expr, depth] = pending.back();
+    pending.pop_back();
+    deepest = std::max(deepest, depth);
+    for (const ExprPtr& child : expr->children)
+      if (child) pending.push_back({child.get(), depth + 1});
+    for (const auto& keyword : expr->keywords)
+      if (keyword.second) pending.push_back({keyword.second.get(), depth + 1});
+  }
+  return deepest;
+}
+
+// Every expression in `body` within kMaxExpressionDepth (blocks are already bounded).
+void check_expression_depths(const Body& body) {
+  auto check = [](const ExprPtr& expr, int line) {
+    if (expr && expression_depth(*expr) > kMaxExpressionDepth)
+      fail("chat template line {}: an expression nested more than {} levels deep", line,
+           kMaxExpressionDepth);
+  };
+  for (const auto& node : body) {
+    check(node->expr, node->line);
+    check(node->filter, node->line);
+    for (const ExprPtr& condition : node->conditions) check(condition, node->line);
+    for (const auto& parameter : node->parameters) check(parameter.second, node->line);
+    for (const Body& branch : node->branches) check_expression_depths(branch);
+  }
 }
 
 class ExpressionParser {
@@ -223,6 +282,7 @@ class ExpressionParser {
   }
 
   ExprPtr expression() {
+    NestingLevel level(nesting_, kMaxBracketNesting, line_);
     ExprPtr value = or_expression();
     if (accept_name("if")) {
       auto node = make(Expr::Type::kConditional);
@@ -283,6 +343,7 @@ class ExpressionParser {
     return left;
   }
   ExprPtr not_expression() {
+    NestingLevel level(nesting_, kMaxBracketNesting, line_);
     if (accept_name("not")) {
       auto node = make(Expr::Type::kNot);
       node->children.push_back(not_expression());
@@ -347,6 +408,7 @@ class ExpressionParser {
     return left;
   }
   ExprPtr unary() {
+    NestingLevel level(nesting_, kMaxBracketNesting, line_);
     if (accept_operator("-")) {
       auto node = make(Expr::Type::kNegate);
       node->children.push_back(unary());
@@ -476,6 +538,7 @@ class ExpressionParser {
   std::vector<Token> tokens_;
   size_t position_ = 0;
   int line_;
+  int nesting_ = 0;
 };
 
 class TemplateParser {
@@ -486,6 +549,7 @@ class TemplateParser {
     Body body = parse_body({});
     if (index_ < segments_.size())
       fail("chat template line {}: unexpected '{}'", segments_[index_].line, keyword_of(index_));
+    check_expression_depths(body);
     return body;
   }
 
@@ -498,6 +562,8 @@ class TemplateParser {
 
   // Parses nodes until a statement whose keyword is in `stops` (left unconsumed).
   Body parse_body(const std::vector<std::string>& stops) {
+    NestingLevel level(blocks_, kMaxBlockNesting,
+                       index_ < segments_.size() ? segments_[index_].line : 0);
     Body body;
     while (index_ < segments_.size()) {
       const Segment& segment = segments_[index_];
@@ -708,6 +774,7 @@ class TemplateParser {
 
   std::vector<Segment> segments_;
   size_t index_ = 0;
+  int blocks_ = 0;
 };
 
 }  // namespace

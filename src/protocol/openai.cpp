@@ -73,10 +73,9 @@ std::string string_field(const Json& object, const char* key, const std::string&
   auto found = object.find(key);
   if (found == object.end() || found->is_null()) return fallback;
   if (!found->is_string()) {
-    std::string field = where.substr(0, where.find_first_of(".["));
-    throw ApiError(
-        400, fmt::format("'{}.{}' must be a string, not {}", where, key, json_type_name(*found)),
-        field);
+    std::string path = where.empty() ? key : where + "." + key;
+    throw ApiError(400, fmt::format("'{}' must be a string, not {}", path, json_type_name(*found)),
+                   path.substr(0, path.find_first_of(".[")));
   }
   return found->get<std::string>();
 }
@@ -387,6 +386,28 @@ Json normalize_messages(const Json& messages) {
   return out;
 }
 
+// Chat tools as the API defines them: {"type": "function", "function": {"name": string,
+// "description"?: string, "parameters"?: object}}; templates read these fields.
+void check_chat_tools(const Json& tools) {
+  check_tools(tools);
+  for (size_t t = 0; t < tools.size(); ++t) {
+    const Json& tool = tools[t];
+    std::string where = fmt::format("tools[{}]", t);
+    if (!tool.is_object() || string_field(tool, "type", where) != "function" ||
+        !tool.contains("function") || !tool["function"].is_object())
+      throw ApiError(
+          400, fmt::format("{} must be {{\"type\": \"function\", \"function\": {{...}}}}", where),
+          "tools");
+    const Json& function = tool["function"];
+    if (!function.contains("name") || !function["name"].is_string())
+      throw ApiError(400, fmt::format("{}.function needs a string 'name'", where), "tools");
+    (void)string_field(function, "description", where + ".function");
+    if (auto parameters = function.find("parameters");
+        parameters != function.end() && !parameters->is_null() && !parameters->is_object())
+      throw ApiError(400, fmt::format("{}.function.parameters must be an object", where), "tools");
+  }
+}
+
 }  // namespace
 
 ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
@@ -397,7 +418,7 @@ ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
   request.chat.messages = normalize_messages(body["messages"]);
   request.chat.add_generation_prompt = true;
   if (auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
-    check_tools(*tools);
+    check_chat_tools(*tools);
     request.chat.tools = *tools;
   }
   if (auto choice = body.find("tool_choice"); choice != body.end())
@@ -411,12 +432,15 @@ ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
   }
   // DeepSeek's API switches thinking with {"thinking": {"type": "enabled" | "disabled"}}.
   if (auto thinking = body.find("thinking"); thinking != body.end() && thinking->is_object()) {
-    bool enabled = thinking->value("type", "") == "enabled";
+    bool enabled = string_field(*thinking, "type", "thinking") == "enabled";
     variables["thinking"] = enabled;
     variables["enable_thinking"] = enabled;
   }
-  if (auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && kwargs->is_object())
+  if (auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && !kwargs->is_null()) {
+    if (!kwargs->is_object())
+      throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
     for (const auto& [key, value] : kwargs->items()) variables[key] = value;
+  }
   request.params = parse_generation_params(body, true);
   return request;
 }

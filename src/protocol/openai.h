@@ -44,7 +44,8 @@ const char* json_type_name(const Json& value);
 int64_t checked_integer(const Json& value, const std::string& field, int64_t lowest,
                         int64_t highest);
 // The string member `key` of `object` (`fallback` when absent or null). Any other type is a
-// 400 naming "<where>.<key>"; `object` must be a JSON object.
+// 400 naming "<where>.<key>" (just "<key>" when `where` is empty); `object` must be a JSON
+// object.
 std::string string_field(const Json& object, const char* key, const std::string& where,
                          const std::string& fallback = "");
 // The boolean member `key` of `object` (`fallback` when absent or null); any other type is a

@@ -81,8 +81,8 @@ ResponsesRequest parse_responses(const std::string& body_text) {
                    "previous_response_id");
   if (!body.contains("input")) throw ApiError(400, "'input' is required", "input");
   Json messages = Json::array();
-  if (body.contains("instructions") && body["instructions"].is_string())
-    messages.push_back({{"role", "system"}, {"content", body["instructions"]}});
+  if (std::string instructions = string_field(body, "instructions", ""); !instructions.empty())
+    messages.push_back({{"role", "system"}, {"content", instructions}});
   for (Json& message : convert_input(body["input"])) messages.push_back(std::move(message));
   request.chat.messages = messages;
   request.chat.add_generation_prompt = true;

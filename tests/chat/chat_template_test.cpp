@@ -162,6 +162,25 @@ TEST(ChatTemplate, ErrorsAreClearAndBounded) {
   EXPECT_NE(
       render_error("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}").find("nested deeper"),
       std::string::npos);
+  // Nesting deep enough to overflow a recursive parser's stack (found by fuzzing: 20,000
+  // parentheses) is an Error; so are chains too long to render within the stack.
+  auto repeat = [](const std::string& text, int times) {
+    std::string out;
+    for (int i = 0; i < times; ++i) out += text;
+    return out;
+  };
+  for (const std::string& source :
+       {"{{ " + repeat("(", 20000) + "1" + repeat(")", 20000) + " }}",
+        "{{ " + repeat("not ", 20000) + "x }}", "{{ " + repeat("-", 20000) + "1 }}",
+        "{{ [" + repeat("[", 100) + repeat("]", 100) + "] }}",
+        repeat("{% if x %}", 5000) + repeat("{% endif %}", 5000),
+        "{{ 1" + repeat(" + 1", 3000) + " }}", "{{ x" + repeat("|trim", 1000) + " }}"}) {
+    std::string error = render_error(source);
+    EXPECT_TRUE(error.find("levels deep") != std::string::npos ||
+                error.find("tokens") != std::string::npos)
+        << source.substr(0, 60) << ": " << error;
+  }
+  EXPECT_EQ(ChatTemplate("{{ 1" + repeat(" + 1", 200) + " }}").render(json::object()), "201");
 }
 
 // Numbers a template cannot hold (found by fuzzing: std::stoll threw out_of_range) are an

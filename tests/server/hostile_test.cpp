@@ -286,11 +286,7 @@ class PaddedVocabularyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     folder_ = new deepinfer::testing::TempDir();
-    fs::path fixture = deepinfer::testing::fixture_model("tiny-qwen3-chat");
-    for (const char* file : {"config.json", "model.safetensors", "tokenizer_config.json"})
-      fs::copy_file(fixture / file, folder_->path() / file);
-    fs::copy_file(fs::path(DEEPINFER_TOKENIZERS) / "qwen3" / "tokenizer.json",
-                  folder_->path() / "tokenizer.json");
+    testing::make_qwen3_chat_model(folder_->path());
     server_ = new testing::LoopbackServer(folder_->path().string());
   }
   static void TearDownTestSuite() {

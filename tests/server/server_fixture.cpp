@@ -117,6 +117,15 @@ std::string raw_post(const std::string& path, const std::string& body, bool keep
          "\r\n\r\n" + body;
 }
 
+void make_qwen3_chat_model(const std::filesystem::path& folder) {
+  namespace fs = std::filesystem;
+  fs::path fixture = deepinfer::testing::fixture_model("tiny-qwen3-chat");
+  for (const char* file : {"config.json", "model.safetensors", "tokenizer_config.json"})
+    fs::copy_file(fixture / file, folder / file);
+  fs::copy_file(fs::path(DEEPINFER_TOKENIZERS) / "qwen3" / "tokenizer.json",
+                folder / "tokenizer.json");
+}
+
 LoopbackServer::LoopbackServer(const std::string& model_dir, ServeOptions options) {
   ops_ = make_cpu_ops();
   model_ = load_model(model_dir, LoadMode::kMmap, *ops_);

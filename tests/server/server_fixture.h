@@ -6,6 +6,7 @@
 
 #include <boost/asio.hpp>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -55,6 +56,11 @@ class RawConnection {
 
 // A POST of `body` to `path` as raw HTTP/1.1 bytes (authorized with sk-test).
 std::string raw_post(const std::string& path, const std::string& body, bool keep_alive = true);
+
+// Fills `folder` with tiny-qwen3-chat's checkpoint and Qwen3's real tokenizer: the model's
+// embedding is padded past the tokenizer (151,936 rows for 151,669 tokens), as Qwen3's own
+// checkpoints are, and the chat template is Qwen3's.
+void make_qwen3_chat_model(const std::filesystem::path& folder);
 
 // A server over `model_dir` on a free loopback port, with API key sk-test.
 class LoopbackServer {
