@@ -23,7 +23,8 @@ struct ServeArgs {
 };
 
 // SIGTERM and SIGINT are blocked in every thread and taken by one waiting thread, which asks
-// the server to drain: requests in progress finish, new connections are refused.
+// the server to drain: new connections are refused, requests in progress run on for
+// --shutdown-timeout seconds and any still running then end with a 503.
 void run_serve(ServeArgs& args) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -105,6 +106,11 @@ void add_serve_command(CLI::App& app) {
   option("--max-pending-requests", args->serve.max_pending_requests,
          "Generation requests in progress at once; more get 429", "DEEPINFER_MAX_PENDING_REQUESTS")
       ->check(CLI::PositiveNumber);
+  option("--shutdown-timeout", args->serve.http.drain_seconds,
+         "Seconds SIGTERM lets requests in progress run; those still running then end with a "
+         "503 (0: at once)",
+         "DEEPINFER_SHUTDOWN_TIMEOUT")
+      ->check(CLI::NonNegativeNumber);
   option("--max-request-bytes", args->serve.http.max_body_bytes,
          "Largest request body accepted; larger ones get 413", "DEEPINFER_MAX_REQUEST_BYTES")
       ->check(CLI::PositiveNumber);

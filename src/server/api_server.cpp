@@ -69,6 +69,8 @@ struct ApiServer::Job {
   // json_object with a reasoning model: the JSON starts after the reasoning.
   std::shared_ptr<const structured::Constraint> constraint;
   bool done = false;
+  // The server's shutdown deadline passed before the request ended: it ends with a 503.
+  std::atomic<bool> cut_short{false};
 };
 
 ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const EngineConfig& engine,
@@ -97,6 +99,7 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
   http.error_body = [](int status, const std::string& message, const std::string& path) {
     return json_text(error_body_for(path)(ApiError(status, message)));
   };
+  http.on_drain_deadline = [this] { cut_short_live_jobs(); };
   http_ = std::make_unique<HttpServer>(
       http, [this](HttpRequest request, std::shared_ptr<ResponseWriter> writer) {
         handle(std::move(request), std::move(writer));
@@ -337,6 +340,7 @@ void ApiServer::completions(const HttpRequest& http_request,
 void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
+  if (shutdown_deadline_passed_) throw ApiError(503, "the server is shutting down");
   if (job->params.json_output && !job->constraint) job->constraint = json_object_constraint();
   request.constraint = job->constraint;
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
@@ -363,6 +367,10 @@ void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   job->writer->on_disconnect([this, weak = std::weak_ptr<Job>(job)] {
     if (auto gone = weak.lock()) engine_->stop(gone->id);
   });
+  {
+    std::lock_guard hold(live_jobs_mutex_);
+    live_jobs_[job->id] = job;
+  }
   // The listener keeps the job alive until drain() sees the end and clears it.
   job->stream->set_listener([this, job] { http_->post([this, job] { drain(job); }); });
   http_->post([this, job] { drain(job); });  // anything that arrived before the listener
@@ -432,6 +440,23 @@ bool ApiServer::take_events(Job& job) {
   return ended;
 }
 
+// The shutdown's drain time is up: every request still running stops and ends with a 503 (an
+// error event and the terminator for a stream), and no new one starts.
+void ApiServer::cut_short_live_jobs() {
+  shutdown_deadline_passed_ = true;
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard hold(live_jobs_mutex_);
+    for (const auto& [id, weak] : live_jobs_)
+      if (auto job = weak.lock()) jobs.push_back(job);
+  }
+  for (const std::shared_ptr<Job>& job : jobs) {
+    job->cut_short = true;
+    engine_->stop(job->id);
+    http_->post([this, job] { drain(job); });
+  }
+}
+
 // Runs on an I/O thread whenever the engine delivered something; at the end, the whole
 // answer or the stream's closing events.
 void ApiServer::drain(const std::shared_ptr<Job>& job) {
@@ -440,13 +465,20 @@ void ApiServer::drain(const std::shared_ptr<Job>& job) {
   bool ended = false;
   std::optional<ApiError> failure;
   try {
-    ended = take_events(*job);
+    if (job->cut_short)
+      failure.emplace(503, "the server shut down before this request finished");
+    else
+      ended = take_events(*job);
   } catch (const Error& error) {
     failure.emplace(503, fmt::format("the engine failed: {}", error.what()));
   }
   if (!ended && !failure) return;
   job->done = true;
   --counters_.in_flight;
+  {
+    std::lock_guard hold(live_jobs_mutex_);
+    live_jobs_.erase(job->id);
+  }
   job->stream->set_listener(nullptr);  // breaks the job <-> listener cycle
   if (failure) {
     engine_->stop(job->id);  // its KV blocks go back now, not at max_tokens

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -72,6 +73,7 @@ class ApiServer {
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
   bool take_events(Job& job);
+  void cut_short_live_jobs();
   protocol::ChoiceOutput choice_of(const Job& job, const GenerationResult& result) const;
 
   CausalLM& model_;
@@ -88,6 +90,9 @@ class ApiServer {
   int64_t max_model_len_ = 0;
   int32_t vocab_limit_ = 0;  // token ids below this can be sampled, decoded and sent
   Counters counters_;
+  std::mutex live_jobs_mutex_;
+  std::map<std::string, std::weak_ptr<Job>> live_jobs_;  // started and not yet ended
+  std::atomic<bool> shutdown_deadline_passed_{false};
 };
 
 }  // namespace deepinfer::server

@@ -47,6 +47,9 @@ namespace {
 // away is still noticed) and the connection closes after the answer.
 constexpr size_t kMaxPipelinedBytes = size_t{1} << 20;
 
+// After the drain's deadline, how long answers being cut short have to send their end.
+constexpr std::chrono::seconds kDrainGrace{5};
+
 bool is_http_error(const beast::error_code& error) {
   return &error.category() == &http::make_error_code(http::error::end_of_stream).category();
 }
@@ -259,7 +262,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     answer_done_ = false;
     disconnect_ = nullptr;
     close_answer();
-    if (!keep_alive_) {
+    if (!keep_alive_ || state_.stopping) {  // a draining server takes no next request
       beast::error_code ignored;
       stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
       closed_ = true;
@@ -392,7 +395,8 @@ void HttpServer::run() {
     if (thread.joinable()) thread.join();
 }
 
-// Stops accepting, lets answers in progress finish (draining), then ends run().
+// Stops accepting, lets answers in progress finish (draining) until drain_seconds, has the
+// ones still open ended (on_drain_deadline) within a grace, then ends run().
 void HttpServer::stop() {
   if (state_->stopping.exchange(true)) return;
   net::post(state_->io, [this] {
@@ -403,9 +407,17 @@ void HttpServer::stop() {
     auto deadline = std::chrono::steady_clock::now() +
                     std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                         std::chrono::duration<double>(state_->options.drain_seconds));
-    *poll = [this, timer, deadline, weak = std::weak_ptr<std::function<void()>>(poll)] {
-      if (state_->open_answers <= 0 || std::chrono::steady_clock::now() > deadline)
-        return state_->io.stop();
+    *poll = [this, timer, deadline, cut_short = false,
+             weak = std::weak_ptr<std::function<void()>>(poll)]() mutable {
+      auto now = std::chrono::steady_clock::now();
+      if (state_->open_answers <= 0) return state_->io.stop();
+      if (now > deadline) {
+        // Answers still open end with their error (sent by the callback) within a grace.
+        if (cut_short || !state_->options.on_drain_deadline) return state_->io.stop();
+        cut_short = true;
+        deadline = now + kDrainGrace;
+        state_->options.on_drain_deadline();
+      }
       timer->expires_after(std::chrono::milliseconds(20));
       timer->async_wait([weak](beast::error_code) {
         if (auto next = weak.lock()) (*next)();

@@ -49,6 +49,10 @@ struct HttpServerOptions {
   size_t max_header_bytes = size_t{64} << 10;  // larger request heads get 431
   double drain_seconds = 60.0;                 // stop() waits this long for answers in progress
   ErrorBody error_body;                        // none: a plain OpenAI-shaped body
+  // Called once on an I/O thread when the drain's time is up with answers still open; those
+  // answers then get a few more seconds to send what it makes them send (their error and
+  // terminator) before the server stops.
+  std::function<void()> on_drain_deadline;
 };
 
 class HttpServer {
@@ -59,7 +63,8 @@ class HttpServer {
   uint16_t port() const;
   // Serves until stop() (from any thread, e.g. a signal handler's watcher).
   void run();
-  // Stops accepting, lets answers in progress finish, then returns from run().
+  // Stops accepting, lets answers in progress finish (for drain_seconds, then
+  // on_drain_deadline ends them), then returns from run().
   void stop();
   // Runs `work` on an I/O thread (handlers' follow-up work, e.g. reading engine results).
   void post(std::function<void()> work);

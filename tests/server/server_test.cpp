@@ -282,6 +282,56 @@ TEST(ServerLimits, AFullServerAnswers429) {
   runner.join();
 }
 
+// SIGTERM's drain lets requests run for --shutdown-timeout; one still running then ends with
+// a 503 its client can read (the API's error event and terminator), never a cut connection.
+TEST(ServerShutdown, RequestsStillRunningAtTheDeadlineEndWithA503) {
+  auto ops = make_cpu_ops();
+  std::string folder = deepinfer::testing::fixture_model("demo-code-target");
+  auto model = load_model(folder, LoadMode::kMmap, *ops);
+  EngineConfig engine;
+  engine.kv_bytes = size_t{64} << 20;
+  ServeOptions options;
+  options.http.host = "127.0.0.1";
+  options.http.port = 0;
+  options.http.drain_seconds = 0.2;
+  ApiServer server(*model, folder, engine, options);
+  std::thread runner([&] { server.run(); });
+  const std::vector<std::pair<std::string, std::string>> streams = {
+      {"/v1/chat/completions", "data: [DONE]"},
+      {"/v1/completions", "data: [DONE]"},
+      {"/v1/messages", "event: error"},
+      {"/v1/responses", "response.failed"}};
+  std::vector<std::unique_ptr<testing::RawConnection>> clients;
+  for (const auto& [path, end] : streams) {
+    std::string length = path == "/v1/responses" ? "max_output_tokens" : "max_tokens";
+    clients.push_back(std::make_unique<testing::RawConnection>(server.port()));
+    clients.back()->send(testing::raw_post(
+        path, fmt::format(R"({{"messages":[{{"role":"user","content":"def"}}],"prompt":"def",)"
+                          R"("input":"def","{}":1500,"ignore_eos":true,"stream":true}})",
+                          length)));
+    (void)clients.back()->read_until("data:");
+  }
+  Reply whole;
+  std::thread waiting([&] {
+    whole = call(server.port(), "POST", "/v1/completions",
+                 R"({"prompt":"def","max_tokens":1500,"ignore_eos":true})", "");
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto start = std::chrono::steady_clock::now();
+  server.stop();
+  runner.join();
+  waiting.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  for (size_t i = 0; i < streams.size(); ++i) {
+    std::string answer = clients[i]->read_until_closed(std::chrono::seconds(5));
+    EXPECT_NE(answer.find("shut down before this request finished"), std::string::npos)
+        << streams[i].first << ": " << answer.substr(answer.size() > 600 ? answer.size() - 600 : 0);
+    EXPECT_NE(answer.find(streams[i].second), std::string::npos) << streams[i].first;
+    EXPECT_NE(answer.rfind("0\r\n\r\n"), std::string::npos) << streams[i].first;
+  }
+  EXPECT_EQ(whole.status, 503) << whole.body;
+}
+
 TEST_F(ServerTest, TokenizeAndDetokenize) {
   Reply tokens = call(port(), "POST", "/tokenize", R"({"prompt": "def add"})");
   ASSERT_EQ(tokens.status, 200);
