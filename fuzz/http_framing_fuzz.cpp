@@ -47,13 +47,28 @@ uint16_t server_port() {
 }
 
 int connect_loopback(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) std::abort();
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(port);
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) std::abort();
+  // A signal or a moment without free local ports is not the server's fault: try again with a
+  // fresh socket.
+  int fd = -1;
+  for (int attempt = 0;; ++attempt) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) std::abort();
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) break;
+    int error = errno;
+    close(fd);
+    if ((error != EINTR && error != EADDRNOTAVAIL && error != EAGAIN) || attempt == 100) {
+      std::fprintf(stderr, "cannot connect to the server (errno %d)\n", error);
+      std::abort();
+    }
+    usleep(10000);
+  }
+  // Closing with a reset leaves no TIME_WAIT behind, so a long run keeps its local ports.
+  linger reset{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   timeval limit{5, 0};  // the server must have answered and closed by then
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));

@@ -198,13 +198,32 @@ bool HostileCases::coin(double probability) {
 }
 
 std::string HostileCases::text() {
-  static const char* const kWords[] = {
-      "Hello",         "world",        "the",        "cache",      "def", "return",
-      "\u00e9t\u00e9", "\u4f60\u597d", "\U0001F600", "{\"a\": 1}", "\\n", "<think>",
-      "12345",         "  ",           "\t",         "tool"};
+  // Some awkward text too: NUL, line and paragraph separators, a right-to-left override, a
+  // combining accent, U+FFFD and a byte-order mark.
+  static const std::string kWords[] = {"Hello",
+                                       "world",
+                                       "the",
+                                       "cache",
+                                       "def",
+                                       "return",
+                                       "\u00e9t\u00e9",
+                                       "\u4f60\u597d",
+                                       "\U0001F600",
+                                       "{\"a\": 1}",
+                                       "\\n",
+                                       "<think>",
+                                       "12345",
+                                       "  ",
+                                       "\t",
+                                       "tool",
+                                       std::string("nul\0byte", 8),
+                                       "\u2028",
+                                       "\u202e",
+                                       "e\u0301",
+                                       "\uFFFD",
+                                       "\uFEFF"};
   std::string out;
-  for (size_t n = 1 + pick(8); n > 0; --n)
-    out += std::string(kWords[pick(std::size(kWords))]) + " ";
+  for (size_t n = 1 + pick(8); n > 0; --n) out += kWords[pick(std::size(kWords))] + " ";
   return out;
 }
 
