@@ -137,37 +137,31 @@ struct Tally {
   std::atomic<int64_t> finished{0}, left{0}, cut_short{0}, errors{0}, bytes{0};
 };
 
+// The four APIs: a request's fixed part, its length field, and the text its last event holds.
+struct Api {
+  const char* path;
+  const char* body;
+  const char* length_field;
+  const char* terminator;
+};
+constexpr Api kApis[] = {
+    {"/v1/chat/completions", R"("messages":[{"role":"user","content":"Write a loop"}])",
+     "max_tokens", "data: [DONE]"},
+    {"/v1/completions", R"("prompt":"def fib(n):")", "max_tokens", "data: [DONE]"},
+    {"/v1/messages", R"("messages":[{"role":"user","content":"Sort a list"}])", "max_tokens",
+     "event: message_stop"},
+    {"/v1/responses", R"("input":"Parse JSON")", "max_output_tokens", "response.completed"},
+};
+
 // A streamed request of one of the four APIs, and the text its last event carries.
 std::pair<std::string, std::string> streamed_request(const Options& options, std::mt19937_64& rng,
                                                      bool endless) {
   int max_tokens = 1 + static_cast<int>(rng() % static_cast<uint64_t>(options.max_tokens));
   if (endless) max_tokens = 200;
-  std::string ignore = endless ? R"(,"ignore_eos":true)" : "";
-  switch (rng() % 4) {
-    case 0:
-      return {http_post(options, "/v1/chat/completions",
-                        fmt::format(R"({{"messages":[{{"role":"user","content":"Write a loop"}}],)"
-                                    R"("max_tokens":{},"stream":true{}}})",
-                                    max_tokens, ignore)),
-              "data: [DONE]"};
-    case 1:
-      return {http_post(options, "/v1/completions",
-                        fmt::format(R"({{"prompt":"def fib(n):","max_tokens":{},"stream":true{}}})",
-                                    max_tokens, ignore)),
-              "data: [DONE]"};
-    case 2:
-      return {http_post(options, "/v1/messages",
-                        fmt::format(R"({{"messages":[{{"role":"user","content":"Sort a list"}}],)"
-                                    R"("max_tokens":{},"stream":true{}}})",
-                                    max_tokens, ignore)),
-              "event: message_stop"};
-    default:
-      return {http_post(options, "/v1/responses",
-                        fmt::format(R"({{"input":"Parse JSON","max_output_tokens":{},)"
-                                    R"("stream":true{}}})",
-                                    max_tokens, ignore)),
-              "response.completed"};
-  }
+  const Api& api = kApis[rng() % std::size(kApis)];
+  std::string body = fmt::format(R"({{{},"{}":{},"stream":true{}}})", api.body, api.length_field,
+                                 max_tokens, endless ? R"(,"ignore_eos":true)" : "");
+  return {http_post(options, api.path, body), api.terminator};
 }
 
 // One streamed exchange: true when it ended as it should (whole, or left on purpose).

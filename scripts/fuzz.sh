@@ -7,17 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(clang libclang-rt-14-dev)
-missing=()
-for package in "${PACKAGES[@]}"; do
-  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
-done
-if ((${#missing[@]})); then
-  echo "fuzz: installing ${missing[*]}"
-  SUDO=""
-  if [[ $(id -u) -ne 0 ]]; then SUDO=sudo; fi
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if ! command -v clang++ >/dev/null 2>&1; then
+  echo "fuzz: clang++ is missing; scripts/setup.sh installs it" >&2
+  exit 1
 fi
 
 FUZZ_DIR=${FUZZ_DIR:-build-fuzz}

@@ -10,6 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libpcre2-dev libicu-dev libxxhash-dev libzstd-dev libboost-dev
   clang-format
+  clang libclang-rt-14-dev
 )
 
 missing=()

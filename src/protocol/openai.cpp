@@ -301,8 +301,16 @@ GenerationParams parse_generation_params(const Json& body, bool chat) {
   read(body, "priority", params.priority);
   read(body, "stream", params.stream);
   params.stop = read_stop(body);
-  if (auto options = body.find("stream_options"); options != body.end() && options->is_object())
+  if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {
+    // As OpenAI and vLLM: stream options belong to a stream.
+    if (!options->is_object())
+      throw ApiError(400, "'stream_options' must be an object", "stream_options");
+    if (!params.stream)
+      throw ApiError(400, "'stream_options' is only allowed when 'stream' is true",
+                     "stream_options");
     read(*options, "include_usage", params.include_usage);
+  }
+  (void)string_field(body, "user", "");  // accepted for the client's records, never used
   read_response_format(body, params);
   try {
     sampling::validate(p, std::numeric_limits<int32_t>::max());
@@ -378,6 +386,7 @@ Json normalize_messages(const Json& messages) {
                      "messages");
     }
     check_tool_fields(message, i);
+    (void)string_field(message, "name", fmt::format("messages[{}]", i));
     Json copy = message;
     if (role == "developer") copy["role"] = "system";  // what chat templates know
     copy["content"] = message_text(message.value("content", Json(nullptr)), i);
@@ -436,6 +445,7 @@ ChatCompletionRequest parse_chat_completion(const std::string& body_text) {
     variables["thinking"] = enabled;
     variables["enable_thinking"] = enabled;
   }
+  (void)bool_field(body, "parallel_tool_calls", true);
   if (auto kwargs = body.find("chat_template_kwargs"); kwargs != body.end() && !kwargs->is_null()) {
     if (!kwargs->is_object())
       throw ApiError(400, "'chat_template_kwargs' must be an object", "chat_template_kwargs");
@@ -465,7 +475,15 @@ CompletionRequest parse_completion(const std::string& body_text) {
                    "prompt");
   }
   read(body, "echo", request.echo);
+  // Fields this server does not implement are refused rather than silently ignored.
+  if (auto suffix = body.find("suffix"); suffix != body.end() && !suffix->is_null())
+    throw ApiError(400, "'suffix' is not supported", "suffix");
   request.params = parse_generation_params(body, false);
+  if (auto best_of = body.find("best_of"); best_of != body.end() && !best_of->is_null()) {
+    int64_t value = checked_integer(*best_of, "best_of", 1, RequestLimits::kCompletions);
+    if (value != request.params.sampling.n)
+      throw ApiError(400, "'best_of' other than n is not supported", "best_of");
+  }
   return request;
 }
 

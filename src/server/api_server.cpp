@@ -371,6 +371,10 @@ void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
     std::lock_guard hold(live_jobs_mutex_);
     live_jobs_[job->id] = job;
   }
+  if (shutdown_deadline_passed_) {  // the deadline came while this one was being submitted
+    job->cut_short = true;
+    engine_->stop(job->id);
+  }
   // The listener keeps the job alive until drain() sees the end and clears it.
   job->stream->set_listener([this, job] { http_->post([this, job] { drain(job); }); });
   http_->post([this, job] { drain(job); });  // anything that arrived before the listener
