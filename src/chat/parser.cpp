@@ -16,8 +16,10 @@ namespace {
 
 // Bounds that keep parsing and rendering within a thread's stack whatever the template: both
 // recurse once per level of nesting, and freeing a parsed expression once per node depth.
+// The token bound also bounds the chains that recurse without a bracket ("not not ...",
+// "- - ..."), and the depth check after parsing bounds what rendering recurses through.
 constexpr size_t kMaxTagTokens = 4096;    // tokens in one {{ }} or {% %}
-constexpr int kMaxBracketNesting = 64;    // brackets, unary chains and conditionals
+constexpr int kMaxBracketNesting = 64;    // (), [], {}, calls and conditionals inside each other
 constexpr int kMaxBlockNesting = 64;      // {% if %}, {% for %}, ... inside each other
 constexpr int kMaxExpressionDepth = 256;  // operator and filter chains, after parsing
 
@@ -343,7 +345,6 @@ class ExpressionParser {
     return left;
   }
   ExprPtr not_expression() {
-    NestingLevel level(nesting_, kMaxBracketNesting, line_);
     if (accept_name("not")) {
       auto node = make(Expr::Type::kNot);
       node->children.push_back(not_expression());
@@ -408,7 +409,6 @@ class ExpressionParser {
     return left;
   }
   ExprPtr unary() {
-    NestingLevel level(nesting_, kMaxBracketNesting, line_);
     if (accept_operator("-")) {
       auto node = make(Expr::Type::kNegate);
       node->children.push_back(unary());

@@ -80,15 +80,6 @@ std::string string_field(const Json& object, const char* key, const std::string&
   return found->get<std::string>();
 }
 
-bool bool_field(const Json& object, const char* key, bool fallback) {
-  auto found = object.find(key);
-  if (found == object.end() || found->is_null()) return fallback;
-  if (!found->is_boolean())
-    throw ApiError(400, fmt::format("'{}' must be a boolean, not {}", key, json_type_name(*found)),
-                   key);
-  return found->get<bool>();
-}
-
 std::vector<int32_t> read_token_ids(const Json& value, const std::string& field) {
   if (!value.is_array())
     throw ApiError(400, fmt::format("'{}' must be an array of token ids", field), field);
@@ -199,6 +190,12 @@ void read_response_format(const Json& body, GenerationParams& params) {
 }
 
 }  // namespace
+
+bool bool_field(const Json& object, const char* key, bool fallback) {
+  bool value = fallback;
+  read(object, key, value);
+  return value;
+}
 
 void check_tools(const Json& tools) {
   if (!tools.is_array()) throw ApiError(400, "'tools' must be an array", "tools");

@@ -181,6 +181,13 @@ TEST(ChatTemplate, ErrorsAreClearAndBounded) {
         << source.substr(0, 60) << ": " << error;
   }
   EXPECT_EQ(ChatTemplate("{{ 1" + repeat(" + 1", 200) + " }}").render(json::object()), "201");
+  // The bracket bound is what it says: 60 nested parentheses are fine, 70 are not.
+  EXPECT_EQ(
+      ChatTemplate("{{ " + repeat("(", 60) + "1" + repeat(")", 60) + " }}").render(json::object()),
+      "1");
+  EXPECT_NE(render_error("{{ " + repeat("(", 70) + "1" + repeat(")", 70) + " }}")
+                .find("nested more than 64 levels"),
+            std::string::npos);
 }
 
 // Numbers a template cannot hold (found by fuzzing: std::stoll threw out_of_range) are an
