@@ -24,6 +24,7 @@ constexpr Architecture kArchitectures[] = {
     {"Qwen3ForCausalLM", ModelFamily::kQwen3},
     {"DeepseekV2ForCausalLM", ModelFamily::kDeepseekV2},
     {"DeepseekV3ForCausalLM", ModelFamily::kDeepseekV3},
+    {"DeepseekV4ForCausalLM", ModelFamily::kDeepseekV4},
 };
 
 // Typed field access with errors that name the file and field.
@@ -253,15 +254,22 @@ void parse_moe(const Fields& fields, ModelConfig& model, const std::string& sour
   moe.layer_frequency = fields.int_or("moe_layer_freq", 1);
   moe.num_groups = fields.int_or("n_group", 1);
   moe.topk_groups = fields.int_or("topk_group", moe.num_groups);
-  moe.normalize_weights = fields.boolean_or("norm_topk_prob", false);
+  // DeepSeek-V4 always renormalises the chosen experts' weights, whatever norm_topk_prob says.
+  moe.normalize_weights =
+      model.family == ModelFamily::kDeepseekV4 || fields.boolean_or("norm_topk_prob", false);
   moe.routed_scaling_factor = fields.number_or("routed_scaling_factor", 1.0);
-  std::string scoring = fields.string_or("scoring_func", "softmax");
+  std::string scoring = fields.string_or(
+      "scoring_func", model.family == ModelFamily::kDeepseekV4 ? "sqrtsoftplus" : "softmax");
   if (scoring == "softmax") {
     moe.scoring = ExpertScoring::kSoftmax;
   } else if (scoring == "sigmoid") {
     moe.scoring = ExpertScoring::kSigmoid;
+  } else if (scoring == "sqrtsoftplus" && model.family == ModelFamily::kDeepseekV4) {
+    moe.scoring = ExpertScoring::kSqrtSoftplus;
   } else {
-    fields.bad("scoring_func", "\"softmax\" or \"sigmoid\"");
+    fields.bad("scoring_func", model.family == ModelFamily::kDeepseekV4
+                                   ? "\"sqrtsoftplus\", \"softmax\" or \"sigmoid\""
+                                   : "\"softmax\" or \"sigmoid\"");
   }
   std::string method = fields.string_or("topk_method", "greedy");
   if (method == "greedy") {
@@ -309,6 +317,176 @@ void parse_quantization(const json& config, ModelConfig& model, const std::strin
   model.weight_block_cols = block[1].get<int>();
 }
 
+// DeepSeek-V4 layer schedule: the attention kind and compression rate of every layer, from
+// `layer_types` (transformers' style) or `compress_ratios` (DeepSeek's), with the rate of each
+// kind from `compress_rates` (or the scalar compress_rate_csa / compress_rate_hca keys).
+void parse_v4_layers(const json& config, const Fields& fields, ModelConfig& model,
+                     const std::string& source) {
+  DeepseekV4Config& v4 = model.v4;
+  int rate_csa = 4, rate_hca = 128;
+  if (fields.has("compress_rates")) {
+    const json& rates = config.at("compress_rates");
+    if (!rates.is_object()) fields.bad("compress_rates", "an object keyed by attention type");
+    Fields rate_fields(rates, source, "compress_rates.");
+    rate_csa = rate_fields.int_or("compressed_sparse_attention", rate_csa);
+    rate_hca = rate_fields.int_or("heavily_compressed_attention", rate_hca);
+  }
+  rate_csa = fields.int_or("compress_rate_csa", rate_csa);
+  rate_hca = fields.int_or("compress_rate_hca", rate_hca);
+  constexpr int kMaxRate = 1 << 16;
+  if (rate_csa > kMaxRate || rate_hca > kMaxRate)
+    fail("{}: compression rates {} and {} must be at most {}", source, rate_csa, rate_hca,
+         kMaxRate);
+  auto add = [&](V4Attention kind) {
+    v4.layer_attention.push_back(kind);
+    v4.layer_rate.push_back(kind == V4Attention::kSliding            ? 0
+                            : kind == V4Attention::kCompressedSparse ? rate_csa
+                                                                     : rate_hca);
+  };
+  if (fields.has("layer_types")) {
+    const json& types = config.at("layer_types");
+    if (!types.is_array() || static_cast<int>(types.size()) < model.num_layers)
+      fail("{}: field \"layer_types\" must list one type per layer ({})", source, model.num_layers);
+    for (int layer = 0; layer < model.num_layers; ++layer) {
+      const json& type = types[static_cast<size_t>(layer)];
+      std::string name = type.is_string() ? type.get<std::string>() : "";
+      if (name == "sliding_attention") {
+        add(V4Attention::kSliding);
+      } else if (name == "compressed_sparse_attention") {
+        add(V4Attention::kCompressedSparse);
+      } else if (name == "heavily_compressed_attention") {
+        add(V4Attention::kHeavilyCompressed);
+      } else {
+        fail(
+            "{}: field \"layer_types\" has unsupported entry {} (supported: sliding_attention, "
+            "compressed_sparse_attention, heavily_compressed_attention)",
+            source, type.dump());
+      }
+    }
+  } else if (fields.has("compress_ratios")) {
+    const json& ratios = config.at("compress_ratios");
+    if (!ratios.is_array() || static_cast<int>(ratios.size()) < model.num_layers)
+      fail("{}: field \"compress_ratios\" must list one ratio per layer ({})", source,
+           model.num_layers);
+    for (int layer = 0; layer < model.num_layers; ++layer) {
+      const json& ratio = ratios[static_cast<size_t>(layer)];
+      int64_t value = ratio.is_number_integer() ? ratio.get<int64_t>() : -1;
+      if (value == 0) {
+        add(V4Attention::kSliding);
+      } else if (value == 4 || value == rate_csa) {
+        add(V4Attention::kCompressedSparse);
+      } else if (value == 128 || value == rate_hca) {
+        add(V4Attention::kHeavilyCompressed);
+      } else {
+        fail("{}: field \"compress_ratios\" has entry {} at layer {} (supported: 0, {}, {})",
+             source, ratio.dump(), layer, rate_csa, rate_hca);
+      }
+    }
+  } else {
+    for (int layer = 0; layer < model.num_layers; ++layer) {
+      bool hca = layer < 2 || (layer - 2) % 2 == 0;
+      add(hca ? V4Attention::kHeavilyCompressed : V4Attention::kCompressedSparse);
+    }
+  }
+  if (fields.has("mlp_layer_types")) {
+    const json& types = config.at("mlp_layer_types");
+    if (!types.is_array() || static_cast<int>(types.size()) < model.num_layers)
+      fail("{}: field \"mlp_layer_types\" must list one type per layer ({})", source,
+           model.num_layers);
+    for (int layer = 0; layer < model.num_layers; ++layer) {
+      const json& type = types[static_cast<size_t>(layer)];
+      std::string name = type.is_string() ? type.get<std::string>() : "";
+      if (name != "hash_moe" && name != "moe")
+        fail("{}: field \"mlp_layer_types\" has unsupported entry {} (supported: hash_moe, moe)",
+             source, type.dump());
+      v4.layer_hash.push_back(name == "hash_moe");
+    }
+  } else {
+    int hash_layers = fields.non_negative_int_or("num_hash_layers", 3);
+    for (int layer = 0; layer < model.num_layers; ++layer)
+      v4.layer_hash.push_back(layer < hash_layers);
+  }
+}
+
+// DeepSeek-V4's two rope tables: "main" (plain, sliding layers) and "compress" (YaRN over
+// compress_rope_theta, everything inside CSA and HCA layers).
+void parse_v4_ropes(const json& config, const Fields& fields, ModelConfig& model,
+                    const std::string& source) {
+  DeepseekV4Config& v4 = model.v4;
+  double theta = fields.number_or("rope_theta", 10000.0);
+  double compress_theta = fields.number_or("compress_rope_theta", 160000.0);
+  int max_positions = model.max_position_embeddings;
+  const char* key = fields.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  json params = fields.has(key) ? config.at(key) : json();
+  if (params.is_object() && params.contains("main") && params.contains("compress")) {
+    v4.main_rope =
+        parse_rope(params.at("main"), theta, max_positions, source, std::string(key) + ".main");
+    v4.compress_rope = parse_rope(params.at("compress"), compress_theta, max_positions, source,
+                                  std::string(key) + ".compress");
+  } else {
+    v4.main_rope = parse_rope(json(), theta, max_positions, source, key);
+    json compress = params;
+    if (compress.is_object()) compress.erase("rope_theta");
+    v4.compress_rope = parse_rope(compress, compress_theta, max_positions, source, key);
+    // DeepSeek's flat YaRN description leaves cos and sin unscaled.
+    if (v4.compress_rope.type == RopeType::kYarn && v4.compress_rope.attention_factor == 0)
+      v4.compress_rope.attention_factor = 1.0;
+  }
+  for (int layer = 0; layer < model.num_layers; ++layer) {
+    bool sliding = v4.layer_attention[static_cast<size_t>(layer)] == V4Attention::kSliding;
+    model.layer_rope.push_back(sliding ? v4.main_rope : v4.compress_rope);
+  }
+}
+
+void parse_deepseek_v4(const json& config, const Fields& fields, ModelConfig& model,
+                       const std::string& source) {
+  DeepseekV4Config& v4 = model.v4;
+  model.num_kv_heads = 1;  // one shared K=V head, whatever num_key_value_heads says
+  v4.q_lora_rank = fields.int_or("q_lora_rank", 1024);
+  if (fields.has("partial_rotary_factor")) {
+    double factor = fields.number("partial_rotary_factor");
+    if (!(factor > 0 && factor <= 1)) fields.bad("partial_rotary_factor", "in (0, 1]");
+    v4.rope_dims = static_cast<int>(model.head_dim * factor);
+  } else {
+    v4.rope_dims = fields.int_or("qk_rope_head_dim", model.head_dim * 64 / 512);
+  }
+  if (v4.rope_dims % 2 != 0 || v4.rope_dims > model.head_dim)
+    fields.bad(fields.has("partial_rotary_factor") ? "partial_rotary_factor" : "qk_rope_head_dim",
+               "an even number of rope dims within head_dim");
+  v4.o_groups = fields.int_or("o_groups", 8);
+  v4.o_lora_rank = fields.int_or("o_lora_rank", 1024);
+  if (model.num_heads % v4.o_groups != 0)
+    fail("{}: o_groups ({}) must divide num_attention_heads ({})", source, v4.o_groups,
+         model.num_heads);
+  v4.window = fields.int_or("sliding_window", 128);
+  v4.index_heads = fields.int_or("index_n_heads", 64);
+  v4.index_head_dim = fields.int_or("index_head_dim", 128);
+  v4.index_topk = fields.int_or("index_topk", 512);
+  if (v4.index_head_dim % 2 != 0 || v4.index_head_dim < v4.rope_dims)
+    fields.bad("index_head_dim", "even and at least the rope dims");
+  v4.hc_mult = fields.int_or("hc_mult", 4);
+  v4.hc_sinkhorn_iters = fields.int_or("hc_sinkhorn_iters", 20);
+  v4.hc_eps = fields.number_or("hc_eps", 1e-6);
+  constexpr int kMaxStreams = 64;
+  if (v4.hc_mult > kMaxStreams) fields.bad("hc_mult", "at most 64");
+  if (v4.hc_sinkhorn_iters > 1000) fields.bad("hc_sinkhorn_iters", "at most 1000");
+  v4.swiglu_limit = fields.number_or("swiglu_limit", 10.0);
+  if (v4.swiglu_limit < 0) fields.bad("swiglu_limit", "a non-negative number");
+  constexpr int kMaxWidth = 65536;
+  for (int width : {v4.q_lora_rank, v4.o_lora_rank, v4.index_heads * v4.index_head_dim,
+                    v4.index_topk, v4.window}) {
+    if (width > kMaxWidth)
+      fail("{}: a DeepSeek-V4 width ({}) exceeds {}", source, width, kMaxWidth);
+  }
+  parse_v4_layers(config, fields, model, source);
+  model.layer_window.assign(static_cast<size_t>(model.num_layers), v4.window);
+  parse_v4_ropes(config, fields, model, source);
+}
+
+void check_deepseek_v4_moe(const Fields& fields, const ModelConfig& model) {
+  if (model.moe.num_experts == 0)
+    fields.bad("n_routed_experts", "positive (V4 layers are all MoE)");
+}
 }  // namespace
 
 bool ModelConfig::any_sliding() const {
@@ -336,7 +514,10 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   Fields fields(config, source);
   model.vocab_size = fields.positive_int("vocab_size");
   model.hidden_size = fields.positive_int("hidden_size");
-  model.intermediate_size = fields.positive_int("intermediate_size");
+  bool v4 = model.family == ModelFamily::kDeepseekV4;
+  // DeepSeek-V4 has no dense layers, so no dense width.
+  model.intermediate_size =
+      v4 ? fields.int_or("intermediate_size", 0) : fields.positive_int("intermediate_size");
   model.num_layers = fields.positive_int("num_hidden_layers");
   model.num_heads = fields.positive_int("num_attention_heads");
   model.num_kv_heads = fields.int_or("num_key_value_heads", model.num_heads);
@@ -346,13 +527,13 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   }
   bool deepseek =
       model.family == ModelFamily::kDeepseekV2 || model.family == ModelFamily::kDeepseekV3;
-  if (!deepseek && !fields.has("head_dim") && model.hidden_size % model.num_heads != 0) {
+  if (!deepseek && !v4 && !fields.has("head_dim") && model.hidden_size % model.num_heads != 0) {
     fail(
         "{}: hidden_size ({}) is not a multiple of num_attention_heads ({}) and head_dim is not "
         "set",
         source, model.hidden_size, model.num_heads);
   }
-  model.head_dim = fields.int_or("head_dim", model.hidden_size / model.num_heads);
+  model.head_dim = fields.int_or("head_dim", v4 ? 512 : model.hidden_size / model.num_heads);
   if (deepseek) parse_mla(fields, model);
   if (model.head_dim % 2 != 0)
     fail("{}: field \"head_dim\" must be even for rotary embeddings", source);
@@ -385,14 +566,19 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
         "gelu_pytorch_tanh)",
         source, activation);
   }
-  std::vector<std::string> layer_types;
-  parse_layer_windows(config, fields, model, source, layer_types);
-  parse_layer_ropes(config, fields, model, source, layer_types);
-  if (deepseek) {
+  if (v4) {
+    parse_deepseek_v4(config, fields, model, source);
+  } else {
+    std::vector<std::string> layer_types;
+    parse_layer_windows(config, fields, model, source, layer_types);
+    parse_layer_ropes(config, fields, model, source, layer_types);
+  }
+  if (deepseek || v4) {
     parse_moe(fields, model, source);
     model.num_mtp_layers = fields.non_negative_int_or("num_nextn_predict_layers", 0);
-    model.num_kv_heads = model.num_heads;
+    if (!v4) model.num_kv_heads = model.num_heads;
   }
+  if (v4) check_deepseek_v4_moe(fields, model);
   parse_quantization(config, model, source);
   model.eos_token_ids = parse_token_ids(config, "eos_token_id", source);
   std::vector<int> bos = parse_token_ids(config, "bos_token_id", source);

@@ -8,7 +8,7 @@
 
 namespace deepinfer {
 
-enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kDeepseekV2, kDeepseekV3 };
+enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kDeepseekV2, kDeepseekV3, kDeepseekV4 };
 
 enum class RopeType { kDefault, kLinear, kDynamic, kLlama3, kYarn };
 
@@ -44,7 +44,8 @@ struct MlaConfig {
   int qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
 };
 
-enum class ExpertScoring { kSoftmax, kSigmoid };
+// sqrt_softplus: sqrt(softplus(logit)) (DeepSeek-V4).
+enum class ExpertScoring { kSoftmax, kSigmoid, kSqrtSoftplus };
 // greedy: top-k of all experts. group_limited_greedy (V2): groups ranked by their best expert.
 // noaux_tc (V3): groups ranked by the sum of their top-2 biased scores; the bias
 // (e_score_correction_bias) only chooses, the unbiased scores weight.
@@ -67,6 +68,31 @@ struct MoeConfig {
   bool is_moe_layer(int layer) const {
     return num_experts > 0 && layer >= first_dense_layers && layer % layer_frequency == 0;
   }
+};
+
+// DeepSeek-V4's attention kinds: a sliding window only; the window plus overlapping
+// compression at a low rate with a lightning indexer choosing entries (CSA); the window plus
+// non-overlapping compression at a high rate, every completed entry visible (HCA).
+enum class V4Attention : uint8_t { kSliding, kCompressedSparse, kHeavilyCompressed };
+
+struct DeepseekV4Config {
+  int q_lora_rank = 0;
+  int rope_dims = 0;  // the trailing dims of each head that rotate
+  int o_groups = 0;
+  int o_lora_rank = 0;
+  int window = 0;  // sliding window, counting the query itself
+  int index_heads = 0;
+  int index_head_dim = 0;
+  int index_topk = 0;
+  int hc_mult = 0;  // residual streams
+  int hc_sinkhorn_iters = 20;
+  double hc_eps = 1e-6;
+  double swiglu_limit = 0.0;  // 0: no clamp
+  std::vector<V4Attention> layer_attention;
+  std::vector<int> layer_rate;   // tokens per compressed entry; 0 for sliding layers
+  std::vector<bool> layer_hash;  // the MoE routes by token id (tid2eid)
+  RopeConfig main_rope;          // sliding layers
+  RopeConfig compress_rope;      // every rope inside CSA and HCA layers
 };
 
 struct ModelConfig {
@@ -94,7 +120,8 @@ struct ModelConfig {
   std::vector<RopeConfig> layer_rope;
   std::vector<int> eos_token_ids;
   int bos_token_id = -1;
-  MlaConfig mla;  // DeepSeek families only
+  MlaConfig mla;        // DeepSeek-V2/V3 only
+  DeepseekV4Config v4;  // DeepSeek-V4 only
   MoeConfig moe;
   int num_mtp_layers = 0;  // num_nextn_predict_layers: extra layers after the last
   // quantization_config of block-scaled FP8 checkpoints: the scale block, 0 when unquantized.
@@ -102,6 +129,7 @@ struct ModelConfig {
   int weight_block_cols = 0;
 
   bool any_sliding() const;
+  // DeepSeek-V2/V3 (multi-head latent attention).
   bool is_deepseek() const {
     return family == ModelFamily::kDeepseekV2 || family == ModelFamily::kDeepseekV3;
   }

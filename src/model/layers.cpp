@@ -20,6 +20,26 @@ const Tensor* layer_weight(const TensorStore& store, const std::string& name,
   return &tensor;
 }
 
+std::vector<float> host_floats(Ops& ops, const TensorStore& store, const std::string& name,
+                               std::initializer_list<int64_t> shape) {
+  const Tensor& tensor = store.get(name, shape);
+  if (tensor.dtype != DType::kF32 && tensor.dtype != DType::kBF16 && tensor.dtype != DType::kF16)
+    fail("tensor \"{}\" has dtype {}; expected F32, BF16 or F16", name, dtype_name(tensor.dtype));
+  std::vector<std::byte> raw(tensor.nbytes());
+  ops.to_host(raw.data(), tensor.data, raw.size());
+  std::vector<float> values(static_cast<size_t>(tensor.numel()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (tensor.dtype == DType::kF32) {
+      std::memcpy(&values[i], raw.data() + i * 4, 4);
+      continue;
+    }
+    uint16_t bits = 0;
+    std::memcpy(&bits, raw.data() + i * 2, 2);
+    values[i] = tensor.dtype == DType::kBF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+  }
+  return values;
+}
+
 GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int64_t hidden,
                         int64_t intermediate) {
   GatedMlp mlp;

@@ -19,6 +19,11 @@ namespace deepinfer {
 const Tensor* layer_weight(const TensorStore& store, const std::string& name,
                            std::initializer_list<int64_t> shape);
 
+// The tensor `name` with the given shape (F32, BF16 or F16) widened to floats in host memory:
+// the small per-channel parameters code reads on the host (biases, norms, sinks).
+std::vector<float> host_floats(Ops& ops, const TensorStore& store, const std::string& name,
+                               std::initializer_list<int64_t> shape);
+
 // gate_proj / up_proj / down_proj under `prefix` ("model.layers.3.mlp.").
 struct GatedMlp {
   const Tensor* gate = nullptr;
@@ -103,5 +108,8 @@ std::unique_ptr<CausalLM> make_dense_model(ModelConfig config, std::unique_ptr<T
 std::unique_ptr<CausalLM> make_deepseek_model(ModelConfig config,
                                               std::unique_ptr<TensorStore> store,
                                               const ModelLoadOptions& options, Ops& ops);
+
+std::unique_ptr<CausalLM> make_deepseek_v4_model(ModelConfig config,
+                                                 std::unique_ptr<TensorStore> store, Ops& ops);
 
 }  // namespace deepinfer

@@ -45,24 +45,8 @@ MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefi
   int64_t hidden = config.hidden_size;
   weights.router = layer_weight(store, prefix + "gate.weight", {moe.num_experts, hidden});
   if (moe.selection == ExpertSelection::kNoAuxTc) {
-    const Tensor& bias = store.get(prefix + "gate.e_score_correction_bias", {moe.num_experts});
-    if (bias.dtype != DType::kF32 && bias.dtype != DType::kBF16) {
-      fail("tensor \"{}gate.e_score_correction_bias\" has dtype {}; expected F32 or BF16", prefix,
-           dtype_name(bias.dtype));
-    }
-    std::vector<std::byte> raw(bias.nbytes());
-    ops.to_host(raw.data(), bias.data, raw.size());
-    for (int64_t e = 0; e < moe.num_experts; ++e) {
-      float value = 0.0f;
-      if (bias.dtype == DType::kF32) {
-        std::memcpy(&value, raw.data() + e * 4, 4);
-      } else {
-        uint16_t bits = 0;
-        std::memcpy(&bits, raw.data() + e * 2, 2);
-        value = bf16_to_f32(bits);
-      }
-      weights.routed.correction_bias.push_back(value);
-    }
+    weights.routed.correction_bias =
+        host_floats(ops, store, prefix + "gate.e_score_correction_bias", {moe.num_experts});
   }
   for (int e = 0; e < moe.num_experts; ++e) {
     GatedMlp expert = bind_gated_mlp(store, fmt::format("{}experts.{}.", prefix, e), hidden,

@@ -142,6 +142,7 @@ std::vector<std::string> deepseek_cases() {
     for (const char* mode : {"", "@absorbed", "@expanding", "@expanded_cache"})
       cases.push_back(std::string(fixture) + mode);
   }
+  cases.push_back("deepseek-v4-flash-style");
   return cases;
 }
 
