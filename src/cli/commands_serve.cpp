@@ -88,7 +88,9 @@ void add_serve_command(CLI::App& app) {
          "(overrides bytes)",
          "DEEPINFER_KV_CACHE_MEMORY_FRACTION")
       ->check(CLI::Range(0.0, 0.99));
-  option("--block-size", args->engine.block_size, "Tokens per KV block", "DEEPINFER_BLOCK_SIZE")
+  option("--block-size", args->engine.block_size,
+         "Tokens per KV block (DeepSeek-V4 rounds it up to a multiple of its compression rates)",
+         "DEEPINFER_BLOCK_SIZE")
       ->check(CLI::Range(1, 1024));
   command
       ->add_flag("!--no-enable-prefix-caching", args->engine.prefix_caching,

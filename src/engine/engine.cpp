@@ -112,8 +112,10 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
            "engine: vocab_limit {} is outside the model's vocabulary of {}", config.vocab_limit,
            c.vocab_size);
   sampled_vocab_ = config.vocab_limit > 0 ? config.vocab_limit : c.vocab_size;
-  limits_ = {sampled_vocab_,    c.max_position_embeddings,    cache_.num_blocks() - 1,
-             config.block_size, cache_.groups().group_window, config.max_batched_tokens};
+  // A model may need larger blocks than asked for (DeepSeek-V4: whole compression windows).
+  config_.block_size = cache_.shape().block_size;
+  limits_ = {sampled_vocab_,     c.max_position_embeddings,    cache_.num_blocks() - 1,
+             config_.block_size, cache_.groups().group_window, config.max_batched_tokens};
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;

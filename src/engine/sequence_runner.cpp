@@ -6,12 +6,19 @@
 
 namespace deepinfer {
 
+namespace {
+
+// Every cache group keeps every block here; one more is the pool's null block.
+int64_t blocks_for(const KvCacheShape& shape, int64_t max_tokens) {
+  return 1 + shape.groups().num_groups() *
+                 std::max<int64_t>(1, (max_tokens + shape.block_size - 1) / shape.block_size);
+}
+
+}  // namespace
+
 SequenceRunner::SequenceRunner(CausalLM& model, int64_t max_tokens, int block_size)
     : model_(model),
-      // Every cache group keeps every block here; one more is the pool's null block.
-      cache_(model.kv_shape(block_size),
-             1 + model.kv_shape(block_size).groups().num_groups() *
-                     std::max<int64_t>(1, (max_tokens + block_size - 1) / block_size),
+      cache_(model.kv_shape(block_size), blocks_for(model.kv_shape(block_size), max_tokens),
              model.ops()),
       capacity_(max_tokens) {}
 

@@ -19,10 +19,16 @@ std::filesystem::path fixture_model(const std::string& name);
 std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& param_info);
 
 // The fixture models every engine and invariance test runs on.
-inline const std::vector<std::string> kFixtureModels = {
-    "llama-gqa",           "llama3-rope-tied", "qwen2-mqa-bias-f32",
-    "qwen3-qknorm",        "qwen3-hybrid-swa", "mistral-swa",
-    "deepseek-v3-mla-moe", "deepseek-v3-fp8",  "deepseek-v2-lite-style"};
+inline const std::vector<std::string> kFixtureModels = {"llama-gqa",
+                                                        "llama3-rope-tied",
+                                                        "qwen2-mqa-bias-f32",
+                                                        "qwen3-qknorm",
+                                                        "qwen3-hybrid-swa",
+                                                        "mistral-swa",
+                                                        "deepseek-v3-mla-moe",
+                                                        "deepseek-v3-fp8",
+                                                        "deepseek-v2-lite-style",
+                                                        "deepseek-v4-flash-style"};
 
 // A fresh directory under the system temp dir, removed when the object dies.
 class TempDir {
