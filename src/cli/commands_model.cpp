@@ -323,6 +323,29 @@ void add_deepseek_make_options(CLI::App& command, MakeModelOptions& o) {
                "Multi-token-prediction modules (num_nextn_predict_layers)");
 }
 
+// DeepSeek-V4's own fields (with --q-lora-rank, --qk-rope-dim, --head-dim, --sliding-window
+// and the expert options).
+void add_deepseek_v4_make_options(CLI::App& command, MakeModelOptions& o) {
+  auto positive = [&](const char* flag, int& value, const char* help) {
+    command.add_option(flag, value, help)->check(CLI::PositiveNumber)->group("DeepSeek-V4");
+  };
+  positive("--o-groups", o.o_groups, "Groups of the output projection (o_groups)");
+  positive("--o-lora-rank", o.o_lora_rank, "Per-group output rank (o_lora_rank)");
+  positive("--index-heads", o.index_heads, "Lightning-indexer heads (index_n_heads)");
+  positive("--index-head-dim", o.index_head_dim, "Lightning-indexer head size");
+  positive("--index-topk", o.index_topk, "Compressed entries each query keeps (index_topk)");
+  positive("--hc-mult", o.hc_mult, "Residual streams of the hyper-connections (hc_mult)");
+  command.add_option("--hash-layers", o.num_hash_layers, "Leading hash-routed MoE layers")
+      ->check(CLI::NonNegativeNumber)
+      ->group("DeepSeek-V4");
+  command
+      .add_option("--compress-ratios", o.compress_ratios,
+                  "Per layer 0 (window only), 4 (CSA) or 128 (HCA), comma-separated "
+                  "(default: transformers' schedule)")
+      ->delimiter(',')
+      ->group("DeepSeek-V4");
+}
+
 void add_make_model_command(CLI::App& app) {
   auto options = std::make_shared<MakeModelOptions>();
   auto out = std::make_shared<std::string>();
@@ -331,7 +354,8 @@ void add_make_model_command(CLI::App& app) {
       "make-model", "Write a random-weight checkpoint in the Hugging Face layout");
   command->add_option("out_dir", *out, "Folder to write (created if missing)")->required();
   command->add_option("--family", options->family, "Architecture family")
-      ->check(CLI::IsMember({"llama", "mistral", "qwen2", "qwen3", "deepseek_v2", "deepseek_v3"}));
+      ->check(CLI::IsMember(
+          {"llama", "mistral", "qwen2", "qwen3", "deepseek_v2", "deepseek_v3", "deepseek_v4"}));
   command->add_option("--vocab", options->vocab_size, "Vocabulary size")
       ->check(CLI::PositiveNumber);
   command->add_option("--hidden", options->hidden_size, "Hidden size")->check(CLI::PositiveNumber);
@@ -363,6 +387,7 @@ void add_make_model_command(CLI::App& app) {
                    "block scales and the rest as bf16")
       ->check(CLI::IsMember({"bf16", "f16", "f32", "fp8"}));
   add_deepseek_make_options(*command, *options);
+  add_deepseek_v4_make_options(*command, *options);
   command->add_option("--seed", options->seed, "Seed for the random weights");
   auto shard_mib = std::make_shared<size_t>(5 << 10);
   command

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "core/thread_pool.h"
+#include "model/make_model_parts.h"
 #include "model/safetensors.h"
 
 namespace deepinfer {
@@ -17,9 +18,22 @@ namespace deepinfer {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-namespace {
+using make_model_parts::add_projection;
+using make_model_parts::kFp8Block;
 
-constexpr int kFp8Block = 128;
+void make_model_parts::add_projection(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
+                                      const std::string& name, int64_t rows, int64_t cols) {
+  if (o.dtype != DType::kF8E4M3) {
+    specs.push_back({name, o.dtype, {rows, cols}});
+    return;
+  }
+  specs.push_back({name, DType::kF8E4M3, {rows, cols}});
+  specs.push_back({name + "_scale_inv",
+                   DType::kF32,
+                   {(rows + kFp8Block - 1) / kFp8Block, (cols + kFp8Block - 1) / kFp8Block}});
+}
+
+namespace {
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -80,12 +94,13 @@ json family_config(const MakeModelOptions& o, int head_dim) {
       {"qwen3", {"Qwen3ForCausalLM", "qwen3"}},
       {"deepseek_v2", {"DeepseekV2ForCausalLM", "deepseek_v2"}},
       {"deepseek_v3", {"DeepseekV3ForCausalLM", "deepseek_v3"}},
+      {"deepseek_v4", {"DeepseekV4ForCausalLM", "deepseek_v4"}},
   };
   auto found = kFamilies.find(o.family);
   if (found == kFamilies.end()) {
     fail(
         "make-model: unknown family \"{}\" (llama, mistral, qwen2, qwen3, deepseek_v2, "
-        "deepseek_v3)",
+        "deepseek_v3, deepseek_v4)",
         o.family);
   }
   json config = {
@@ -124,20 +139,8 @@ json family_config(const MakeModelOptions& o, int head_dim) {
     config["max_window_layers"] = 0;
   }
   if (is_deepseek(o)) add_deepseek_config(o, config);
+  if (o.family == "deepseek_v4") make_model_parts::add_deepseek_v4_config(o, config);
   return config;
-}
-
-// A projection: FP8 with its block scales beside it, or the model's dtype.
-void add_projection(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
-                    const std::string& name, int64_t rows, int64_t cols) {
-  if (o.dtype != DType::kF8E4M3) {
-    specs.push_back({name, o.dtype, {rows, cols}});
-    return;
-  }
-  specs.push_back({name, DType::kF8E4M3, {rows, cols}});
-  specs.push_back({name + "_scale_inv",
-                   DType::kF32,
-                   {(rows + kFp8Block - 1) / kFp8Block, (cols + kFp8Block - 1) / kFp8Block}});
 }
 
 void add_gated_mlp(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
@@ -210,6 +213,7 @@ std::vector<TensorSpec> deepseek_specs(const MakeModelOptions& o) {
 
 std::vector<TensorSpec> tensor_specs(const MakeModelOptions& o, int head_dim) {
   if (is_deepseek(o)) return deepseek_specs(o);
+  if (o.family == "deepseek_v4") return make_model_parts::deepseek_v4_specs(o);
   DType dt = o.dtype;
   int64_t h = o.hidden_size;
   int64_t q = int64_t{o.num_heads} * head_dim;
@@ -292,17 +296,18 @@ void write_json(const fs::path& path, const json& value) {
 }  // namespace
 
 void make_random_model(const MakeModelOptions& o, const fs::path& folder) {
-  DI_CHECK(is_deepseek(o) ||
+  DI_CHECK(is_deepseek(o) || o.family == "deepseek_v4" ||
                (o.num_heads > 0 && o.num_kv_heads > 0 && o.num_heads % o.num_kv_heads == 0),
            "make-model: --heads ({}) must be a positive multiple of --kv-heads ({})", o.num_heads,
            o.num_kv_heads);
   DI_CHECK(o.head_dim > 0 || o.hidden_size % o.num_heads == 0,
            "make-model: --hidden ({}) is not a multiple of --heads ({}); pass --head-dim",
            o.hidden_size, o.num_heads);
+  bool v4 = o.family == "deepseek_v4";
   DI_CHECK(o.dtype == DType::kBF16 || o.dtype == DType::kF16 || o.dtype == DType::kF32 ||
-               (o.dtype == DType::kF8E4M3 && is_deepseek(o)),
-           "make-model: --dtype must be bf16, f16 or f32 (fp8 for deepseek_v2/deepseek_v3)");
-  if (is_deepseek(o)) {
+               (o.dtype == DType::kF8E4M3 && (is_deepseek(o) || v4)),
+           "make-model: --dtype must be bf16, f16 or f32 (fp8 for the deepseek families)");
+  if (is_deepseek(o) || v4) {
     DI_CHECK(o.experts_per_token <= o.num_experts && o.num_experts % o.expert_groups == 0 &&
                  o.topk_groups <= o.expert_groups,
              "make-model: need --experts-per-token <= --experts, --expert-groups dividing "
@@ -330,7 +335,11 @@ void make_random_model(const MakeModelOptions& o, const fs::path& folder) {
   bool show_progress = isatty(STDERR_FILENO) != 0;
   size_t written = 0;
   auto fill = [&](const TensorSpec& spec, void* data) {
-    fill_random(spec, data, o.seed);
+    if (spec.dtype == DType::kI64) {
+      make_model_parts::fill_token_experts(spec, data, o.num_experts, o.seed);
+    } else {
+      fill_random(spec, data, o.seed);
+    }
     written += spec.nbytes();
     if (show_progress) {
       fmt::print(stderr, "\rmake-model: {:3.0f}% ({:.2f} of {:.2f} GB)",

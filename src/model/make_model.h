@@ -4,13 +4,15 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
 namespace deepinfer {
 
 struct MakeModelOptions {
-  std::string family = "llama";  // llama | mistral | qwen2 | qwen3 | deepseek_v2 | deepseek_v3
+  // llama | mistral | qwen2 | qwen3 | deepseek_v2 | deepseek_v3 | deepseek_v4
+  std::string family = "llama";
   int vocab_size = 32000;
   int hidden_size = 512;
   int intermediate_size = 1536;
@@ -41,6 +43,16 @@ struct MakeModelOptions {
   int expert_groups = 1;
   int topk_groups = 1;
   int num_mtp_layers = 0;
+  // deepseek_v4 only (with q_lora_rank, qk_rope_head_dim, head_dim, sliding_window and the
+  // expert fields above; defaults: DeepSeek-V4-Flash's shapes).
+  int o_groups = 8;
+  int o_lora_rank = 1024;
+  int index_heads = 64;
+  int index_head_dim = 128;
+  int index_topk = 512;
+  int hc_mult = 4;
+  int num_hash_layers = 3;
+  std::vector<int> compress_ratios;  // per layer 0, 4 or 128; empty: transformers' default
 };
 
 // Writes config.json, generation_config.json and model.safetensors (or shards with

@@ -12,6 +12,7 @@
 #include "engine/sequence_runner.h"
 #include "kernels/ops.h"
 #include "model/config.h"
+#include "model/make_model.h"
 #include "model/model.h"
 #include "support/test_support.h"
 
@@ -308,6 +309,105 @@ TEST_F(DeepseekV4, PreemptedRequestsRecomputeTheSameTokens) {
   for (GenerationResult& result : engine.run_to_completion()) tokens[result.id] = result.tokens;
   EXPECT_EQ(tokens, alone);
   EXPECT_GT(engine.stats().preemptions, 0);
+}
+
+MakeModelOptions small_v4() {
+  MakeModelOptions o;
+  o.family = "deepseek_v4";
+  o.vocab_size = 300;
+  o.hidden_size = 128;
+  o.num_layers = 4;
+  o.num_heads = 4;
+  o.head_dim = 64;
+  o.q_lora_rank = 64;
+  o.qk_rope_head_dim = 16;
+  o.o_groups = 2;
+  o.o_lora_rank = 128;  // FP8 scale blocks of 128 rows split cleanly per group
+  o.index_heads = 2;
+  o.index_head_dim = 32;
+  o.index_topk = 3;
+  o.num_experts = 8;
+  o.experts_per_token = 2;
+  o.num_shared_experts = 1;
+  o.moe_intermediate_size = 136;
+  o.sliding_window = 16;
+  o.compress_ratios = {0, 4, 128, 4};
+  o.num_hash_layers = 1;
+  o.seed = 3;
+  return o;
+}
+
+// The checkpoint at `fp8` with every FP8 weight replaced by its f32 value (e4m3 times its
+// block's scale), unquantized.
+void write_dequantized(const std::filesystem::path& fp8, const std::filesystem::path& out) {
+  TensorStore store(fp8, LoadMode::kRead);
+  std::vector<std::vector<float>> keep;
+  std::vector<NamedTensor> tensors;
+  for (const std::string& name : store.names()) {
+    if (name.ends_with("_scale_inv")) continue;
+    const Tensor& tensor = store.get(name);
+    if (tensor.dtype != DType::kF8E4M3) {
+      tensors.push_back({name, tensor});
+      continue;
+    }
+    const Tensor& scales = store.get(name + "_scale_inv");
+    int64_t rows = tensor.dim(0), cols = tensor.dim(1);
+    std::vector<float>& values = keep.emplace_back(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        float scale = scales.as<const float>()[(r / 128) * scales.dim(1) + c / 128];
+        values[static_cast<size_t>(r * cols + c)] =
+            f8e4m3_to_f32(tensor.as<const uint8_t>()[r * cols + c]) * scale;
+      }
+    }
+    tensors.push_back({name, Tensor::contiguous(values.data(), DType::kF32, {rows, cols})});
+  }
+  std::filesystem::create_directories(out);
+  write_safetensors(out / "model.safetensors", tensors);
+  std::ifstream in(fp8 / "config.json");
+  json config = json::parse(in);
+  config.erase("quantization_config");
+  std::ofstream(out / "config.json") << config.dump(2);
+}
+
+TEST(DeepseekV4Checkpoint, Fp8BlockScaledWeightsComputeAsTheirValues) {
+  TempDir dir;
+  MakeModelOptions o = small_v4();
+  o.dtype = DType::kF8E4M3;
+  make_random_model(o, dir.path() / "fp8");
+  write_dequantized(dir.path() / "fp8", dir.path() / "f32");
+  auto ops = make_cpu_ops();
+  auto quantized = load_model(dir.path() / "fp8", LoadMode::kMmap, *ops);
+  auto reference = load_model(dir.path() / "f32", LoadMode::kMmap, *ops);
+  EXPECT_EQ(quantized->config().weight_block_rows, 128);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back((i * 31 + 7) % o.vocab_size);
+  SequenceRunner a(*quantized, 150), b(*reference, 150);
+  std::vector<float> got = a.feed(prompt, true), want = b.feed(prompt, true);
+  EXPECT_LE(max_abs_difference(got.data(), want.data(), got.size()), 1e-4f);
+}
+
+TEST(DeepseekV4Checkpoint, MadeModelsLoadAndDecodeLikeTheirPrefill) {
+  TempDir dir;
+  MakeModelOptions o = small_v4();
+  o.sliding_window = 0;  // V4's default window (128)
+  o.compress_ratios = {};  // transformers' default schedule
+  make_random_model(o, dir.path());
+  auto ops = make_cpu_ops();
+  auto model = load_model(dir.path(), LoadMode::kMmap, *ops);
+  EXPECT_EQ(model->config().v4.window, 128);
+  EXPECT_EQ(model->config().v4.layer_rate, (std::vector<int>{128, 128, 128, 4}));
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 140; ++i) prompt.push_back((i * 13 + 2) % o.vocab_size);
+  SequenceRunner oneshot(*model, 140), stepwise(*model, 140);
+  std::vector<float> expected = oneshot.feed(prompt, true);
+  stepwise.feed({prompt.begin(), prompt.begin() + 120}, false);
+  const auto vocab = static_cast<size_t>(o.vocab_size);
+  for (size_t i = 120; i < prompt.size(); ++i) {
+    std::vector<float> logits = stepwise.feed({prompt[i]}, false);
+    EXPECT_LE(max_abs_difference(logits.data(), expected.data() + i * vocab, vocab), 1e-4f)
+        << "position " << i;
+  }
 }
 
 }  // namespace
