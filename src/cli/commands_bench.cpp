@@ -121,8 +121,12 @@ void print_table(const nlohmann::json& r, const BenchArgs& args) {
   fmt::print("                 against the probe's bandwidth: roofline {:.2f} tokens/s: {:.0f}%\n",
              bandwidth / bytes_per_token, 100.0 * decode * bytes_per_token / bandwidth);
   std::string cache = r.at("mla_cache").get<std::string>();
-  fmt::print("KV cache         {:.0f} bytes/token ({}f32)\n", number("kv_bytes_per_token"),
-             cache == "none" ? "" : "MLA " + cache + " cache, ");
+  fmt::print(
+      "KV cache         {:.0f} bytes/token for the whole context + {:.0f} bytes/sequence in "
+      "windows ({}f32); {:.0f} bytes/token at {} tokens\n",
+      number("kv_bytes_per_token"), number("kv_window_bytes_per_sequence"),
+      cache == "none" ? "" : "MLA " + cache + " cache, ",
+      number("kv_bytes_at_prompt") / number("prompt_tokens"), number("prompt_tokens"));
 }
 
 void run_bench(const BenchArgs& args) {
@@ -166,7 +170,12 @@ void run_bench(const BenchArgs& args) {
   }
   double prompt_rate = args.prompt_tokens / prefill_seconds;
   double prefill_flops = model->flops_per_token(args.prompt_tokens / 2.0) * args.prompt_tokens;
-  double kv_bytes_per_token = static_cast<double>(model->kv_shape(16).bytes_per_token());
+  KvCacheShape kv = model->kv_shape(16);
+  // What grows with the context, and what windowed layers keep whatever its length.
+  auto kv_bytes_per_token = static_cast<double>(kv.bytes_per_context_token());
+  constexpr int64_t kLongContext = int64_t{1} << 30;
+  double kv_window_bytes =
+      kv.bytes_at_context(kLongContext) - kv_bytes_per_token * static_cast<double>(kLongContext);
   double decode_rate = args.decode_tokens / decode_seconds;
   double bytes_per_token = static_cast<double>(model->weight_bytes_per_token());
   double weight_bandwidth = bytes_per_token * args.decode_tokens / read_seconds;
@@ -190,6 +199,8 @@ void run_bench(const BenchArgs& args) {
       {"decode_tokens_per_s", decode_rate},
       {"weight_bytes_per_token", bytes_per_token},
       {"kv_bytes_per_token", kv_bytes_per_token},
+      {"kv_window_bytes_per_sequence", kv_window_bytes},
+      {"kv_bytes_at_prompt", kv.bytes_at_context(args.prompt_tokens)},
       {"mla_cache", c.is_deepseek() ? args.model.mla_cache : "none"},
       {"decode_roofline_tokens_per_s", roofline},
       {"decode_fraction_of_roofline", decode_rate / roofline},

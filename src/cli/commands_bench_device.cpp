@@ -85,10 +85,10 @@ double time_decode_step(CausalLM& model, int batch, int context) {
 nlohmann::json batched_decode(const BenchArgs& args, CausalLM& model, double copy_bytes_per_s) {
   nlohmann::json rows = nlohmann::json::array();
   double weights = static_cast<double>(model.weight_bytes_per_token());
-  double kv_per_token = static_cast<double>(model.kv_shape(16).bytes_per_token());
+  double kv_per_sequence = model.kv_shape(16).bytes_at_context(args.decode_batch_context);
   for (int batch : args.decode_batches) {
     double step = time_decode_step(model, batch, args.decode_batch_context);
-    double bytes = weights + static_cast<double>(batch) * args.decode_batch_context * kv_per_token;
+    double bytes = weights + static_cast<double>(batch) * kv_per_sequence;
     rows.push_back({{"batch", batch},
                     {"context", args.decode_batch_context},
                     {"step_ms", step * 1e3},
@@ -143,7 +143,7 @@ void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_se
   double decode_seconds = seconds_since(decode_start);
   // K/V bytes one step reads on average, beside the weights.
   double mean_context = args.decode_prompt_tokens + 4 + args.decode_tokens / 2.0;
-  double kv_bytes = mean_context * static_cast<double>(model.kv_shape(16).bytes_per_token());
+  double kv_bytes = model.kv_shape(16).bytes_at_context(static_cast<int64_t>(mean_context));
   double prefill_flops = model.flops_per_token(args.prompt_tokens / 2.0) * args.prompt_tokens;
   double bytes_per_token = static_cast<double>(model.weight_bytes_per_token());
   double roofline = ceilings.copy_bytes_per_s / bytes_per_token;

@@ -23,6 +23,23 @@ size_t KvCacheShape::bytes_per_token() const {
          static_cast<size_t>(floats_per_token_layer());
 }
 
+size_t KvCacheShape::bytes_per_context_token() const {
+  size_t full = 0;
+  for (int layer = 0; layer < num_layers; ++layer)
+    full += layer_window.empty() || layer_window[static_cast<size_t>(layer)] == 0 ? 1 : 0;
+  return dtype_size(dtype) * full * static_cast<size_t>(floats_per_token_layer());
+}
+
+double KvCacheShape::bytes_at_context(int64_t context) const {
+  double tokens = 0.0;
+  for (int layer = 0; layer < num_layers; ++layer) {
+    int window = layer_window.empty() ? 0 : layer_window[static_cast<size_t>(layer)];
+    tokens += static_cast<double>(window > 0 ? std::min<int64_t>(window, context) : context);
+  }
+  return tokens * static_cast<double>(dtype_size(dtype)) *
+         static_cast<double>(floats_per_token_layer());
+}
+
 size_t KvCacheShape::bytes_per_block() const {
   return dtype_size(dtype) * static_cast<size_t>(groups().layers_per_page) *
          static_cast<size_t>(floats_per_token_layer()) * static_cast<size_t>(block_size);

@@ -47,6 +47,11 @@ struct KvCacheShape {
   int64_t floats_per_token_layer() const;
   // Bytes one token takes across all layers when every layer keeps it.
   size_t bytes_per_token() const;
+  // Bytes per token of the layers that keep the whole context (window 0): what grows with it.
+  size_t bytes_per_context_token() const;
+  // Bytes one sequence of `context` tokens keeps: whole-context layers for every token,
+  // windowed layers for their window's tokens only (before rounding up to blocks).
+  double bytes_at_context(int64_t context) const;
   // Bytes one block id stands for: one page of layers_per_page layers.
   size_t bytes_per_block() const;
 };

@@ -30,10 +30,12 @@ std::vector<int> compress_ratios(const MakeModelOptions& o) {
   return ratios;
 }
 
-int head_dim(const MakeModelOptions& o) { return o.head_dim > 0 ? o.head_dim : 512; }
+int head_dim(const MakeModelOptions& o) {
+  return o.head_dim > 0 ? o.head_dim : 512;
+}
 
-void add_compressor(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
-                    const std::string& p, int64_t width, int64_t rate, bool overlapping) {
+void add_compressor(std::vector<TensorSpec>& specs, const MakeModelOptions& o, const std::string& p,
+                    int64_t width, int64_t rate, bool overlapping) {
   DType dt = o.dtype == DType::kF8E4M3 ? DType::kBF16 : o.dtype;
   int64_t projected = overlapping ? 2 * width : width;
   add_projection(specs, o, p + "wkv.weight", projected, o.hidden_size);
@@ -42,8 +44,8 @@ void add_compressor(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
   specs.push_back({p + "norm.weight", dt, {width}});
 }
 
-void add_attention(std::vector<TensorSpec>& specs, const MakeModelOptions& o,
-                   const std::string& p, int ratio) {
+void add_attention(std::vector<TensorSpec>& specs, const MakeModelOptions& o, const std::string& p,
+                   int ratio) {
   DType dt = o.dtype == DType::kF8E4M3 ? DType::kBF16 : o.dtype;
   int64_t h = o.hidden_size, hd = head_dim(o), heads = o.num_heads, rank = o.q_lora_rank;
   add_projection(specs, o, p + "wq_a.weight", rank, h);

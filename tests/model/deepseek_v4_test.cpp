@@ -390,7 +390,7 @@ TEST(DeepseekV4Checkpoint, Fp8BlockScaledWeightsComputeAsTheirValues) {
 TEST(DeepseekV4Checkpoint, MadeModelsLoadAndDecodeLikeTheirPrefill) {
   TempDir dir;
   MakeModelOptions o = small_v4();
-  o.sliding_window = 0;  // V4's default window (128)
+  o.sliding_window = 0;    // V4's default window (128)
   o.compress_ratios = {};  // transformers' default schedule
   make_random_model(o, dir.path());
   auto ops = make_cpu_ops();
