@@ -60,13 +60,14 @@ void Ops::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
 }
 
 void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
-                         Tensor& out) {
+                         const std::vector<int32_t>& fixed_experts, Tensor& out) {
   const ExpertRouting& routing = experts.routing;
   const int64_t hidden = x.dim(1);
   const auto per_token = static_cast<size_t>(routing.experts_per_token);
   std::vector<int32_t> chosen(static_cast<size_t>(x.dim(0)) * per_token);
   std::vector<float> weights(chosen.size());
-  route_experts(router_logits, experts.correction_bias, routing, chosen.data(), weights.data());
+  route_experts(router_logits, experts.correction_bias, routing, fixed_experts, chosen.data(),
+                weights.data());
 
   // The rows (and their weights) each expert takes, in row order.
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(routing.num_experts));
@@ -102,7 +103,11 @@ void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const Rou
   if (!up_jobs.empty()) matmuls(x, up_jobs);
   for (Active& a : active) {
     Tensor gate = a.gate.view();
-    silu_mul(gate, a.up.view(), gate);
+    if (routing.swiglu_limit > 0) {
+      clamped_silu_mul(gate, a.up.view(), routing.swiglu_limit, gate);
+    } else {
+      silu_mul(gate, a.up.view(), gate);
+    }
     down_jobs.push_back({experts.down[a.expert], nullptr, view_of(a.output), view_of(a.gate)});
   }
   if (!down_jobs.empty()) matmuls(x, down_jobs);

@@ -72,7 +72,8 @@ struct HeadSlices {
 
 // How a mixture-of-experts router turns logits into experts (DeepSeek-V2/V3 and relatives).
 struct ExpertRouting {
-  enum class Scoring { kSoftmax, kSigmoid };
+  // kSqrtSoftplus: sqrt(softplus(logit)) (DeepSeek-V4).
+  enum class Scoring { kSoftmax, kSigmoid, kSqrtSoftplus };
   // kNone: top-k over all experts. kBestExpert (V2 group_limited_greedy): groups ranked by
   // their best score. kTopTwoSum (V3 noaux_tc): ranked by the sum of their two best biased
   // scores. Experts outside the kept groups score 0 (not -inf), as DeepSeek and transformers do.
@@ -85,6 +86,9 @@ struct ExpertRouting {
   int topk_groups = 1;
   bool normalize = false;  // divide the chosen weights by their sum
   float scaling = 1.0f;    // routed_scaling_factor, applied last
+  // > 0: the experts' SwiGLU clamps the gate product from above and the up product on both
+  // sides at this limit (DeepSeek-V4's swiglu_limit).
+  float swiglu_limit = 0.0f;
 };
 
 // The routed experts of one MoE layer: expert e is the gated MLP
@@ -206,15 +210,19 @@ class Ops {
                                const std::vector<float>& scales, const Tensor& x) = 0;
   // Chooses experts_per_token experts per row of router_logits [T, num_experts] into
   // experts/weights [T * experts_per_token]. correction_bias (may be empty) shifts the scores
-  // used to choose, never the weights.
+  // used to choose, never the weights. fixed_experts (host, [T * experts_per_token], may be
+  // empty) names the experts instead (hash routing by token id); the scores still weigh them.
   virtual void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
-                             const ExpertRouting& routing, int32_t* experts, float* weights) = 0;
+                             const ExpertRouting& routing,
+                             const std::vector<int32_t>& fixed_experts, int32_t* experts,
+                             float* weights) = 0;
   // out [T, hidden] += the weighted sum, over the experts route_experts chooses for each row
   // of router_logits [T, num_experts], of those experts' outputs for the row of x [T, hidden].
   // The default groups the rows by expert on the host and runs each chosen expert once over
   // its rows; a GPU keeps decode batches on the device.
   virtual void routed_experts(const Tensor& x, const Tensor& router_logits,
-                              const RoutedExperts& experts, Tensor& out);
+                              const RoutedExperts& experts,
+                              const std::vector<int32_t>& fixed_experts, Tensor& out);
   // out[i] = table[ids[i]] widened to f32.
   virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
   // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.
@@ -227,6 +235,8 @@ class Ops {
                     bool interleaved) = 0;
   // out = act(gate) * up, elementwise; out may alias gate.
   virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // out = silu(min(gate, limit)) * clamp(up, -limit, limit); out may alias gate.
+  virtual void clamped_silu_mul(const Tensor& gate, const Tensor& up, float limit, Tensor& out) = 0;
   virtual void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   // Writes k [T, num_kv_heads, key_dim] and v [T, num_kv_heads, value_dim] (null when the
   // cache keeps values inside keys) into the slots batch.slot_mapping names.

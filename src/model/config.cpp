@@ -470,8 +470,6 @@ void parse_deepseek_v4(const json& config, const Fields& fields, ModelConfig& mo
   constexpr int kMaxStreams = 64;
   if (v4.hc_mult > kMaxStreams) fields.bad("hc_mult", "at most 64");
   if (v4.hc_sinkhorn_iters > 1000) fields.bad("hc_sinkhorn_iters", "at most 1000");
-  v4.swiglu_limit = fields.number_or("swiglu_limit", 10.0);
-  if (v4.swiglu_limit < 0) fields.bad("swiglu_limit", "a non-negative number");
   constexpr int kMaxWidth = 65536;
   for (int width : {v4.q_lora_rank, v4.o_lora_rank, v4.index_heads * v4.index_head_dim,
                     v4.index_topk, v4.window}) {
@@ -483,9 +481,11 @@ void parse_deepseek_v4(const json& config, const Fields& fields, ModelConfig& mo
   parse_v4_ropes(config, fields, model, source);
 }
 
-void check_deepseek_v4_moe(const Fields& fields, const ModelConfig& model) {
+void check_deepseek_v4_moe(const Fields& fields, ModelConfig& model) {
   if (model.moe.num_experts == 0)
     fields.bad("n_routed_experts", "positive (V4 layers are all MoE)");
+  model.moe.swiglu_limit = fields.number_or("swiglu_limit", 10.0);
+  if (model.moe.swiglu_limit < 0) fields.bad("swiglu_limit", "a non-negative number");
 }
 }  // namespace
 

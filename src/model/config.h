@@ -64,6 +64,8 @@ struct MoeConfig {
   int topk_groups = 1;
   bool normalize_weights = false;  // norm_topk_prob
   double routed_scaling_factor = 1.0;
+  // > 0: experts clamp their gate product from above and up product on both sides (V4).
+  double swiglu_limit = 0.0;
 
   bool is_moe_layer(int layer) const {
     return num_experts > 0 && layer >= first_dense_layers && layer % layer_frequency == 0;
@@ -87,7 +89,6 @@ struct DeepseekV4Config {
   int hc_mult = 0;  // residual streams
   int hc_sinkhorn_iters = 20;
   double hc_eps = 1e-6;
-  double swiglu_limit = 0.0;  // 0: no clamp
   std::vector<V4Attention> layer_attention;
   std::vector<int> layer_rate;   // tokens per compressed entry; 0 for sliding layers
   std::vector<bool> layer_hash;  // the MoE routes by token id (tid2eid)

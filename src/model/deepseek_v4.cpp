@@ -162,7 +162,8 @@ class DeepseekV4Model final : public CausalLM {
   AttentionWeights bind_attention(const std::string& prefix, const LayerWeights& layer);
   CompressorWeights bind_compressor(const std::string& prefix, int width, int rate,
                                     bool overlapping);
-  MoeLayerWeights bind_moe(const std::string& prefix, bool hash_routed);
+  MoeWeights bind_moe(const std::string& prefix, bool hash_routed);
+  std::vector<int32_t> token_expert_table(const std::string& name);
   HyperConnection bind_hc(const std::string& fn, const std::string& base, const std::string& scale,
                           int64_t mixes, int64_t scales);
   Tensor weight_rows(const Tensor& weight, const std::string& name, int64_t first, int64_t rows);
@@ -254,33 +255,46 @@ AttentionWeights DeepseekV4Model::bind_attention(const std::string& prefix,
   return a;
 }
 
-MoeLayerWeights DeepseekV4Model::bind_moe(const std::string& prefix, bool hash_routed) {
+MoeWeights DeepseekV4Model::bind_moe(const std::string& prefix, bool hash_routed) {
   const MoeConfig& moe = config_.moe;
   const TensorStore& store = *store_;
   int64_t hidden = config_.hidden_size, width = moe.expert_intermediate_size;
   std::string p = prefix + "ffn.";
-  MoeLayerWeights m;
+  MoeWeights m;
+  m.routed.routing = expert_routing(moe);
   m.router = layer_weight(store, p + "gate.weight", {moe.num_experts, hidden});
   auto bind_expert = [&](const std::string& name, int64_t intermediate) {
-    return ExpertWeights{layer_weight(store, name + "w1.weight", {intermediate, hidden}),
-                         layer_weight(store, name + "w3.weight", {intermediate, hidden}),
-                         layer_weight(store, name + "w2.weight", {hidden, intermediate})};
+    return GatedMlp{layer_weight(store, name + "w1.weight", {intermediate, hidden}),
+                    layer_weight(store, name + "w3.weight", {intermediate, hidden}),
+                    layer_weight(store, name + "w2.weight", {hidden, intermediate})};
   };
-  for (int e = 0; e < moe.num_experts; ++e)
-    m.experts.push_back(bind_expert(fmt::format("{}experts.{}.", p, e), width));
+  for (int e = 0; e < moe.num_experts; ++e) {
+    GatedMlp expert = bind_expert(fmt::format("{}experts.{}.", p, e), width);
+    m.routed.gate.push_back(expert.gate);
+    m.routed.up.push_back(expert.up);
+    m.routed.down.push_back(expert.down);
+  }
   std::string shared = p + "shared_experts.";
   if (store.contains(shared + "w1.weight"))  // its width is whatever the checkpoint stores
     m.shared = bind_expert(shared, store.get(shared + "w1.weight").dim(0));
   if (!hash_routed) {
-    m.bias = host_floats(ops_, store, p + "gate.bias", {moe.num_experts});
+    // The selection bias steers the choice only, as V3's correction bias does.
+    m.routed.correction_bias = host_floats(ops_, store, p + "gate.bias", {moe.num_experts});
     return m;
   }
-  std::string name = p + "gate.tid2eid";
-  const Tensor& table = store.get(name, {config_.vocab_size, moe.experts_per_token});
+  m.token_experts = token_expert_table(p + "gate.tid2eid");
+  return m;
+}
+
+// tid2eid: each token id's experts, checked to name existing ones.
+std::vector<int32_t> DeepseekV4Model::token_expert_table(const std::string& name) {
+  const MoeConfig& moe = config_.moe;
+  const Tensor& table = store_->get(name, {config_.vocab_size, moe.experts_per_token});
   if (table.dtype != DType::kI64 && table.dtype != DType::kI32)
     fail("tensor \"{}\" has dtype {}; expected I64 or I32", name, dtype_name(table.dtype));
   std::vector<std::byte> raw(table.nbytes());
   ops_.to_host(raw.data(), table.data, raw.size());
+  std::vector<int32_t> experts;
   for (int64_t i = 0; i < table.numel(); ++i) {
     int64_t expert = 0;
     if (table.dtype == DType::kI64) {
@@ -292,9 +306,9 @@ MoeLayerWeights DeepseekV4Model::bind_moe(const std::string& prefix, bool hash_r
     }
     if (expert < 0 || expert >= moe.num_experts)
       fail("tensor \"{}\" names expert {} of {}", name, expert, moe.num_experts);
-    m.token_experts.push_back(static_cast<int32_t>(expert));
+    experts.push_back(static_cast<int32_t>(expert));
   }
-  return m;
+  return experts;
 }
 
 LayerWeights DeepseekV4Model::bind_layer(const std::string& prefix, int index) {
@@ -356,10 +370,11 @@ std::vector<const Tensor*> DeepseekV4Model::weights_read_per_token() const {
     }
     for (const Tensor& group : a.out_groups) read.push_back(&group);
     // Any experts_per_token routed experts weigh the same: the first stand in for them.
-    std::vector<ExpertWeights> experts(layer.moe.experts.begin(),
-                                       layer.moe.experts.begin() + config_.moe.experts_per_token);
+    std::vector<GatedMlp> experts;
+    for (int e = 0; e < config_.moe.experts_per_token; ++e)
+      experts.push_back(layer.moe.expert(static_cast<size_t>(e)));
     if (layer.moe.shared.gate) experts.push_back(layer.moe.shared);
-    for (const ExpertWeights& e : experts) read.insert(read.end(), {e.gate, e.up, e.down});
+    for (const GatedMlp& e : experts) read.insert(read.end(), {e.gate, e.up, e.down});
   }
   return read;
 }
@@ -409,7 +424,8 @@ void DeepseekV4Model::forward_into(const ForwardBatch& batch, KvCache& cache, Te
     hc_post(c, mix, out.data(), tokens, residual);
     mix = hc_pre(c, layer.ffn_hc, residual, tokens, collapsed.data());
     ops_.rmsnorm(collapsed_view, *layer.ffn_norm, eps, normed_view);
-    run_moe(ops_, c, layer.moe, normed_view, batch.tokens, layer.hash_routed, out.data());
+    Tensor out_view = out.view();
+    run_moe(ops_, c.moe, layer.moe, normed_view, batch.tokens, out_view);
     hc_post(c, mix, out.data(), tokens, residual);
   }
   hc_head(c, head_hc_, residual, tokens, collapsed.data());

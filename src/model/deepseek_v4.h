@@ -10,6 +10,7 @@
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/rope.h"
 #include "model/safetensors.h"
 
@@ -43,20 +44,6 @@ struct AttentionWeights {
   const Tensor* index_weights = nullptr;  // [nI, D]
 };
 
-struct ExpertWeights {
-  const Tensor* gate = nullptr;  // w1 [I, D]
-  const Tensor* up = nullptr;    // w3 [I, D]
-  const Tensor* down = nullptr;  // w2 [D, I]
-};
-
-struct MoeLayerWeights {
-  const Tensor* router = nullptr;      // [E, D]
-  std::vector<float> bias;             // selection bias (moe layers)
-  std::vector<int32_t> token_experts;  // tid2eid [vocab, K] (hash layers)
-  std::vector<ExpertWeights> experts;
-  ExpertWeights shared;  // gate null without a shared expert
-};
-
 // One site's hyper-connection parameters (hc_attn_* or hc_ffn_*, or the final head's).
 struct HyperConnection {
   std::vector<float> fn;     // [(2 + HC) * HC, HC * D] (the head: [HC, HC * D])
@@ -72,7 +59,7 @@ struct LayerWeights {
   const Tensor* ffn_norm = nullptr;
   HyperConnection attention_hc, ffn_hc;
   AttentionWeights attention;
-  MoeLayerWeights moe;
+  MoeWeights moe;  // the selection bias as correction bias, tid2eid as token_experts
 };
 
 // Where the model keeps a sequence's state in the paged cache. Every cache layer holds `row`
@@ -136,10 +123,6 @@ void hc_post(const ModelConfig& config, const HcMix& mix, const float* out, int6
 // The final collapse of the streams into hidden [T, D].
 void hc_head(const ModelConfig& config, const HyperConnection& hc,
              const std::vector<float>& streams, int64_t tokens, float* hidden);
-
-// The mixture of experts of one layer: out [T, D] for normed [T, D].
-void run_moe(Ops& ops, const ModelConfig& config, const MoeLayerWeights& moe, const Tensor& normed,
-             const std::vector<int32_t>& token_ids, bool hash_routed, float* out);
 
 // The rope tables of one forward: main and compress, at the batch's positions.
 struct RopeTables {

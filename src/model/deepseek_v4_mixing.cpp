@@ -1,5 +1,4 @@
-// DeepSeek-V4's residual streams (manifold-constrained hyper-connections) and its mixture of
-// experts (sqrt-softplus scores, biased or token-hashed choice, clamped SwiGLU).
+// DeepSeek-V4's residual streams (manifold-constrained hyper-connections) and rope tables.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -132,110 +131,6 @@ void hc_head(const ModelConfig& config, const HyperConnection& hc,
       float pre = sigmoid(logits[static_cast<size_t>(j)] * hc.scale[0] + hc.base[j]) + eps;
       for (int64_t i = 0; i < d; ++i) h[i] += pre * x[j * d + i];
     }
-  }
-}
-
-namespace {
-
-float sqrt_softplus(float logit) {
-  float softplus = logit > 20.0f ? logit : std::log1p(std::exp(logit));
-  return std::sqrt(softplus);
-}
-
-// The k experts of one token: the highest biased scores (ties to the lower index), or the
-// token's row of tid2eid.
-void choose_experts(const MoeLayerWeights& moe, const float* scores, int experts, int k,
-                    int32_t token, bool hash_routed, int32_t* chosen) {
-  if (hash_routed) {
-    std::copy_n(moe.token_experts.data() + static_cast<int64_t>(token) * k, k, chosen);
-    return;
-  }
-  std::vector<int32_t> order(static_cast<size_t>(experts));
-  std::iota(order.begin(), order.end(), 0);
-  auto biased = [&](int32_t e) { return scores[e] + moe.bias[static_cast<size_t>(e)]; };
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return biased(a) > biased(b) || (biased(a) == biased(b) && a < b);
-  });
-  std::copy_n(order.begin(), k, chosen);
-}
-
-// out rows += weight * SwiGLU(x rows), gate clamped from above and up on both sides.
-void run_expert(Ops& ops, const ExpertWeights& expert, const Tensor& x, float limit,
-                const std::vector<float>& weights, const std::vector<int32_t>& rows, int64_t hidden,
-                float* out) {
-  int64_t n = x.dim(0);
-  int64_t width = expert.gate->dim(0);
-  FloatTensor gate({n, width}), up({n, width}), down({n, hidden});
-  Tensor gate_view = gate.view(), up_view = up.view(), down_view = down.view();
-  ops.matmul(x, *expert.gate, nullptr, gate_view);
-  ops.matmul(x, *expert.up, nullptr, up_view);
-  float* g = gate.data();
-  const float* u = up.data();
-  for (int64_t i = 0; i < n * width; ++i) {
-    float a = g[i], b = u[i];
-    if (limit > 0) {
-      a = std::min(a, limit);
-      b = std::clamp(b, -limit, limit);
-    }
-    g[i] = a / (1.0f + std::exp(-a)) * b;
-  }
-  ops.matmul(gate_view, *expert.down, nullptr, down_view);
-  for (int64_t r = 0; r < n; ++r) {
-    float* target = out + static_cast<int64_t>(rows[static_cast<size_t>(r)]) * hidden;
-    const float* source = down.data() + r * hidden;
-    float weight = weights[static_cast<size_t>(r)];
-    for (int64_t i = 0; i < hidden; ++i) target[i] += weight * source[i];
-  }
-}
-
-}  // namespace
-
-void run_moe(Ops& ops, const ModelConfig& config, const MoeLayerWeights& moe, const Tensor& normed,
-             const std::vector<int32_t>& token_ids, bool hash_routed, float* out) {
-  const int64_t tokens = normed.dim(0);
-  const int64_t hidden = config.hidden_size;
-  const int experts = config.moe.num_experts;
-  const int k = config.moe.experts_per_token;
-  const auto limit = static_cast<float>(config.v4.swiglu_limit);
-  FloatTensor logits({tokens, experts});
-  Tensor logits_view = logits.view();
-  ops.matmul(normed, *moe.router, nullptr, logits_view);
-  // Per expert: the rows it serves and their weights.
-  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(experts));
-  std::vector<std::vector<float>> weights(static_cast<size_t>(experts));
-  std::vector<float> scores(static_cast<size_t>(experts));
-  std::vector<int32_t> chosen(static_cast<size_t>(k));
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int e = 0; e < experts; ++e)
-      scores[static_cast<size_t>(e)] = sqrt_softplus(logits.data()[t * experts + e]);
-    choose_experts(moe, scores.data(), experts, k, token_ids[static_cast<size_t>(t)], hash_routed,
-                   chosen.data());
-    float sum = 0.0f;
-    for (int32_t e : chosen) sum += scores[static_cast<size_t>(e)];
-    float factor = static_cast<float>(config.moe.routed_scaling_factor) / (sum + 1e-20f);
-    for (int32_t e : chosen) {
-      rows[static_cast<size_t>(e)].push_back(static_cast<int32_t>(t));
-      weights[static_cast<size_t>(e)].push_back(scores[static_cast<size_t>(e)] * factor);
-    }
-  }
-  std::fill(out, out + tokens * hidden, 0.0f);
-  const auto* x = static_cast<const float*>(normed.data);
-  for (int e = 0; e < experts; ++e) {
-    const std::vector<int32_t>& served = rows[static_cast<size_t>(e)];
-    if (served.empty()) continue;
-    auto n = static_cast<int64_t>(served.size());
-    FloatTensor gathered({n, hidden});
-    for (int64_t r = 0; r < n; ++r)
-      std::copy_n(x + static_cast<int64_t>(served[static_cast<size_t>(r)]) * hidden, hidden,
-                  gathered.data() + r * hidden);
-    run_expert(ops, moe.experts[static_cast<size_t>(e)], gathered.view(), limit,
-               weights[static_cast<size_t>(e)], served, hidden, out);
-  }
-  if (moe.shared.gate) {
-    std::vector<int32_t> all(static_cast<size_t>(tokens));
-    std::iota(all.begin(), all.end(), 0);
-    run_expert(ops, moe.shared, normed, limit, std::vector<float>(all.size(), 1.0f), all, hidden,
-               out);
   }
 }
 

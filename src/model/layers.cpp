@@ -49,14 +49,19 @@ GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int
   return mlp;
 }
 
-void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out) {
+void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out,
+                   float swiglu_limit) {
   int64_t tokens = x.dim(0);
   BackendTensor gate(ops, {tokens, mlp.gate->dim(0)});
   BackendTensor up(ops, {tokens, mlp.up->dim(0)});
   Tensor gate_view = gate.view();
   Tensor up_view = up.view();
   ops.matmuls(x, {{mlp.gate, nullptr, &gate_view}, {mlp.up, nullptr, &up_view}});
-  ops.silu_mul(gate_view, up_view, gate_view);
+  if (swiglu_limit > 0) {
+    ops.clamped_silu_mul(gate_view, up_view, swiglu_limit, gate_view);
+  } else {
+    ops.silu_mul(gate_view, up_view, gate_view);
+  }
   ops.matmul(gate_view, *mlp.down, nullptr, out);
 }
 

@@ -33,8 +33,10 @@ struct GatedMlp {
 GatedMlp bind_gated_mlp(const TensorStore& store, const std::string& prefix, int64_t hidden,
                         int64_t intermediate);
 
-// out [T, hidden] = down(silu(gate(x)) * up(x)); gate and up run as one parallel pass.
-void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out);
+// out [T, hidden] = down(silu(gate(x)) * up(x)); gate and up run as one parallel pass. A
+// positive swiglu_limit clamps the gate product from above and the up product both sides.
+void run_gated_mlp(Ops& ops, const GatedMlp& mlp, const Tensor& x, Tensor& out,
+                   float swiglu_limit = 0.0f);
 
 // Where one forward's inputs lie for the kernels: token ids, the attention view of every KV
 // cache group, and cos/sin per rope configuration.

@@ -8,14 +8,14 @@
 #include "core/error.h"
 
 namespace deepinfer {
-namespace {
-
-ExpertRouting routing_of(const MoeConfig& moe) {
+ExpertRouting expert_routing(const MoeConfig& moe) {
   ExpertRouting routing;
   routing.num_experts = moe.num_experts;
   routing.experts_per_token = moe.experts_per_token;
   routing.scoring = moe.scoring == ExpertScoring::kSigmoid ? ExpertRouting::Scoring::kSigmoid
-                                                           : ExpertRouting::Scoring::kSoftmax;
+                    : moe.scoring == ExpertScoring::kSqrtSoftplus
+                        ? ExpertRouting::Scoring::kSqrtSoftplus
+                        : ExpertRouting::Scoring::kSoftmax;
   switch (moe.selection) {
     case ExpertSelection::kGreedy:
       routing.group_ranking = ExpertRouting::GroupRanking::kNone;
@@ -32,16 +32,17 @@ ExpertRouting routing_of(const MoeConfig& moe) {
   // DeepSeek-V3 normalises then scales; V2 configs set norm_topk_prob false (scale only).
   routing.normalize = moe.normalize_weights;
   routing.scaling = static_cast<float>(moe.routed_scaling_factor);
+  routing.swiglu_limit = static_cast<float>(moe.swiglu_limit);
   return routing;
 }
 
-}  // namespace
+namespace {}  // namespace
 
 MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefix,
                     const ModelConfig& config) {
   const MoeConfig& moe = config.moe;
   MoeWeights weights;
-  weights.routed.routing = routing_of(moe);
+  weights.routed.routing = expert_routing(moe);
   int64_t hidden = config.hidden_size;
   weights.router = layer_weight(store, prefix + "gate.weight", {moe.num_experts, hidden});
   if (moe.selection == ExpertSelection::kNoAuxTc) {
@@ -68,23 +69,31 @@ ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_l
   auto entries = static_cast<size_t>(router_logits.dim(0) * moe.experts_per_token);
   choice.experts.resize(entries);
   choice.weights.resize(entries);
-  ops.route_experts(router_logits, correction_bias, routing_of(moe), choice.experts.data(),
+  ops.route_experts(router_logits, correction_bias, expert_routing(moe), {}, choice.experts.data(),
                     choice.weights.data());
   return choice;
 }
 
 void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
-             Tensor& out) {
+             std::span<const int32_t> token_ids, Tensor& out) {
   int64_t tokens = normed.dim(0);
   BackendTensor logits(ops, {tokens, moe.num_experts});
   Tensor logits_view = logits.view();
   ops.matmul(normed, *weights.router, nullptr, logits_view);
   if (weights.shared.gate) {
-    run_gated_mlp(ops, weights.shared, normed, out);
+    run_gated_mlp(ops, weights.shared, normed, out, static_cast<float>(moe.swiglu_limit));
   } else {
     ops.copy(BackendTensor::zeros(ops, {tokens, normed.dim(1)}).view(), out);
   }
-  ops.routed_experts(normed, logits.view(), weights.routed, out);
+  std::vector<int32_t> fixed;  // hash routing: each token's row of the table
+  if (!weights.token_experts.empty()) {
+    const auto k = static_cast<size_t>(moe.experts_per_token);
+    for (int32_t token : token_ids) {
+      auto row = weights.token_experts.begin() + static_cast<std::ptrdiff_t>(token * k);
+      fixed.insert(fixed.end(), row, row + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  ops.routed_experts(normed, logits.view(), weights.routed, fixed, out);
 }
 
 }  // namespace deepinfer

@@ -15,9 +15,14 @@ struct MoeWeights {
   // The routing rule, e_score_correction_bias (noaux_tc, widened) and the experts' weights.
   RoutedExperts routed;
   GatedMlp shared;  // all null without shared experts
+  // Hash routing (DeepSeek-V4's first layers): each token id's experts, [vocab, k].
+  std::vector<int32_t> token_experts;
 
   GatedMlp expert(size_t e) const { return {routed.gate[e], routed.up[e], routed.down[e]}; }
 };
+
+// The routing rule a MoE config describes.
+ExpertRouting expert_routing(const MoeConfig& moe);
 
 // `ops` reads the routing bias back when the weights live in its memory.
 MoeWeights bind_moe(Ops& ops, const TensorStore& store, const std::string& prefix,
@@ -36,8 +41,9 @@ ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_l
                           const std::vector<float>& correction_bias);
 
 // out [T, hidden] = the shared experts' output for normed [T, hidden] plus the routed experts'
-// weighted outputs (Ops::routed_experts).
+// weighted outputs (Ops::routed_experts). `token_ids` (host) choose the experts of a
+// hash-routed layer.
 void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
-             Tensor& out);
+             std::span<const int32_t> token_ids, Tensor& out);
 
 }  // namespace deepinfer

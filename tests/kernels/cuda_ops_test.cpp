@@ -589,13 +589,16 @@ TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
     ExpertRouting::Scoring scoring;
     ExpertRouting::GroupRanking ranking;
     bool bias, normalize;
+    bool hashed = false;
   };
   using S = ExpertRouting::Scoring;
   using G = ExpertRouting::GroupRanking;
   for (const Case& c : {Case{16, 4, 4, 2, S::kSigmoid, G::kTopTwoSum, true, true},
                         Case{256, 8, 8, 4, S::kSigmoid, G::kTopTwoSum, true, true},
                         Case{160, 6, 8, 3, S::kSoftmax, G::kBestExpert, false, false},
-                        Case{64, 6, 1, 1, S::kSoftmax, G::kNone, false, true}}) {
+                        Case{64, 6, 1, 1, S::kSoftmax, G::kNone, false, true},
+                        Case{256, 6, 1, 1, S::kSqrtSoftplus, G::kNone, true, true},
+                        Case{64, 6, 1, 1, S::kSqrtSoftplus, G::kNone, false, true, true}}) {
     SCOPED_TRACE(c.experts);
     const int64_t tokens = 37;
     ExpertRouting routing;
@@ -614,8 +617,13 @@ TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
     const auto entries = static_cast<size_t>(tokens * c.per_token);
     std::vector<int32_t> cpu_experts(entries), gpu_experts(entries);
     std::vector<float> cpu_weights(entries), gpu_weights(entries);
-    cpu_->route_experts(logits.host_view, bias, routing, cpu_experts.data(), cpu_weights.data());
-    gpu_->route_experts(logits.device_view, bias, routing, gpu_experts.data(), gpu_weights.data());
+    std::vector<int32_t> fixed;  // hash routing: given experts, weighted by their scores
+    for (int64_t i = 0; c.hashed && i < tokens * c.per_token; ++i)
+      fixed.push_back(static_cast<int32_t>((i * 7 + i / c.per_token) % c.experts));
+    cpu_->route_experts(logits.host_view, bias, routing, fixed, cpu_experts.data(),
+                        cpu_weights.data());
+    gpu_->route_experts(logits.device_view, bias, routing, fixed, gpu_experts.data(),
+                        gpu_weights.data());
     EXPECT_EQ(gpu_experts, cpu_experts);
     for (size_t i = 0; i < entries; ++i)
       EXPECT_NEAR(gpu_weights[i], cpu_weights[i], 1e-6f * std::abs(cpu_weights[i])) << i;
@@ -624,17 +632,31 @@ TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
 
 // The routed half of an MoE layer, bf16 and FP8 experts: decode batches (routed, grouped and
 // run on the GPU) against the CPU's host grouping, adding into an existing output. 64 tokens
-// give every expert more than the eight rows one work item takes.
-TEST_F(CudaOpsParity, RoutedExpertsOnTheDevice) {
+// give every expert more than the eight rows one work item takes. Also DeepSeek-V4's experts
+// (sqrt-softplus scores, hash-routed tokens, the SwiGLU clamp) and a width of 136, which the
+// device path's chunks do not divide (the general path takes it).
+struct RoutedCase {
+  int64_t inter;
+  DType dtype;
+  bool v4;
+};
+
+class CudaRoutedExperts : public CudaOpsParity, public ::testing::WithParamInterface<RoutedCase> {};
+
+TEST_P(CudaRoutedExperts, MatchTheCpu) {
   const int experts = 16, per_token = 4;
-  const int64_t hidden = 256, inter = 160;
-  for (DType dtype : {DType::kBF16, DType::kF8E4M3}) {
+  const int64_t hidden = 256, inter = GetParam().inter;
+  for (DType dtype : {GetParam().dtype}) {
     std::deque<Both> weights;
     RoutedExperts host, device;
     for (auto* side : {&host, &device}) {
       side->routing.num_experts = experts;
       side->routing.experts_per_token = per_token;
       side->routing.normalize = true;
+      if (GetParam().v4) {
+        side->routing.scoring = ExpertRouting::Scoring::kSqrtSoftplus;
+        side->routing.swiglu_limit = 0.5f;  // low enough that the random products reach it
+      }
     }
     const float scale = dtype == DType::kBF16 ? 0.05f : 1.0f;
     auto add = [&](std::vector<const Tensor*>& on_host, std::vector<const Tensor*>& on_device,
@@ -653,12 +675,22 @@ TEST_F(CudaOpsParity, RoutedExpertsOnTheDevice) {
       SCOPED_TRACE(tokens);
       Both x = random({tokens, hidden}), logits = random({tokens, experts});
       Both out = random({tokens, hidden});
-      cpu_->routed_experts(x.host_view, logits.host_view, host, out.host_view);
-      gpu_->routed_experts(x.device_view, logits.device_view, device, out.device_view);
+      std::vector<int32_t> fixed;
+      for (int64_t i = 0; GetParam().v4 && i < tokens * per_token; ++i)
+        fixed.push_back(static_cast<int32_t>((i * 5 + i / per_token) % experts));
+      cpu_->routed_experts(x.host_view, logits.host_view, host, fixed, out.host_view);
+      gpu_->routed_experts(x.device_view, logits.device_view, device, fixed, out.device_view);
       EXPECT_LT(error(out), kF32Products);
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Widths, CudaRoutedExperts,
+                         ::testing::Values(RoutedCase{160, DType::kBF16, false},
+                                           RoutedCase{160, DType::kF8E4M3, false},
+                                           RoutedCase{160, DType::kBF16, true},
+                                           RoutedCase{136, DType::kBF16, true},
+                                           RoutedCase{136, DType::kF8E4M3, false}));
 
 // Prompt batches take the tensor-core kernel: a 100-token chunk over 40 cached tokens and a
 // whole 70-token prompt, for MHA, GQA groups of 4 and 8, with and without a window.

@@ -219,7 +219,8 @@ class CpuOps final : public Ops {
   }
 
   void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
-                     const ExpertRouting& routing, int32_t* experts, float* weights) override {
+                     const ExpertRouting& routing, const std::vector<int32_t>& fixed_experts,
+                     int32_t* experts, float* weights) override {
     DI_CHECK(router_logits.dim(-1) == routing.num_experts &&
                  (correction_bias.empty() ||
                   static_cast<int>(correction_bias.size()) == routing.num_experts),
@@ -230,7 +231,8 @@ class CpuOps final : public Ops {
     pool_.parallel_for(tokens, 16, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         cpu::route_token(router_logits.as<const float>() + t * routing.num_experts, correction_bias,
-                         routing, experts + t * k, weights + t * k);
+                         routing, fixed_experts.empty() ? nullptr : fixed_experts.data() + t * k,
+                         experts + t * k, weights + t * k);
       }
     });
   }
@@ -340,6 +342,19 @@ class CpuOps final : public Ops {
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
     gated(gate, up, out, [](float g) { return g / (1.0f + std::exp(-g)); });
+  }
+
+  void clamped_silu_mul(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override {
+    int64_t count = out.numel();
+    pool_.parallel_for(count, 256, [&](int64_t begin, int64_t end) {
+      const float* g = gate.as<const float>();
+      const float* u = up.as<const float>();
+      float* result = out.as<float>();
+      for (int64_t i = begin; i < end; ++i) {
+        float a = std::min(g[i], limit);  // silu sees the clamped gate
+        result[i] = a / (1.0f + std::exp(-a)) * std::clamp(u[i], -limit, limit);
+      }
+    });
   }
 
   void gelu_tanh_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {

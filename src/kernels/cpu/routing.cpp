@@ -27,6 +27,11 @@ std::vector<float> expert_scores(const ExpertRouting& routing, const float* logi
     for (float& score : scores) score = 1.0f / (1.0f + std::exp(-score));
     return scores;
   }
+  if (routing.scoring == ExpertRouting::Scoring::kSqrtSoftplus) {
+    for (float& score : scores)
+      score = std::sqrt(score > 20.0f ? score : std::log1p(std::exp(score)));
+    return scores;
+  }
   float max_logit = *std::max_element(scores.begin(), scores.end());
   float total = 0.0f;
   for (float& score : scores) total += score = std::exp(score - max_logit);
@@ -59,13 +64,19 @@ void keep_best_groups(const ExpertRouting& routing, std::vector<float>& candidat
 }  // namespace
 
 void route_token(const float* logits, const std::vector<float>& correction_bias,
-                 const ExpertRouting& routing, int32_t* experts, float* weights) {
+                 const ExpertRouting& routing, const int32_t* fixed, int32_t* experts,
+                 float* weights) {
   std::vector<float> scores = expert_scores(routing, logits);
-  std::vector<float> candidates = scores;
-  for (size_t e = 0; e < correction_bias.size(); ++e) candidates[e] += correction_bias[e];
-  if (routing.group_ranking != ExpertRouting::GroupRanking::kNone && routing.num_groups > 1)
-    keep_best_groups(routing, candidates);
-  std::vector<int> chosen = top_indices(candidates, routing.experts_per_token);
+  std::vector<int> chosen;
+  if (fixed) {
+    chosen.assign(fixed, fixed + routing.experts_per_token);
+  } else {
+    std::vector<float> candidates = scores;
+    for (size_t e = 0; e < correction_bias.size(); ++e) candidates[e] += correction_bias[e];
+    if (routing.group_ranking != ExpertRouting::GroupRanking::kNone && routing.num_groups > 1)
+      keep_best_groups(routing, candidates);
+    chosen = top_indices(candidates, routing.experts_per_token);
+  }
   float total = 0.0f;
   for (int e : chosen) total += scores[static_cast<size_t>(e)];
   float factor = routing.scaling;

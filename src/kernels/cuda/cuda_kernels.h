@@ -54,6 +54,9 @@ bool overlap_launches();
 void rmsnorm(const float* x, int64_t x_stride, const void* weight, DType weight_dtype, int64_t rows,
              int64_t n, float eps, float* y, int64_t y_stride, cudaStream_t stream = nullptr);
 // out = silu(gate) * up, elementwise over `count`; out may alias gate.
+// out = silu(min(gate, limit)) * clamp(up, -limit, limit) (DeepSeek-V4's SwiGLU).
+void clamped_silu_mul(const float* gate, const float* up, float limit, float* out, int64_t count,
+                      cudaStream_t stream = nullptr);
 void silu_mul(const float* gate, const float* up, float* out, int64_t count,
               cudaStream_t stream = nullptr);
 // y += x over `count`.
@@ -287,17 +290,21 @@ struct ExpertWeights {
 };
 
 // The CPU's route_token for each row of logits [tokens, num_experts], on the device:
-// experts/weights [tokens * experts_per_token]; correction_bias may be null.
+// experts/weights [tokens * experts_per_token]; correction_bias may be null; fixed (may be
+// null) names each token's experts (hash routing), the scores still weigh them.
 void route_experts(const float* logits, int64_t tokens, const float* correction_bias,
-                   const ExpertRouting& routing, int32_t* experts, float* weights,
-                   cudaStream_t stream = nullptr);
+                   const int32_t* fixed, const ExpertRouting& routing, int32_t* experts,
+                   float* weights, cudaStream_t stream = nullptr);
 size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routing, int64_t hidden,
                                       int64_t inter);
 // out [tokens, hidden] += Ops::routed_experts' sum for x [tokens, hidden], all on the device;
 // workspace holds routed_experts_workspace_bytes.
 void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
-                    const float* correction_bias, const ExpertRouting& routing,
-                    const ExpertWeights& weights, void* workspace, float* out,
-                    cudaStream_t stream = nullptr);
+                    const float* correction_bias, const int32_t* fixed,
+                    const ExpertRouting& routing, const ExpertWeights& weights, void* workspace,
+                    float* out, cudaStream_t stream = nullptr);
+// Whether routed_experts' products take these widths (hidden and expert width in whole
+// weight chunks); other widths take the general path.
+bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype);
 
 }  // namespace deepinfer::cuda

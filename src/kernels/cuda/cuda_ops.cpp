@@ -349,7 +349,8 @@ class CudaOps final : public Ops {
   }
 
   void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
-                     const ExpertRouting& routing, int32_t* experts, float* weights) override {
+                     const ExpertRouting& routing, const std::vector<int32_t>& fixed_experts,
+                     int32_t* experts, float* weights) override {
     require_device(router_logits, "route_experts");
     DI_CHECK(router_logits.is_contiguous() && router_logits.dim(-1) == routing.num_experts,
              "route_experts: logits {} must be contiguous rows of {} experts",
@@ -357,11 +358,13 @@ class CudaOps final : public Ops {
     const int64_t tokens = rows_of(router_logits);
     const auto entries = static_cast<size_t>(tokens * routing.experts_per_token);
     BackendMemory bias = correction_bias.empty() ? nullptr : upload(correction_bias);
+    BackendMemory fixed = fixed_experts.empty() ? nullptr : upload(fixed_experts);
     BackendMemory chosen = allocate_scratch(2 * entries * sizeof(float));
     auto* chosen_experts = static_cast<int32_t*>(chosen.get());
     auto* chosen_weights = reinterpret_cast<float*>(chosen_experts + entries);
     cuda::route_experts(router_logits.as<const float>(), tokens,
-                        static_cast<const float*>(bias.get()), routing, chosen_experts,
+                        static_cast<const float*>(bias.get()),
+                        static_cast<const int32_t*>(fixed.get()), routing, chosen_experts,
                         chosen_weights, stream());
     std::vector<int32_t> both(2 * entries);  // one copy back, one wait
     to_host(both.data(), chosen.get(), both.size() * sizeof(int32_t));
@@ -372,22 +375,26 @@ class CudaOps final : public Ops {
   // Decode batches route, group and run their experts on the device; bigger batches (prompts)
   // take the default path, whose per-expert products run on the tensor cores.
   void routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
-                      Tensor& out) override {
+                      const std::vector<int32_t>& fixed_experts, Tensor& out) override {
     const DeviceExperts& tables = expert_tables_.find(*this, experts);
     const int64_t tokens = rows_of(x), hidden = x.dim(-1);
-    const bool on_device = tables.usable && x.is_contiguous() && out.is_contiguous() &&
-                           router_logits.is_contiguous() &&
-                           tokens * experts.routing.experts_per_token <= kMaxRoutedPairs &&
-                           hidden == experts.gate[0]->dim(1) && rows_of(out) == tokens;
-    if (!on_device) {
-      Ops::routed_experts(x, router_logits, experts, out);
+    const bool on_device =
+        tables.usable && x.is_contiguous() && out.is_contiguous() &&
+        router_logits.is_contiguous() &&
+        tokens * experts.routing.experts_per_token <= kMaxRoutedPairs &&
+        hidden == experts.gate[0]->dim(1) && rows_of(out) == tokens &&
+        cuda::routed_experts_fit(hidden, tables.weights.inter, tables.weights.dtype);
+    if (!on_device) {  // also any width the device path's chunks do not divide
+      Ops::routed_experts(x, router_logits, experts, fixed_experts, out);
       return;
     }
+    BackendMemory fixed = fixed_experts.empty() ? nullptr : upload(fixed_experts);
     BackendMemory workspace = allocate_scratch(
         routed_experts_workspace_bytes(tokens, experts.routing, hidden, tables.weights.inter));
     cuda::routed_experts(x.as<const float>(), router_logits.as<const float>(), tokens, hidden,
-                         tables.correction_bias, experts.routing, tables.weights, workspace.get(),
-                         out.as<float>(), stream());
+                         tables.correction_bias, static_cast<const int32_t*>(fixed.get()),
+                         experts.routing, tables.weights, workspace.get(), out.as<float>(),
+                         stream());
   }
 
   void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
@@ -418,6 +425,11 @@ class CudaOps final : public Ops {
              x.shape_string());
     cuda::rope(x.as<float>(), {x.strides[0], x.strides[1]}, cos, sin, x.dim(0),
                static_cast<int>(x.dim(1)), rotary_dim, interleaved, stream());
+  }
+
+  void clamped_silu_mul(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override {
+    cuda::clamped_silu_mul(gate.as<const float>(), up.as<const float>(), limit, out.as<float>(),
+                           out.numel(), stream());
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {

@@ -77,6 +77,17 @@ __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, 
   }
 }
 
+__global__ void clamped_silu_mul_kernel(const float* gate, const float* up, float limit, float* out,
+                                        int64_t count) {
+  release_dependents();
+  await_producer();
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    float g = fminf(gate[i], limit);
+    out[i] = g / (1.0f + expf(-g)) * fminf(fmaxf(up[i], -limit), limit);
+  }
+}
+
 __global__ void add_kernel(float* y, const float* x, int64_t count) {
   release_dependents();
   await_producer();
@@ -131,6 +142,14 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t count, cud
   if (count == 0) return;
   launch_overlapped(silu_mul_kernel, grid_for(count), kThreads, 0, stream, gate, up, out, count);
   check_launch("silu_mul");
+}
+
+void clamped_silu_mul(const float* gate, const float* up, float limit, float* out, int64_t count,
+                      cudaStream_t stream) {
+  if (count == 0) return;
+  launch_overlapped(clamped_silu_mul_kernel, grid_for(count), kThreads, 0, stream, gate, up, limit,
+                    out, count);
+  check_launch("clamped_silu_mul");
 }
 
 void add(float* y, const float* x, int64_t count, cudaStream_t stream) {

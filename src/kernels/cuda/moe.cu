@@ -69,6 +69,12 @@ __device__ void score_experts(const float* logits, const ExpertRouting& routing,
     __syncthreads();
     return;
   }
+  if (routing.scoring == ExpertRouting::Scoring::kSqrtSoftplus) {
+    for (int e = threadIdx.x; e < experts; e += blockDim.x)
+      scores[e] = sqrtf(logits[e] > 20.0f ? logits[e] : log1pf(expf(logits[e])));
+    __syncthreads();
+    return;
+  }
   Best top{-FLT_MAX, 0};
   for (int e = threadIdx.x; e < experts; e += blockDim.x) top = better(top, {logits[e], e});
   const float max_logit = block_best(top).value;
@@ -113,8 +119,8 @@ __device__ void keep_best_groups(const ExpertRouting& routing, float* candidates
 
 // Block per token: route_token's choice (experts largest biased score first) and weights.
 __global__ void __launch_bounds__(kRouteThreads)
-    route_kernel(const float* logits, const float* correction_bias, ExpertRouting routing,
-                 int32_t* experts, float* weights) {
+    route_kernel(const float* logits, const float* correction_bias, const int32_t* fixed,
+                 ExpertRouting routing, int32_t* experts, float* weights) {
   __shared__ float scores[kMaxRoutedExperts];
   __shared__ float candidates[kMaxRoutedExperts];
   __shared__ bool taken[kMaxRoutedExperts];
@@ -126,9 +132,17 @@ __global__ void __launch_bounds__(kRouteThreads)
     taken[e] = false;
   }
   __syncthreads();
-  if (routing.group_ranking != ExpertRouting::GroupRanking::kNone && routing.num_groups > 1)
+  if (fixed) {  // hash routing: the token's experts are given
+    if (threadIdx.x == 0) {
+      for (int i = 0; i < routing.experts_per_token; ++i)
+        chosen[i] = fixed[token * routing.experts_per_token + i];
+    }
+    __syncthreads();
+  } else if (routing.group_ranking != ExpertRouting::GroupRanking::kNone &&
+             routing.num_groups > 1) {
     keep_best_groups(routing, candidates);
-  for (int round = 0; round < routing.experts_per_token; ++round) {
+  }
+  for (int round = 0; !fixed && round < routing.experts_per_token; ++round) {
     Best best{-FLT_MAX, routing.num_experts};
     for (int e = threadIdx.x; e < routing.num_experts; e += blockDim.x)
       if (!taken[e]) best = better(best, {candidates[e], e});
@@ -258,13 +272,19 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 }
 
 // act[p, i] = silu(gate_up[p, i]) * gate_up[p, inter + i].
+// act = silu(gate) * up per pair; a positive limit clamps gate from above, up both sides.
 __global__ void gated_activation_kernel(const float* gate_up, int64_t pairs, int64_t inter,
-                                        float* act) {
+                                        float limit, float* act) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < pairs * inter;
        i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = i / inter, j = i % inter;
-    const float g = gate_up[p * 2 * inter + j];
-    act[i] = g / (1.0f + expf(-g)) * gate_up[p * 2 * inter + inter + j];
+    float g = gate_up[p * 2 * inter + j];
+    float u = gate_up[p * 2 * inter + inter + j];
+    if (limit > 0.0f) {
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+    }
+    act[i] = g / (1.0f + expf(-g)) * u;
   }
 }
 
@@ -336,15 +356,15 @@ void launch_products(const float* x, int64_t k, int pairs_per_x_row, const Items
 }  // namespace
 
 void route_experts(const float* logits, int64_t tokens, const float* correction_bias,
-                   const ExpertRouting& routing, int32_t* experts, float* weights,
-                   cudaStream_t stream) {
+                   const int32_t* fixed, const ExpertRouting& routing, int32_t* experts,
+                   float* weights, cudaStream_t stream) {
   if (routing.num_experts > kMaxRoutedExperts || routing.experts_per_token > kMaxExpertsPerToken ||
       routing.experts_per_token > routing.num_experts)
     fail("route_experts: {} of {} experts (at most {} of {})", routing.experts_per_token,
          routing.num_experts, kMaxExpertsPerToken, kMaxRoutedExperts);
   if (tokens == 0) return;
   route_kernel<<<static_cast<unsigned>(tokens), kRouteThreads, 0, stream>>>(
-      logits, correction_bias, routing, experts, weights);
+      logits, correction_bias, fixed, routing, experts, weights);
   check_launch("route_experts");
 }
 
@@ -359,10 +379,15 @@ size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routi
          round_up(count * static_cast<size_t>(hidden) * 4);
 }
 
+bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype) {
+  const int per = dtype == DType::kF8E4M3 ? Fp8Chunks::kPerChunk : Bf16Chunks::kPerChunk;
+  return hidden % per == 0 && inter % per == 0;
+}
+
 void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
-                    const float* correction_bias, const ExpertRouting& routing,
-                    const ExpertWeights& weights, void* workspace, float* out,
-                    cudaStream_t stream) {
+                    const float* correction_bias, const int32_t* fixed,
+                    const ExpertRouting& routing, const ExpertWeights& weights, void* workspace,
+                    float* out, cudaStream_t stream) {
   const int64_t pairs = tokens * routing.experts_per_token;
   if (pairs > kMaxRoutedPairs)
     fail("routed_experts: {} pairs (at most {})", pairs, kMaxRoutedPairs);
@@ -373,7 +398,8 @@ void routed_experts(const float* x, const float* router_logits, int64_t tokens, 
   if (tokens == 0) return;
   Workspace w =
       carve(workspace, pairs, max_items(pairs, routing.num_experts), hidden, weights.inter);
-  route_experts(router_logits, tokens, correction_bias, routing, w.experts, w.weights, stream);
+  route_experts(router_logits, tokens, correction_bias, fixed, routing, w.experts, w.weights,
+                stream);
   group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(w.experts, static_cast<int>(pairs),
                                                           routing.num_experts, w.items);
   check_launch("routed_experts (grouping)");
@@ -392,7 +418,8 @@ void routed_experts(const float* x, const float* router_logits, int64_t tokens, 
   check_launch("routed_experts (gate/up)");
   const auto act_blocks =
       static_cast<unsigned>(std::min<int64_t>((pairs * inter + 255) / 256, 4096));
-  gated_activation_kernel<<<act_blocks, 256, 0, stream>>>(w.gate_up, pairs, inter, w.act);
+  gated_activation_kernel<<<act_blocks, 256, 0, stream>>>(w.gate_up, pairs, inter,
+                                                          routing.swiglu_limit, w.act);
   if (weights.dtype == DType::kF8E4M3) {
     launch_products<Fp8Chunks>(w.act, inter, 1, w.items, down, grid_items, w.expert_out, stream);
   } else {
