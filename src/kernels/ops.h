@@ -100,6 +100,58 @@ struct RoutedExperts {
   std::vector<const Tensor*> gate, up, down;
 };
 
+// DeepSeek-V4's hyper-connections at one site: f32 parameters in backend memory, fn
+// [mixes, streams * width], base [mixes], scale [3]; the final head has mixes = streams and
+// scale [1].
+struct HyperConnection {
+  const Tensor* fn = nullptr;
+  const Tensor* base = nullptr;
+  const Tensor* scale = nullptr;
+  int streams = 0;
+  int sinkhorn_iterations = 0;
+  float eps = 0.0f;       // hc_eps
+  float norm_eps = 0.0f;  // of the unweighted RMSNorm over all streams
+};
+
+// Floats a layer keeps per token across consecutive cache layers of `row` floats (DeepSeek-V4's
+// compressor inputs and compressed entries): element e of a token's record is column
+// (offset + e) % row of layer (offset + e) / row, whose slot comes from that layer's block
+// tables [num_seqs, max_blocks_per_seq]. Pointers are in backend memory.
+struct PagedRecords {
+  std::vector<float*> layers;
+  std::vector<const int32_t*> tables;
+  int max_blocks_per_seq = 0;
+  int block_size = 0;
+  int row = 0;
+  int64_t offset = 0;
+};
+
+// One of DeepSeek-V4's compressors: entry w of a sequence pools, per channel, the `rate`
+// tokens of window w (overlapping: the first `width` channels of window w - 1's tokens with the
+// second `width` of window w's) by a softmax over gates plus position bias, then normalises and
+// rotates it. Its inputs are `projected` values then `projected` gates at input_offset of
+// the token's input record.
+struct Compressor {
+  const Tensor* position_bias = nullptr;  // [rate, projected] f32
+  const Tensor* norm = nullptr;           // [width]
+  int width = 0;
+  int rate = 0;
+  bool overlapping = false;
+  int64_t input_offset = 0;
+  int64_t entry_offset = 0;  // of its part in the entry (attention entry, then indexer key)
+  float eps = 0.0f;
+  int rope_dims = 0;  // the trailing dims that rotate, pairs (2i, 2i + 1)
+  int projected() const { return overlapping ? 2 * width : width; }
+};
+
+// Where DeepSeek-V4 entries lie: entry w's element c is at the token w * rate + c / stripe,
+// column c % stripe of its record.
+struct EntryStripes {
+  PagedRecords records;
+  int64_t stripe = 0;
+  int rate = 0;
+};
+
 // One row's draw for Ops::sample_rows: the sampling that needs nothing but the logits (rows
 // with penalties, logit bias or a grammar mask are sampled on the host).
 struct TokenDraw {
@@ -269,6 +321,38 @@ class Ops {
   // into out[draws.size()] (host memory), as draw_token does.
   virtual void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
                            DrawnToken* out) = 0;
+
+  // DeepSeek-V4. Per row of streams [T, streams * width]: mix [T, (2 + streams) * streams]
+  // holds pre, post and the Sinkhorn-normalised comb (row-major streams x streams), and
+  // collapsed [T, width] = sum_j pre_j stream_j. With mix null (the final head) only pre.
+  virtual void hc_pre(const Tensor& streams, const HyperConnection& hc, Tensor* mix,
+                      Tensor& collapsed) = 0;
+  // streams[k] = post_k * out + sum_j comb[j, k] streams[j], per row.
+  virtual void hc_post(const Tensor& out, const Tensor& mix, Tensor& streams) = 0;
+  // Writes values [T, width] (contiguous rows) as the records of the batch's new tokens.
+  virtual void write_records(const Tensor& values, const AttentionBatch& batch,
+                             const PagedRecords& records) = 0;
+  // Pools the listed windows (host pairs sequence, window) of `inputs` into their entries'
+  // parts, rotated by cos/sin [windows, rope_dims / 2] (backend memory) at each window's
+  // first position.
+  virtual void compress_windows(const PagedRecords& inputs, const Compressor& compressor,
+                                const std::vector<int32_t>& windows, const float* cos,
+                                const float* sin, const EntryStripes& entries) = 0;
+  // The lightning indexer: for each row (position p of its sequence) the top `k` entries
+  // w < (p + 1) / rate by sum_h scale * weights[h] * relu(queries[h] . key_w), ties to the
+  // lower index; keys at key_offset of each entry. selected [T, k] (backend memory), -1
+  // past the visible entries.
+  virtual void index_select(const Tensor& queries, const Tensor& head_weights, float scale,
+                            const AttentionBatch& batch, const EntryStripes& entries,
+                            int64_t key_offset, int k, int32_t* selected) = 0;
+  // out [T, heads, dim] for q [T, heads, dim]: per row and head one softmax over the
+  // sequence's K=V rows in its window (batch's tables for window_cache), its compressed
+  // entries (`selected` [T, k], -1 skipped; null: all w < (p + 1) / rate; rate 0: none) and
+  // sinks[head] (a logit without a value); keys are the values.
+  virtual void sparse_attention(const Tensor& q, const AttentionBatch& batch,
+                                const PagedKvView& window_cache, int window,
+                                const EntryStripes& entries, const int32_t* selected, int k,
+                                const Tensor& sinks, float scale, Tensor& out) = 0;
 };
 
 // An f32 tensor in a backend's memory for activations: its contents start unspecified.

@@ -49,53 +49,6 @@ CacheLayout CacheLayout::of(const ModelConfig& config) {
   return layout;
 }
 
-double CacheLayout::entry_floats_per_token() const {
-  return static_cast<double>(entry_record_width);
-}
-
-TokenRecords::TokenRecords(const KvCache& cache, const ForwardBatch& batch, int first_cache_layer,
-                           int64_t offset)
-    : block_size_(cache.shape().block_size), row_(cache.shape().key_dim), offset_(offset) {
-  DI_CHECK(cache.shape().dtype == DType::kF32, "DeepSeek-V4 keeps its CPU cache in f32");
-  max_blocks_ = batch.max_blocks_per_seq;
-  for (int l = first_cache_layer; l < cache.shape().num_layers; ++l) {
-    layers_.push_back(cache.layer(l).key_floats());
-    tables_.push_back(
-        batch.block_tables[static_cast<size_t>(cache.groups().layer_group[static_cast<size_t>(l)])]
-            .data());
-  }
-}
-
-float* TokenRecords::at(int seq, int64_t position, int64_t offset) const {
-  int64_t element = offset_ + offset;
-  auto layer = static_cast<size_t>(element / row_);
-  DI_CHECK(layer < layers_.size(), "DeepSeek-V4 cache record overrun");
-  int32_t block = tables_[layer][int64_t{seq} * max_blocks_ + position / block_size_];
-  DI_CHECK(block != BlockPool::kNullBlock, "DeepSeek-V4 cache: position {} has no block", position);
-  int64_t slot = int64_t{block} * block_size_ + position % block_size_;
-  return layers_[layer] + slot * row_ + element % row_;
-}
-
-void TokenRecords::write(int seq, int64_t position, int64_t offset, const float* values,
-                         int64_t count) const {
-  for (int64_t done = 0; done < count;) {
-    float* target = at(seq, position, offset + done);
-    int64_t run = std::min(count - done, row_ - (offset_ + offset + done) % row_);
-    std::copy_n(values + done, run, target);
-    done += run;
-  }
-}
-
-void TokenRecords::read(int seq, int64_t position, int64_t offset, float* values,
-                        int64_t count) const {
-  for (int64_t done = 0; done < count;) {
-    const float* source = at(seq, position, offset + done);
-    int64_t run = std::min(count - done, row_ - (offset_ + offset + done) % row_);
-    std::copy_n(source, run, values + done);
-    done += run;
-  }
-}
-
 }  // namespace v4
 
 namespace {
@@ -119,12 +72,13 @@ class DeepseekV4Model final : public CausalLM {
         store_(std::move(store)),
         ops_(ops),
         layout_(CacheLayout::of(config_)) {
-    if (ops.device() != Device::kCpu)
-      fail("DeepSeek-V4 ({}) runs on the CPU backend only so far", config_.architecture);
     for (int rate : config_.v4.layer_rate) {
       if (rate > 0) block_multiple_ = std::lcm(block_multiple_, rate);
     }
     bind_weights();
+    std::vector<float> ones(static_cast<size_t>(config_.head_dim), 1.0f);
+    ones_ = BackendTensor(ops_, {config_.head_dim});
+    ops_.to_backend(ones_.data(), ones.data(), ones.size() * sizeof(float));
   }
 
   const ModelConfig& config() const override { return config_; }
@@ -164,8 +118,10 @@ class DeepseekV4Model final : public CausalLM {
                                     bool overlapping);
   MoeWeights bind_moe(const std::string& prefix, bool hash_routed);
   std::vector<int32_t> token_expert_table(const std::string& name);
-  HyperConnection bind_hc(const std::string& fn, const std::string& base, const std::string& scale,
-                          int64_t mixes, int64_t scales);
+  BackendTensor f32_tensor(const std::string& name, std::initializer_list<int64_t> shape);
+  HyperConnectionWeights bind_hc(const std::string& fn, const std::string& base,
+                                 const std::string& scale, int64_t mixes, int64_t scales);
+  HyperConnection site(const HyperConnectionWeights& w) const;
   Tensor weight_rows(const Tensor& weight, const std::string& name, int64_t first, int64_t rows);
 
   ModelConfig config_;
@@ -176,17 +132,38 @@ class DeepseekV4Model final : public CausalLM {
   const Tensor* embed_ = nullptr;
   const Tensor* final_norm_ = nullptr;
   const Tensor* lm_head_ = nullptr;
-  HyperConnection head_hc_;
+  HyperConnectionWeights head_hc_;
+  BackendTensor ones_;  // [hd]: the weight of unweighted per-head norms
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<BlockScales>> row_scales_;  // of weight_rows views
   std::vector<std::map<std::string, const Tensor*>> mtp_;
 };
 
-HyperConnection DeepseekV4Model::bind_hc(const std::string& fn, const std::string& base,
-                                         const std::string& scale, int64_t mixes, int64_t scales) {
+// The tensor `name` widened to f32 in backend memory.
+BackendTensor DeepseekV4Model::f32_tensor(const std::string& name,
+                                          std::initializer_list<int64_t> shape) {
+  std::vector<float> values = host_floats(ops_, *store_, name, shape);
+  BackendTensor tensor(ops_, shape);
+  ops_.to_backend(tensor.data(), values.data(), values.size() * sizeof(float));
+  return tensor;
+}
+
+HyperConnectionWeights DeepseekV4Model::bind_hc(const std::string& fn, const std::string& base,
+                                                const std::string& scale, int64_t mixes,
+                                                int64_t scales) {
   int64_t width = int64_t{config_.v4.hc_mult} * config_.hidden_size;
-  return {host_floats(ops_, *store_, fn, {mixes, width}), host_floats(ops_, *store_, base, {mixes}),
-          host_floats(ops_, *store_, scale, {scales})};
+  return {f32_tensor(fn, {mixes, width}), f32_tensor(base, {mixes}), f32_tensor(scale, {scales})};
+}
+
+HyperConnection DeepseekV4Model::site(const HyperConnectionWeights& w) const {
+  const DeepseekV4Config& v4 = config_.v4;
+  return {&w.fn.view(),
+          &w.base.view(),
+          &w.scale.view(),
+          v4.hc_mult,
+          v4.hc_sinkhorn_iters,
+          static_cast<float>(v4.hc_eps),
+          static_cast<float>(config_.rms_norm_eps)};
 }
 
 // Rows [first, first + rows) of a weight, sharing its storage (and block scales).
@@ -218,8 +195,8 @@ CompressorWeights DeepseekV4Model::bind_compressor(const std::string& prefix, in
   int64_t projected = c.projected(), hidden = config_.hidden_size;
   c.values = layer_weight(*store_, prefix + "wkv.weight", {projected, hidden});
   c.gates = layer_weight(*store_, prefix + "wgate.weight", {projected, hidden});
-  c.position_bias = host_floats(ops_, *store_, prefix + "ape", {rate, projected});
-  c.norm = host_floats(ops_, *store_, prefix + "norm.weight", {width});
+  c.position_bias = f32_tensor(prefix + "ape", {rate, projected});
+  c.norm = f32_tensor(prefix + "norm.weight", {width});
   return c;
 }
 
@@ -236,7 +213,7 @@ AttentionWeights DeepseekV4Model::bind_attention(const std::string& prefix,
   a.q_up = layer_weight(store, p + "wq_b.weight", {heads * hd, rank});
   a.kv = layer_weight(store, p + "wkv.weight", {hd, hidden});
   a.kv_norm = layer_weight(store, present(store, {p + "norm.weight", p + "kv_norm.weight"}), {hd});
-  a.sinks = host_floats(ops_, store, p + "attn_sink", {heads});
+  a.sinks = f32_tensor(p + "attn_sink", {heads});
   int64_t groups = v4.o_groups, out_rank = v4.o_lora_rank;
   const Tensor* out_down =
       layer_weight(store, p + "wo_a.weight", {groups * out_rank, heads * hd / groups});
@@ -404,31 +381,32 @@ void DeepseekV4Model::forward_into(const ForwardBatch& batch, KvCache& cache, Te
   const int64_t hidden = c.hidden_size, streams = c.v4.hc_mult;
   DI_CHECK(tokens > 0, "forward: empty batch");
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  FloatTensor collapsed({tokens, hidden}), normed({tokens, hidden}), out({tokens, hidden});
-  Tensor collapsed_view = collapsed.view(), normed_view = normed.view();
-  ops_.embedding(*embed_, batch.tokens.data(), collapsed_view);
+  ForwardContext forward(ops_, c, batch);
+  BackendTensor collapsed(ops_, {tokens, hidden}), normed(ops_, {tokens, hidden});
+  BackendTensor out(ops_, {tokens, hidden}), residual(ops_, {tokens, streams * hidden});
+  BackendTensor mix(ops_, {tokens, (2 + streams) * streams});
+  Tensor collapsed_view = collapsed.view(), normed_view = normed.view(), out_view = out.view();
+  Tensor residual_view = residual.view(), mix_view = mix.view();
+  ops_.embedding(*embed_, forward.tables.tokens(), collapsed_view);
   report_hidden(ops_, hidden_sink, 0, collapsed_view);
   // Every residual stream starts as the embedding.
-  std::vector<float> residual(static_cast<size_t>(tokens * streams * hidden));
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t j = 0; j < streams; ++j)
-      std::copy_n(collapsed.data() + t * hidden, hidden,
-                  residual.data() + (t * streams + j) * hidden);
-  }
-  RopeTables rope(c, batch.positions);
+  Tensor copies = Tensor::strided(residual.data(), DType::kF32, {tokens, streams, hidden},
+                                  {streams * hidden, hidden, 1}, ops_.device());
+  ops_.copy(Tensor::strided(collapsed.data(), DType::kF32, {tokens, streams, hidden},
+                            {hidden, 0, 1}, ops_.device()),
+            copies);
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& layer = layers_[static_cast<size_t>(i)];
-    HcMix mix = hc_pre(c, layer.attention_hc, residual, tokens, collapsed.data());
+    ops_.hc_pre(residual_view, site(layer.attention_hc), &mix_view, collapsed_view);
     ops_.rmsnorm(collapsed_view, *layer.attention_norm, eps, normed_view);
-    run_attention(ops_, c, layout_, layer, i, batch, rope, cache, normed_view, out.data());
-    hc_post(c, mix, out.data(), tokens, residual);
-    mix = hc_pre(c, layer.ffn_hc, residual, tokens, collapsed.data());
+    run_attention(ops_, c, layout_, layer, i, forward, cache, ones_.view(), normed_view, out_view);
+    ops_.hc_post(out_view, mix_view, residual_view);
+    ops_.hc_pre(residual_view, site(layer.ffn_hc), &mix_view, collapsed_view);
     ops_.rmsnorm(collapsed_view, *layer.ffn_norm, eps, normed_view);
-    Tensor out_view = out.view();
     run_moe(ops_, c.moe, layer.moe, normed_view, batch.tokens, out_view);
-    hc_post(c, mix, out.data(), tokens, residual);
+    ops_.hc_post(out_view, mix_view, residual_view);
   }
-  hc_head(c, head_hc_, residual, tokens, collapsed.data());
+  ops_.hc_pre(residual_view, site(head_hc_), nullptr, collapsed_view);
   final_logits(ops_, batch, collapsed_view, *final_norm_, *lm_head_, eps, c.num_layers, logits,
                hidden_sink);
 }

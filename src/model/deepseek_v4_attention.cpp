@@ -2,105 +2,40 @@
 // compressors (CSA overlapping at a low rate, HCA disjoint at a high rate), the lightning
 // indexer's top-k choice of compressed entries, per-head sinks, and the grouped low-rank
 // output projection.
-#include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
-#include <optional>
 
 #include "core/error.h"
 #include "model/deepseek_v4.h"
 
 namespace deepinfer::v4 {
+
+ForwardContext::ForwardContext(Ops& ops, const ModelConfig& config, const ForwardBatch& batch_in)
+    : batch(batch_in),
+      tables(ops, batch_in),
+      compress_rope(config.v4.compress_rope, config.v4.rope_dims) {
+  const DeepseekV4Config& v4 = config.v4;
+  const int64_t tokens = batch.num_tokens();
+  for (std::vector<float>& table : host_tables)
+    table.resize(static_cast<size_t>(tokens * v4.rope_dims / 2));
+  RotaryEmbedding(v4.main_rope, v4.rope_dims)
+      .compute(batch.positions.data(), tokens, host_tables[0].data(), host_tables[1].data());
+  compress_rope.compute(batch.positions.data(), tokens, host_tables[3].data(),
+                        host_tables[4].data());
+  for (size_t i = 0; i < host_tables[1].size(); ++i) {
+    host_tables[2][i] = -host_tables[1][i];
+    host_tables[5][i] = -host_tables[4][i];
+  }
+  const float* device[6];
+  for (int i = 0; i < 6; ++i) device[i] = backend_floats(ops, host_tables[i], copies[i]);
+  main_cos = device[0];
+  main_sin = device[1];
+  main_unsin = device[2];
+  compress_cos = device[3];
+  compress_sin = device[4];
+  compress_unsin = device[5];
+}
+
 namespace {
-
-// Rotates (or with sign -1 rotates back) the trailing `rope_dims` of a vector of width n,
-// adjacent pairs (2i, 2i + 1).
-void rotate_tail(float* x, int64_t n, int rope_dims, const float* cos, const float* sin,
-                 float sign) {
-  float* tail = x + n - rope_dims;
-  for (int i = 0; i < rope_dims / 2; ++i) {
-    float a = tail[2 * i], b = tail[2 * i + 1];
-    float s = sign * sin[i];
-    tail[2 * i] = a * cos[i] - b * s;
-    tail[2 * i + 1] = b * cos[i] + a * s;
-  }
-}
-
-void rms_normalize(float* x, int64_t n, double eps, const float* weight) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += double{x[i]} * x[i];
-  auto factor = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * factor * (weight ? weight[i] : 1.0f);
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
-FloatTensor product(Ops& ops, const Tensor& x, const Tensor& weight) {
-  FloatTensor y({x.dim(0), weight.dim(0)});
-  Tensor view = y.view();
-  ops.matmul(x, weight, nullptr, view);
-  return y;
-}
-
-// One sequence's rows in the batch.
-struct SequenceRows {
-  int seq;
-  int64_t first_row, rows, first_position;
-};
-
-SequenceRows sequence_rows(const ForwardBatch& batch, int seq) {
-  int64_t first = batch.query_start[static_cast<size_t>(seq)];
-  int64_t rows = batch.query_start[static_cast<size_t>(seq) + 1] - first;
-  return {seq, first, rows, batch.context_lens[static_cast<size_t>(seq)] - rows};
-}
-
-// A compressor's part of the per-token input record: values then gates, `projected` each.
-struct CompressorInputs {
-  const CompressorWeights* weights;
-  int64_t offset;  // of the values in the record; the gates follow
-};
-
-// Pools window `w` of a compressor into `entry` [width]: per channel, a softmax over the
-// window's gates (plus position bias) weighting its values. Overlapping compressors pool the
-// first halves of window w - 1 with the second halves of window w.
-void pool_window(const TokenRecords& inputs, const CompressorInputs& c, int seq, int64_t w,
-                 int rate, float* entry) {
-  const CompressorWeights& weights = *c.weights;
-  const int64_t width = weights.width;
-  const int64_t projected = weights.projected();
-  std::vector<float> values, gates;
-  auto add_token = [&](int64_t position, int64_t offset_in_window, int64_t half) {
-    std::vector<float> record(static_cast<size_t>(2 * projected));
-    inputs.read(seq, position, c.offset, record.data(), 2 * projected);
-    const float* bias = weights.position_bias.data() + offset_in_window * projected;
-    for (int64_t i = 0; i < width; ++i) {
-      values.push_back(record[static_cast<size_t>(half + i)]);
-      gates.push_back(record[static_cast<size_t>(projected + half + i)] + bias[half + i]);
-    }
-  };
-  if (weights.overlapping && w > 0) {
-    for (int64_t i = 0; i < rate; ++i) add_token((w - 1) * rate + i, i, 0);
-  }
-  for (int64_t i = 0; i < rate; ++i) add_token(w * rate + i, i, weights.overlapping ? width : 0);
-  auto slots = static_cast<int64_t>(values.size()) / width;
-  for (int64_t ch = 0; ch < width; ++ch) {
-    float top = -std::numeric_limits<float>::infinity();
-    for (int64_t s = 0; s < slots; ++s)
-      top = std::max(top, gates[static_cast<size_t>(s * width + ch)]);
-    float sum = 0.0f, pooled = 0.0f;
-    for (int64_t s = 0; s < slots; ++s) {
-      float e = std::exp(gates[static_cast<size_t>(s * width + ch)] - top);
-      sum += e;
-      pooled += e * values[static_cast<size_t>(s * width + ch)];
-    }
-    entry[ch] = pooled / sum;
-  }
-}
 
 // What one layer reads and writes for one call.
 struct LayerContext {
@@ -109,280 +44,230 @@ struct LayerContext {
   const CacheLayout& layout;
   const LayerWeights& layer;
   int index;
-  const ForwardBatch& batch;
-  const RopeTables& rope;
+  ForwardContext& forward;
   KvCache& cache;
-  const float* cos() const {
-    return layer.kind == V4Attention::kSliding ? rope.main_cos.data() : rope.compress_cos.data();
+
+  bool sliding() const { return layer.kind == V4Attention::kSliding; }
+  const float* cos() const { return sliding() ? forward.main_cos : forward.compress_cos; }
+  const float* sin() const { return sliding() ? forward.main_sin : forward.compress_sin; }
+  const float* unsin() const { return sliding() ? forward.main_unsin : forward.compress_unsin; }
+  int64_t tokens() const { return forward.batch.num_tokens(); }
+  AttentionBatch view_of(int cache_layer) const {
+    return forward.tables.attention(cache.groups().layer_group[static_cast<size_t>(cache_layer)]);
   }
-  const float* sin() const {
-    return layer.kind == V4Attention::kSliding ? rope.main_sin.data() : rope.compress_sin.data();
+  // The records starting at `first_cache_layer` (element `offset` of each token's row).
+  PagedRecords records(int first_cache_layer, int64_t offset) const {
+    PagedRecords r;
+    for (int l = first_cache_layer; l < cache.shape().num_layers; ++l) {
+      r.layers.push_back(cache.layer(l).key_floats());
+      r.tables.push_back(view_of(l).block_tables);
+    }
+    r.max_blocks_per_seq = forward.batch.max_blocks_per_seq;
+    r.block_size = cache.shape().block_size;
+    r.row = layout.row;
+    r.offset = offset;
+    return r;
   }
-  int64_t entry_width() const {
-    return config.head_dim +
-           (layer.kind == V4Attention::kCompressedSparse ? config.v4.index_head_dim : 0);
+  EntryStripes entries() const {
+    auto l = static_cast<size_t>(index);
+    if (sliding()) return {};
+    return {records(layout.first_entry_layer, layout.stripe_offset[l]), layout.stripe_width[l],
+            layer.rate};
   }
 };
 
-// Pools, normalises and rotates every window the sequence's new rows complete, and writes
-// the entries' stripes.
-void compress_completed_windows(const LayerContext& ctx, const SequenceRows& rows) {
-  const AttentionWeights& a = ctx.layer.attention;
-  const int rate = ctx.layer.rate;
+// A view of backend floats.
+Tensor view(const LayerContext& ctx, float* data, std::initializer_list<int64_t> shape,
+            std::initializer_list<int64_t> strides) {
+  return Tensor::strided(data, DType::kF32, shape, strides, ctx.ops.device());
+}
+
+BackendTensor product(Ops& ops, const Tensor& x, const Tensor& weight) {
+  BackendTensor y(ops, {x.dim(0), weight.dim(0)});
+  Tensor out = y.view();
+  ops.matmul(x, weight, nullptr, out);
+  return y;
+}
+
+// Rotates (or with `sin` negated, rotates back) the trailing rope dims of each head of
+// x [T, heads * width], adjacent pairs.
+void rotate_tails(const LayerContext& ctx, BackendTensor& x, int64_t heads, int64_t width,
+                  const float* sin) {
   const int rope_dims = ctx.config.v4.rope_dims;
-  const size_t layer = static_cast<size_t>(ctx.index);
-  TokenRecords inputs(ctx.cache, ctx.batch, ctx.layout.input_layer[layer]);
-  TokenRecords entries(ctx.cache, ctx.batch, ctx.layout.first_entry_layer,
-                       ctx.layout.stripe_offset[layer]);
-  const int64_t stripe = ctx.layout.stripe_width[layer];
-  const int64_t width = ctx.entry_width();
-  const int64_t hd = ctx.config.head_dim;
-  std::vector<float> entry(static_cast<size_t>(width));
-  std::vector<float> cos(static_cast<size_t>(rope_dims / 2)), sin(cos.size());
-  int64_t end = rows.first_position + rows.rows;
-  for (int64_t w = (rows.first_position + 1 + rate - 1) / rate - 1; (w + 1) * rate <= end; ++w) {
-    if ((w + 1) * rate - 1 < rows.first_position) continue;
-    auto position = static_cast<int32_t>(w * rate);
-    ctx.rope.compress.compute(&position, 1, cos.data(), sin.data());
-    pool_window(inputs, {&a.compressor, 0}, rows.seq, w, rate, entry.data());
-    rms_normalize(entry.data(), hd, ctx.config.rms_norm_eps, a.compressor.norm.data());
-    rotate_tail(entry.data(), hd, rope_dims, cos.data(), sin.data(), 1.0f);
-    if (a.index_compressor.width > 0) {
-      const int64_t index_width = a.index_compressor.width;
-      float* key = entry.data() + hd;
-      pool_window(inputs, {&a.index_compressor, 2 * a.compressor.projected()}, rows.seq, w, rate,
-                  key);
-      rms_normalize(key, index_width, ctx.config.rms_norm_eps, a.index_compressor.norm.data());
-      rotate_tail(key, index_width, rope_dims, cos.data(), sin.data(), 1.0f);
-    }
-    for (int64_t first = 0, j = 0; first < width; first += stripe, ++j)
-      entries.write(rows.seq, w * rate + j, 0, entry.data() + first,
-                    std::min(stripe, width - first));
-  }
-}
-
-// The sequence's compressed entries so far: [count, entry_width] (attention entry, then the
-// indexer key for CSA).
-std::vector<float> gather_entries(const LayerContext& ctx, const SequenceRows& rows,
-                                  int64_t count) {
-  const size_t layer = static_cast<size_t>(ctx.index);
-  TokenRecords entries(ctx.cache, ctx.batch, ctx.layout.first_entry_layer,
-                       ctx.layout.stripe_offset[layer]);
-  const int64_t stripe = ctx.layout.stripe_width[layer];
-  const int64_t width = ctx.entry_width();
-  std::vector<float> gathered(static_cast<size_t>(count * width));
-  for (int64_t w = 0; w < count; ++w) {
-    for (int64_t first = 0, j = 0; first < width; first += stripe, ++j)
-      entries.read(rows.seq, w * ctx.layer.rate + j, 0, gathered.data() + w * width + first,
-                   std::min(stripe, width - first));
-  }
-  return gathered;
-}
-
-// The lightning indexer's choice for one query: the top-k visible entries by
-// sum_h weight_h * relu(q_h . key_w), ties to the lower index.
-std::vector<int64_t> select_entries(const DeepseekV4Config& v4, const float* queries,
-                                    const float* head_weights, const float* entries,
-                                    int64_t entry_width, int64_t key_offset, int64_t visible) {
-  const int64_t index_dim = v4.index_head_dim;
-  const float key_scale = 1.0f / std::sqrt(static_cast<float>(index_dim));
-  std::vector<float> scores(static_cast<size_t>(visible));
-  for (int64_t w = 0; w < visible; ++w) {
-    const float* key = entries + w * entry_width + key_offset;
-    float score = 0.0f;
-    for (int h = 0; h < v4.index_heads; ++h)
-      score += head_weights[h] * std::max(0.0f, dot(queries + h * index_dim, key, index_dim));
-    scores[static_cast<size_t>(w)] = score * key_scale;
-  }
-  std::vector<int64_t> order(static_cast<size_t>(visible));
-  std::iota(order.begin(), order.end(), 0);
-  auto k = std::min<int64_t>(v4.index_topk, visible);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
-    float sa = scores[static_cast<size_t>(a)], sb = scores[static_cast<size_t>(b)];
-    return sa > sb || (sa == sb && a < b);
-  });
-  order.resize(static_cast<size_t>(k));
-  return order;
-}
-
-// Softmax attention of one head's query over `keys` (values are the keys) with the sink in
-// the denominator.
-void attend_head(const float* q, const std::vector<const float*>& keys, int64_t hd, float scale,
-                 float sink, float* out) {
-  std::vector<float> logits(keys.size());
-  float top = sink;
-  for (size_t j = 0; j < keys.size(); ++j) {
-    logits[j] = scale * dot(q, keys[j], hd);
-    top = std::max(top, logits[j]);
-  }
-  float sum = std::exp(sink - top);
-  std::fill(out, out + hd, 0.0f);
-  for (size_t j = 0; j < keys.size(); ++j) {
-    float e = std::exp(logits[j] - top);
-    sum += e;
-    for (int64_t i = 0; i < hd; ++i) out[i] += e * keys[j][i];
-  }
-  for (int64_t i = 0; i < hd; ++i) out[i] /= sum;
+  Tensor tails = view(ctx, x.data() + width - rope_dims, {x.dim(0), heads, rope_dims},
+                      {heads * width, width, 1});
+  ctx.ops.rope(tails, ctx.cos(), sin, rope_dims, true);
 }
 
 // Queries and shared K=V rows of the new tokens, normalised and rotated.
 struct Projections {
-  FloatTensor q_latent;  // [T, q_lora_rank], normalised (also the indexer's input)
-  FloatTensor q;         // [T, H * hd]
-  FloatTensor kv;        // [T, hd]
+  BackendTensor q_latent;  // [T, q_lora_rank], normalised (also the indexer's input)
+  BackendTensor q;         // [T, H * hd]
+  BackendTensor kv;        // [T, hd]
 };
 
-Projections project(const LayerContext& ctx, const Tensor& normed) {
+Projections project(const LayerContext& ctx, const Tensor& normed, const Tensor& ones) {
   const ModelConfig& c = ctx.config;
   const AttentionWeights& a = ctx.layer.attention;
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  const int64_t tokens = normed.dim(0), hd = c.head_dim;
-  const int rope_dims = c.v4.rope_dims;
+  const int64_t hd = c.head_dim;
   Projections p{product(ctx.ops, normed, *a.q_down), {}, product(ctx.ops, normed, *a.kv)};
   Tensor latent = p.q_latent.view();
   ctx.ops.rmsnorm(latent, *a.q_norm, eps, latent);
   p.q = product(ctx.ops, latent, *a.q_up);
+  Tensor heads = view(ctx, p.q.data(), {ctx.tokens(), c.num_heads, hd}, {c.num_heads * hd, hd, 1});
+  ctx.ops.rmsnorm(heads, ones, eps, heads);  // unweighted, per head
+  rotate_tails(ctx, p.q, c.num_heads, hd, ctx.sin());
   Tensor kv = p.kv.view();
   ctx.ops.rmsnorm(kv, *a.kv_norm, eps, kv);
-  for (int64_t t = 0; t < tokens; ++t) {
-    const float* cos = ctx.cos() + t * rope_dims / 2;
-    const float* sin = ctx.sin() + t * rope_dims / 2;
-    for (int h = 0; h < c.num_heads; ++h) {
-      float* head = p.q.data() + (t * c.num_heads + h) * hd;
-      rms_normalize(head, hd, c.rms_norm_eps, nullptr);
-      rotate_tail(head, hd, rope_dims, cos, sin, 1.0f);
-    }
-    rotate_tail(p.kv.data() + t * hd, hd, rope_dims, cos, sin, 1.0f);
-  }
+  rotate_tails(ctx, p.kv, 1, hd, ctx.sin());
   return p;
 }
 
-// Writes the new rows' K=V rows and compressor inputs into the cache.
+// The windows the batch completes: (sequence, window) pairs, and cos/sin at their first
+// positions.
+struct CompletedWindows {
+  std::vector<int32_t> pairs;
+  std::vector<float> cos, sin;
+  BackendMemory cos_copy, sin_copy;
+};
+
+CompletedWindows completed_windows(const LayerContext& ctx) {
+  const ForwardBatch& batch = ctx.forward.batch;
+  const int rate = ctx.layer.rate;
+  CompletedWindows done;
+  std::vector<int32_t> positions;
+  for (int s = 0; s < batch.num_seqs(); ++s) {
+    int64_t end = batch.context_lens[static_cast<size_t>(s)];
+    int64_t first = end - (batch.query_start[static_cast<size_t>(s) + 1] -
+                           batch.query_start[static_cast<size_t>(s)]);
+    // Window w completes at its last token (w + 1) * rate - 1.
+    for (int64_t w = first / rate; (w + 1) * rate <= end; ++w) {
+      done.pairs.insert(done.pairs.end(), {s, static_cast<int32_t>(w)});
+      positions.push_back(static_cast<int32_t>(w * rate));
+    }
+  }
+  auto half = static_cast<size_t>(ctx.config.v4.rope_dims / 2);
+  done.cos.resize(positions.size() * half);
+  done.sin.resize(done.cos.size());
+  ctx.forward.compress_rope.compute(positions.data(), static_cast<int64_t>(positions.size()),
+                                    done.cos.data(), done.sin.data());
+  return done;
+}
+
+Compressor compressor_of(const LayerContext& ctx, const CompressorWeights& w, int64_t input_offset,
+                         int64_t entry_offset) {
+  Compressor c;
+  c.position_bias = &w.position_bias.view();
+  c.norm = &w.norm.view();
+  c.width = w.width;
+  c.rate = ctx.layer.rate;
+  c.overlapping = w.overlapping;
+  c.input_offset = input_offset;
+  c.entry_offset = entry_offset;
+  c.eps = static_cast<float>(ctx.config.rms_norm_eps);
+  c.rope_dims = ctx.config.v4.rope_dims;
+  return c;
+}
+
+// Writes the new rows' K=V rows and compressor inputs, then pools every window they complete.
 void write_state(const LayerContext& ctx, const Tensor& normed, const Projections& p) {
   const ModelConfig& c = ctx.config;
   const AttentionWeights& a = ctx.layer.attention;
   const auto layer = static_cast<size_t>(ctx.index);
-  TokenRecords window(ctx.cache, ctx.batch, ctx.layout.window_layer[layer]);
-  std::vector<FloatTensor> inputs;
-  if (ctx.layer.kind != V4Attention::kSliding) {
-    for (const CompressorWeights* compressor : {&a.compressor, &a.index_compressor}) {
-      if (compressor->width == 0) continue;
-      inputs.push_back(product(ctx.ops, normed, *compressor->values));
-      inputs.push_back(product(ctx.ops, normed, *compressor->gates));
+  const int window_layer = ctx.layout.window_layer[layer];
+  Tensor kv = view(ctx, p.kv.data(), {ctx.tokens(), 1, c.head_dim}, {c.head_dim, c.head_dim, 1});
+  ctx.ops.kv_write(kv, nullptr, ctx.view_of(window_layer), ctx.cache.layer(window_layer));
+  if (ctx.sliding()) return;
+  // Each token's input record: values then gates of the attention compressor, then (CSA) of
+  // the indexer's.
+  const int64_t width = ctx.layout.input_width[layer];
+  BackendTensor record(ctx.ops, {ctx.tokens(), width});
+  int64_t offset = 0;
+  for (const CompressorWeights* w : {&a.compressor, &a.index_compressor}) {
+    if (w->width == 0) continue;
+    for (const Tensor* weight : {w->values, w->gates}) {
+      BackendTensor part = product(ctx.ops, normed, *weight);
+      Tensor slice = view(ctx, record.data() + offset, {ctx.tokens(), part.dim(1)}, {width, 1});
+      ctx.ops.copy(part.view(), slice);
+      offset += part.dim(1);
     }
   }
-  std::optional<TokenRecords> records;
-  if (!inputs.empty()) records.emplace(ctx.cache, ctx.batch, ctx.layout.input_layer[layer]);
-  for (int seq = 0; seq < ctx.batch.num_seqs(); ++seq) {
-    SequenceRows rows = sequence_rows(ctx.batch, seq);
-    for (int64_t r = 0; r < rows.rows; ++r) {
-      int64_t t = rows.first_row + r, position = rows.first_position + r;
-      window.write(seq, position, 0, p.kv.data() + t * c.head_dim, c.head_dim);
-      int64_t offset = 0;
-      for (const FloatTensor& part : inputs) {
-        int64_t width = part.dim(1);
-        records->write(seq, position, offset, part.data() + t * width, width);
-        offset += width;
-      }
-    }
-    if (!inputs.empty()) compress_completed_windows(ctx, rows);
+  PagedRecords inputs = ctx.records(ctx.layout.input_layer[layer], 0);
+  ctx.ops.write_records(record.view(), ctx.view_of(window_layer), inputs);
+  CompletedWindows done = completed_windows(ctx);
+  if (done.pairs.empty()) return;
+  const float* cos = backend_floats(ctx.ops, done.cos, done.cos_copy);
+  const float* sin = backend_floats(ctx.ops, done.sin, done.sin_copy);
+  EntryStripes entries = ctx.entries();
+  ctx.ops.compress_windows(inputs, compressor_of(ctx, a.compressor, 0, 0), done.pairs, cos, sin,
+                           entries);
+  if (a.index_compressor.width > 0) {
+    ctx.ops.compress_windows(
+        inputs, compressor_of(ctx, a.index_compressor, 2 * a.compressor.projected(), c.head_dim),
+        done.pairs, cos, sin, entries);
   }
 }
 
-// The indexer's queries [T, nI * cI] (rotated, no norm) and per-head weights [T, nI].
-struct IndexerQueries {
-  FloatTensor queries, weights;
-};
-
-IndexerQueries indexer_queries(const LayerContext& ctx, const Tensor& normed,
-                               const Projections& p) {
+// The lightning indexer's choice of entries for every row: [T, index_topk] in backend memory.
+BackendMemory select_entries(const LayerContext& ctx, const Tensor& normed, const Projections& p) {
   const DeepseekV4Config& v4 = ctx.config.v4;
   const AttentionWeights& a = ctx.layer.attention;
-  IndexerQueries out{product(ctx.ops, p.q_latent.view(), *a.index_q_up),
-                     product(ctx.ops, normed, *a.index_weights)};
-  const float head_scale = 1.0f / std::sqrt(static_cast<float>(v4.index_heads));
-  for (int64_t t = 0; t < normed.dim(0); ++t) {
-    for (int h = 0; h < v4.index_heads; ++h) {
-      float* q = out.queries.data() + (t * v4.index_heads + h) * v4.index_head_dim;
-      rotate_tail(q, v4.index_head_dim, v4.rope_dims, ctx.cos() + t * v4.rope_dims / 2,
-                  ctx.sin() + t * v4.rope_dims / 2, 1.0f);
-      out.weights.data()[t * v4.index_heads + h] *= head_scale;
-    }
-  }
-  return out;
+  BackendTensor queries = product(ctx.ops, p.q_latent.view(), *a.index_q_up);
+  rotate_tails(ctx, queries, v4.index_heads, v4.index_head_dim, ctx.sin());
+  BackendTensor weights = product(ctx.ops, normed, *a.index_weights);
+  BackendMemory selected =
+      ctx.ops.allocate_scratch(static_cast<size_t>(ctx.tokens() * v4.index_topk) * 4);
+  Tensor heads = view(ctx, queries.data(), {ctx.tokens(), v4.index_heads, v4.index_head_dim},
+                      {int64_t{v4.index_heads} * v4.index_head_dim, v4.index_head_dim, 1});
+  float scale = 1.0f / std::sqrt(static_cast<float>(v4.index_heads) * v4.index_head_dim);
+  ctx.ops.index_select(heads, weights.view(), scale, ctx.view_of(ctx.layout.window_layer[0]),
+                       ctx.entries(), ctx.config.head_dim, v4.index_topk,
+                       static_cast<int32_t*>(selected.get()));
+  return selected;
 }
 
-// Attention of the sequence's new rows into heads [T, H * hd] (de-rotated).
-void attend_sequence(const LayerContext& ctx, const SequenceRows& rows, const Projections& p,
-                     const IndexerQueries* indexer, float* heads) {
-  const ModelConfig& c = ctx.config;
-  const int64_t hd = c.head_dim;
-  const int rate = ctx.layer.rate;
-  const int window = c.v4.window;
-  const auto layer = static_cast<size_t>(ctx.index);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  TokenRecords window_rows(ctx.cache, ctx.batch, ctx.layout.window_layer[layer]);
-  int64_t end = rows.first_position + rows.rows;
-  int64_t count = rate > 0 ? end / rate : 0;
-  std::vector<float> entries = count > 0 ? gather_entries(ctx, rows, count) : std::vector<float>();
-  const int64_t entry_width = ctx.entry_width();
-  for (int64_t r = 0; r < rows.rows; ++r) {
-    int64_t t = rows.first_row + r, position = rows.first_position + r;
-    std::vector<const float*> keys;
-    for (int64_t j = std::max<int64_t>(0, position - window + 1); j <= position; ++j)
-      keys.push_back(window_rows.at(rows.seq, j, 0));
-    int64_t visible = rate > 0 ? (position + 1) / rate : 0;
-    if (indexer && visible > 0) {
-      const int64_t qi_width = int64_t{c.v4.index_heads} * c.v4.index_head_dim;
-      for (int64_t w : select_entries(c.v4, indexer->queries.data() + t * qi_width,
-                                      indexer->weights.data() + t * c.v4.index_heads,
-                                      entries.data(), entry_width, hd, visible))
-        keys.push_back(entries.data() + w * entry_width);
-    } else {
-      for (int64_t w = 0; w < visible; ++w) keys.push_back(entries.data() + w * entry_width);
-    }
-    const float* cos = ctx.cos() + t * c.v4.rope_dims / 2;
-    const float* sin = ctx.sin() + t * c.v4.rope_dims / 2;
-    for (int h = 0; h < c.num_heads; ++h) {
-      float* out = heads + (t * c.num_heads + h) * hd;
-      attend_head(p.q.data() + (t * c.num_heads + h) * hd, keys, hd, scale,
-                  ctx.layer.attention.sinks[static_cast<size_t>(h)], out);
-      rotate_tail(out, hd, c.v4.rope_dims, cos, sin, -1.0f);
-    }
+// out [T, D] = wo_b . concat_g(wo_a_g . heads of group g).
+void project_out(const LayerContext& ctx, BackendTensor& heads, Tensor& out) {
+  const AttentionWeights& a = ctx.layer.attention;
+  const auto groups = static_cast<int64_t>(a.out_groups.size());
+  const int64_t width = heads.dim(1), group_in = width / groups;
+  const int64_t rank = a.out_groups.front().dim(0);
+  BackendTensor group_input(ctx.ops, {ctx.tokens(), group_in});
+  BackendTensor mixed(ctx.ops, {ctx.tokens(), groups * rank});
+  for (int64_t g = 0; g < groups; ++g) {
+    Tensor input = group_input.view();
+    ctx.ops.copy(view(ctx, heads.data() + g * group_in, {ctx.tokens(), group_in}, {width, 1}),
+                 input);
+    Tensor slice = view(ctx, mixed.data() + g * rank, {ctx.tokens(), rank}, {groups * rank, 1});
+    BackendTensor y = product(ctx.ops, input, a.out_groups[static_cast<size_t>(g)]);
+    ctx.ops.copy(y.view(), slice);
   }
+  ctx.ops.matmul(mixed.view(), *a.out_mix, nullptr, out);
 }
 
 }  // namespace
 
 void run_attention(Ops& ops, const ModelConfig& config, const CacheLayout& layout,
-                   const LayerWeights& layer, int layer_index, const ForwardBatch& batch,
-                   const RopeTables& rope, KvCache& cache, const Tensor& normed, float* out) {
-  LayerContext ctx{ops, config, layout, layer, layer_index, batch, rope, cache};
-  const int64_t tokens = normed.dim(0);
-  const int64_t hd = config.head_dim;
-  Projections p = project(ctx, normed);
+                   const LayerWeights& layer, int layer_index, ForwardContext& forward,
+                   KvCache& cache, const Tensor& ones, const Tensor& normed, Tensor& out) {
+  LayerContext ctx{ops, config, layout, layer, layer_index, forward, cache};
+  const int64_t hd = config.head_dim, heads = config.num_heads;
+  Projections p = project(ctx, normed, ones);
   write_state(ctx, normed, p);
-  std::optional<IndexerQueries> indexer;
-  if (layer.kind == V4Attention::kCompressedSparse) indexer = indexer_queries(ctx, normed, p);
-  FloatTensor heads({tokens, int64_t{config.num_heads} * hd});
-  for (int seq = 0; seq < batch.num_seqs(); ++seq)
-    attend_sequence(ctx, sequence_rows(batch, seq), p, indexer ? &*indexer : nullptr, heads.data());
-  // Grouped output: group g's heads through its own block of wo_a, then wo_b mixes them.
-  const auto groups = static_cast<int64_t>(layer.attention.out_groups.size());
-  const int64_t group_in = int64_t{config.num_heads} * hd / groups;
-  const int64_t rank = layer.attention.out_groups.front().dim(0);
-  FloatTensor group_input({tokens, group_in}), mixed({tokens, groups * rank});
-  for (int64_t g = 0; g < groups; ++g) {
-    for (int64_t t = 0; t < tokens; ++t)
-      std::copy_n(heads.data() + t * groups * group_in + g * group_in, group_in,
-                  group_input.data() + t * group_in);
-    FloatTensor y =
-        product(ops, group_input.view(), layer.attention.out_groups[static_cast<size_t>(g)]);
-    for (int64_t t = 0; t < tokens; ++t)
-      std::copy_n(y.data() + t * rank, rank, mixed.data() + t * groups * rank + g * rank);
-  }
-  Tensor result = Tensor::contiguous(out, DType::kF32, {tokens, config.hidden_size});
-  ops.matmul(mixed.view(), *layer.attention.out_mix, nullptr, result);
+  BackendMemory selected;
+  if (layer.kind == V4Attention::kCompressedSparse) selected = select_entries(ctx, normed, p);
+  BackendTensor attended(ops, {ctx.tokens(), heads * hd});
+  const int window_layer = layout.window_layer[static_cast<size_t>(layer_index)];
+  Tensor q = view(ctx, p.q.data(), {ctx.tokens(), heads, hd}, {heads * hd, hd, 1});
+  Tensor result = view(ctx, attended.data(), {ctx.tokens(), heads, hd}, {heads * hd, hd, 1});
+  ops.sparse_attention(q, ctx.view_of(window_layer), cache.layer(window_layer), config.v4.window,
+                       ctx.entries(), static_cast<const int32_t*>(selected.get()),
+                       config.v4.index_topk, layer.attention.sinks.view(),
+                       1.0f / std::sqrt(static_cast<float>(hd)), result);
+  // Values carry the keys' rotation: turn each head's output back at the query's position.
+  rotate_tails(ctx, attended, heads, hd, ctx.unsin());
+  project_out(ctx, attended, out);
 }
 
 }  // namespace deepinfer::v4

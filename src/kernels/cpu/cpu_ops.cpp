@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/deepseek_v4.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/ops.h"
@@ -338,6 +339,35 @@ class CpuOps final : public Ops {
         }
       }
     }
+  }
+
+  void hc_pre(const Tensor& streams, const HyperConnection& hc, Tensor* mix,
+              Tensor& collapsed) override {
+    cpu::hc_pre(pool_, streams, hc, mix, collapsed);
+  }
+  void hc_post(const Tensor& out, const Tensor& mix, Tensor& streams) override {
+    cpu::hc_post(pool_, out, mix, streams);
+  }
+  void write_records(const Tensor& values, const AttentionBatch& batch,
+                     const PagedRecords& records) override {
+    cpu::write_records(values, batch, records);
+  }
+  void compress_windows(const PagedRecords& inputs, const Compressor& compressor,
+                        const std::vector<int32_t>& windows, const float* cos, const float* sin,
+                        const EntryStripes& entries) override {
+    cpu::compress_windows(pool_, inputs, compressor, windows, cos, sin, entries);
+  }
+  void index_select(const Tensor& queries, const Tensor& head_weights, float scale,
+                    const AttentionBatch& batch, const EntryStripes& entries, int64_t key_offset,
+                    int k, int32_t* selected) override {
+    cpu::index_select(pool_, queries, head_weights, scale, batch, entries, key_offset, k, selected);
+  }
+  void sparse_attention(const Tensor& q, const AttentionBatch& batch,
+                        const PagedKvView& window_cache, int window, const EntryStripes& entries,
+                        const int32_t* selected, int k, const Tensor& sinks, float scale,
+                        Tensor& out) override {
+    cpu::sparse_attention(pool_, q, batch, window_cache, window, entries, selected, k, sinks, scale,
+                          out);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
