@@ -27,6 +27,7 @@ std::vector<float> target_logits(CausalLM& model, const std::vector<int32_t>& ta
                                  bool crowd) {
   int32_t vocab = model.config().vocab_size;
   KvCache cache(model.kv_shape(kBlockSize), 128);
+  const int block_size = cache.shape().block_size;  // a model may round it up
   std::vector<int32_t> neighbour = prompt_of(41, 2, vocab);
   std::vector<int32_t> decoder = prompt_of(9, 3, vocab);
   SequenceKv target_blocks, neighbour_blocks, decoder_blocks;
@@ -39,12 +40,12 @@ std::vector<float> target_logits(CausalLM& model, const std::vector<int32_t>& ta
       // The decoder runs one token per step (its "prompt" doubles as its outputs).
       decoder_blocks.reserve(cache, decoder_done + 1);
       batch.add_sequence({decoder[static_cast<size_t>(decoder_done % 9)]}, decoder_done,
-                         decoder_blocks, kBlockSize, false);
+                         decoder_blocks, block_size, false);
       ++decoder_done;
     }
     target_blocks.reserve(cache, start + count);
     batch.add_sequence(std::vector<int32_t>(target.begin() + start, target.begin() + start + count),
-                       start, target_blocks, kBlockSize, true);
+                       start, target_blocks, block_size, true);
     if (crowd) {
       int64_t neighbour_start = start * 2 % 30;
       if (neighbour_start == 0) {
@@ -53,7 +54,7 @@ std::vector<float> target_logits(CausalLM& model, const std::vector<int32_t>& ta
       neighbour_blocks.reserve(cache, neighbour_start + 11);
       batch.add_sequence(std::vector<int32_t>(neighbour.begin() + neighbour_start,
                                               neighbour.begin() + neighbour_start + 11),
-                         neighbour_start, neighbour_blocks, kBlockSize, false);
+                         neighbour_start, neighbour_blocks, block_size, false);
     }
     std::vector<float> logits(batch.logit_rows.size() * static_cast<size_t>(vocab));
     model.forward(batch, cache, logits.data());
