@@ -27,11 +27,14 @@ struct ModelOptions {
   std::string model_dir;
   std::string load = "mmap";
   std::string device = "cpu";
-  std::string matmul_precision = "f32";
+  std::string matmul_precision;  // empty: the backend's default (f32 on the CPU, bf16 on CUDA)
   std::string mla_cache = "latent";
   bool batch_invariant = false;
   bool enforce_eager = false;
 };
+
+// --matmul-precision as the backend applies it: "f32" or "bf16".
+std::string matmul_precision(const ModelOptions& options);
 void add_model_options(CLI::App& command, ModelOptions& options, const std::string& default_load);
 
 // The engine settings serve and bench-engine start from: a 4 GiB KV budget (the library's

@@ -113,7 +113,7 @@ void print_table(const nlohmann::json& r, const BenchArgs& args) {
   fmt::print("peak f32 FMA     {:.1f} GFLOP/s\n", peak);
   fmt::print("prompt ({} tok)  {:.1f} tokens/s, {:.1f} GFLOP/s ({:.0f}% of f32 peak; {} matmuls)\n",
              args.prompt_tokens, number("prompt_tokens_per_s"), number("prefill_gflops"),
-             100.0 * number("prefill_gflops") / peak, args.model.matmul_precision);
+             100.0 * number("prefill_gflops") / peak, matmul_precision(args.model));
   fmt::print(
       "decode (batch 1) {:.2f} tokens/s; roofline {:.2f} tokens/s ({:.1f} MB of weights/token): "
       "{:.0f}%\n",
@@ -194,7 +194,7 @@ void run_bench(const BenchArgs& args) {
       {"prompt_tokens_per_s", prompt_rate},
       {"prefill_gflops", prefill_flops / prefill_seconds / 1e9},
       {"peak_f32_fma_gflops", peak_flops / 1e9},
-      {"matmul_precision", args.model.matmul_precision},
+      {"matmul_precision", matmul_precision(args.model)},
       {"decode_tokens", args.decode_tokens},
       {"decode_tokens_per_s", decode_rate},
       {"weight_bytes_per_token", bytes_per_token},

@@ -67,10 +67,10 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
   command
       .add_option("--matmul-precision", options.matmul_precision,
                   "Prompt matmuls over bf16 weights: f32 activations (exact) or bf16 (AVX512-BF16 "
-                  "dot products)")
+                  "dot products on the CPU, cuBLASLt on CUDA); default f32 on the CPU, bf16 on "
+                  "CUDA")
       ->check(CLI::IsMember({"f32", "bf16"}))
-      ->envname("DEEPINFER_MATMUL_PRECISION")
-      ->capture_default_str();
+      ->envname("DEEPINFER_MATMUL_PRECISION");
   command
       .add_option("--mla-cache", options.mla_cache,
                   "DeepSeek MLA cache: latent (kv_lora_rank + rope values per token, absorbed "
@@ -130,18 +130,16 @@ void add_engine_options(CLI::App& command, EngineConfig& engine, const std::stri
 namespace {
 
 std::unique_ptr<Ops> make_backend(const ModelOptions& options) {
-  if (options.device == "cpu") {
-    return make_cpu_ops(
-        options.matmul_precision == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32,
-        options.batch_invariant);
-  }
+  MatmulPrecision precision =
+      matmul_precision(options) == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32;
+  if (options.device == "cpu") return make_cpu_ops(precision, options.batch_invariant);
   if (options.batch_invariant)
     fail(
         "--batch-invariant runs on the CPU backend only (the CUDA kernels' order depends on "
         "the batch)");
 #ifdef DEEPINFER_WITH_CUDA
   int gpu = options.device == "cuda" ? 0 : std::stoi(options.device.substr(5));
-  return cuda::make_cuda_ops(gpu);
+  return cuda::make_cuda_ops(gpu, precision);
 #else
   fail("--device {}: this build has no CUDA backend (nvcc was not found when it was configured)",
        options.device);
@@ -150,9 +148,14 @@ std::unique_ptr<Ops> make_backend(const ModelOptions& options) {
 
 }  // namespace
 
+std::string matmul_precision(const ModelOptions& options) {
+  if (!options.matmul_precision.empty()) return options.matmul_precision;
+  return options.device == "cpu" ? "f32" : "bf16";
+}
+
 LoadedModel open_model(const ModelOptions& options) {
   LoadedModel loaded;
-  if (options.batch_invariant && options.matmul_precision != "f32")
+  if (options.batch_invariant && matmul_precision(options) != "f32")
     fail("--batch-invariant needs --matmul-precision f32");
   loaded.ops = make_backend(options);
   ModelLoadOptions load;

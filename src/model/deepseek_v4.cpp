@@ -89,14 +89,9 @@ class DeepseekV4Model final : public CausalLM {
   KvCacheShape kv_shape(int block_size) const override {
     DI_CHECK(block_size > 0, "KV block size must be positive");
     int rounded = (block_size + block_multiple_ - 1) / block_multiple_ * block_multiple_;
-    return KvCacheShape{layout_.num_cache_layers(),
-                        1,
-                        layout_.row,
-                        layout_.row,
-                        rounded,
-                        true,
-                        layout_.cache_layer_window,
-                        ops_.kv_dtype()};
+    return KvCacheShape{
+        layout_.num_cache_layers(), 1,          layout_.row, layout_.row, rounded, true,
+        layout_.cache_layer_window, DType::kF32};  // f32 on every backend so far
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override;
@@ -405,6 +400,8 @@ void DeepseekV4Model::forward_into(const ForwardBatch& batch, KvCache& cache, Te
     ops_.rmsnorm(collapsed_view, *layer.ffn_norm, eps, normed_view);
     run_moe(ops_, c.moe, layer.moe, normed_view, batch.tokens, out_view);
     ops_.hc_post(out_view, mix_view, residual_view);
+    // A layer's output is its residual streams, [T, hc_mult * hidden].
+    if (i + 1 < c.num_layers) report_hidden(ops_, hidden_sink, i + 1, residual_view);
   }
   ops_.hc_pre(residual_view, site(head_hc_), nullptr, collapsed_view);
   final_logits(ops_, batch, collapsed_view, *final_norm_, *lm_head_, eps, c.num_layers, logits,

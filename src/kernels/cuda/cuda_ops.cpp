@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/deepseek_v4_kernels.h"
 #include "kernels/cuda/expert_tables.h"
 
 namespace deepinfer::cuda {
@@ -69,7 +70,7 @@ class CudaGraph final : public RecordedOps {
 
 class CudaOps final : public Ops {
  public:
-  explicit CudaOps(int device) : device_(device) {
+  CudaOps(int device, MatmulPrecision precision) : device_(device), precision_(precision) {
     int count = device_count();
     if (device < 0 || device >= count)
       fail("CUDA backend: GPU {} asked for, {} present", device, count);
@@ -427,6 +428,75 @@ class CudaOps final : public Ops {
                static_cast<int>(x.dim(1)), rotary_dim, interleaved, stream());
   }
 
+  void hc_pre(const Tensor& streams, const HyperConnection& hc, Tensor* mix,
+              Tensor& collapsed) override {
+    require_device(streams, "hc_pre");
+    cuda::hc_pre(streams.as<const float>(), collapsed.dim(0), collapsed.dim(-1),
+                 hc.fn->as<const float>(), hc.base->as<const float>(), hc.scale->as<const float>(),
+                 hc.streams, static_cast<int>(hc.fn->dim(0)), hc.sinkhorn_iterations, hc.eps,
+                 hc.norm_eps, mix ? mix->as<float>() : nullptr, collapsed.as<float>(), stream());
+  }
+
+  void hc_post(const Tensor& out, const Tensor& mix, Tensor& streams) override {
+    const int64_t width = out.dim(-1);
+    cuda::hc_post(out.as<const float>(), mix.as<const float>(), out.dim(0), width,
+                  static_cast<int>(streams.numel() / (out.dim(0) * width)), streams.as<float>(),
+                  stream());
+  }
+
+  void write_records(const Tensor& values, const AttentionBatch& batch,
+                     const PagedRecords& records) override {
+    DeviceRecords device = device_records(records);
+    cuda::write_records(values.as<const float>(), values.dim(0), values.dim(-1), device_rows(batch),
+                        device.view, stream());
+  }
+
+  void compress_windows(const PagedRecords& inputs, const Compressor& compressor,
+                        const std::vector<int32_t>& windows, const float* cos, const float* sin,
+                        const EntryStripes& entries) override {
+    DeviceRecords device_inputs = device_records(inputs);
+    DeviceRecords device_entries = device_records(entries.records);
+    BackendMemory pairs = upload(windows);
+    cuda::compress_windows(
+        device_inputs.view, compressor, compressor.position_bias->as<const float>(),
+        compressor.norm->as<const float>(), static_cast<const int32_t*>(pairs.get()),
+        static_cast<int64_t>(windows.size() / 2), cos, sin,
+        {device_entries.view, entries.stripe, entries.rate}, stream());
+  }
+
+  void index_select(const Tensor& queries, const Tensor& head_weights, float scale,
+                    const AttentionBatch& batch, const EntryStripes& entries, int64_t key_offset,
+                    int k, int32_t* selected) override {
+    DeviceRecords device_entries = device_records(entries.records);
+    const int64_t max_visible = batch.max_context_len / entries.rate;
+    const int64_t tokens = queries.dim(0);
+    BackendMemory scores = allocate_scratch(
+        static_cast<size_t>(tokens * std::max<int64_t>(max_visible, 1)) * sizeof(float));
+    cuda::index_select(queries.as<const float>(), head_weights.as<const float>(), tokens,
+                       static_cast<int>(queries.dim(1)), static_cast<int>(queries.dim(2)), scale,
+                       device_rows(batch), {device_entries.view, entries.stripe, entries.rate},
+                       key_offset, k, max_visible, static_cast<float*>(scores.get()), selected,
+                       stream());
+  }
+
+  void sparse_attention(const Tensor& q, const AttentionBatch& batch,
+                        const PagedKvView& window_cache, int window, const EntryStripes& entries,
+                        const int32_t* selected, int k, const Tensor& sinks, float scale,
+                        Tensor& out) override {
+    DI_CHECK(window_cache.dtype == DType::kF32 && window_cache.key_stride() == q.dim(2),
+             "sparse_attention: the window cache must hold f32 rows of {}", q.dim(2));
+    DeviceRecords device_entries;
+    if (entries.rate > 0) device_entries = device_records(entries.records);
+    const int64_t entry_keys =
+        selected ? k : (entries.rate > 0 ? batch.max_context_len / entries.rate : 0);
+    cuda::sparse_attention(
+        q.as<const float>(), q.dim(0), static_cast<int>(q.dim(1)), static_cast<int>(q.dim(2)),
+        device_rows(batch), batch.block_tables, batch.max_blocks_per_seq, window_cache.key_floats(),
+        window_cache.block_size, window, {device_entries.view, entries.stripe, entries.rate},
+        selected, k, window + entry_keys, sinks.as<const float>(), scale, out.as<float>(),
+        stream());
+  }
+
   void clamped_silu_mul(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override {
     cuda::clamped_silu_mul(gate.as<const float>(), up.as<const float>(), limit, out.as<float>(),
                            out.numel(), stream());
@@ -546,6 +616,28 @@ class CudaOps final : public Ops {
     return stream_.get();
   }
 
+  // PagedRecords with its pointer arrays copied to the device (kept alive with it).
+  struct DeviceRecords {
+    BackendMemory layers, tables;
+    cuda::DeviceRecords view;
+  };
+  DeviceRecords device_records(const PagedRecords& records) {
+    DeviceRecords device;
+    device.layers = upload(records.layers);
+    device.tables = upload(records.tables);
+    device.view = {static_cast<float* const*>(device.layers.get()),
+                   static_cast<const int32_t* const*>(device.tables.get()),
+                   static_cast<int>(records.layers.size()),
+                   records.max_blocks_per_seq,
+                   records.block_size,
+                   records.row,
+                   records.offset};
+    return device;
+  }
+  static cuda::DeviceRows device_rows(const AttentionBatch& batch) {
+    return {batch.query_start, batch.context_lens, batch.num_seqs};
+  }
+
   template <typename T>
   BackendMemory upload(const std::vector<T>& values) {
     BackendMemory memory = allocate_scratch(values.size() * sizeof(T));
@@ -597,7 +689,7 @@ class CudaOps final : public Ops {
     } else if (rows <= kFewRows && fp8 && k % 16 == 0) {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
                           stream());
-    } else if (half && k % 8 == 0) {
+    } else if (half && k % 8 == 0 && precision_ == MatmulPrecision::kBf16) {
       BackendMemory rounded = allocate_scratch(static_cast<size_t>(rows * k) * 2);
       lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), weight.dtype,
                rows, n, k, y, stream());
@@ -610,6 +702,7 @@ class CudaOps final : public Ops {
   static constexpr int64_t kAttentionArrivalSlots = 16384;
 
   int device_;
+  MatmulPrecision precision_;
   std::string name_;
   std::shared_ptr<CUstream_st> stream_;
   std::unique_ptr<LtMatmul> lt_;
@@ -620,8 +713,8 @@ class CudaOps final : public Ops {
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(int device) {
-  return std::make_unique<CudaOps>(device);
+std::unique_ptr<Ops> make_cuda_ops(int device, MatmulPrecision precision) {
+  return std::make_unique<CudaOps>(device, precision);
 }
 
 }  // namespace deepinfer::cuda

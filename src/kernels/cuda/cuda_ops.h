@@ -10,7 +10,11 @@
 namespace deepinfer::cuda {
 
 // The backend on GPU `device`; an Error naming the reason when there is no usable GPU.
-std::unique_ptr<Ops> make_cuda_ops(int device = 0);
+// kBf16 runs prompt products on cuBLASLt with activations rounded to bf16; kF32 keeps them in
+// f32 (a plain tiled kernel: exact, far slower), for models whose choices (DeepSeek-V4's
+// top-k indexer) turn on differences that rounding makes.
+std::unique_ptr<Ops> make_cuda_ops(int device = 0,
+                                   MatmulPrecision precision = MatmulPrecision::kBf16);
 
 // The ceilings benchmarks state GPU results against, measured on the current device:
 // device-to-device copy (bytes read plus written per second, best of 10 copies of 2 GiB) and

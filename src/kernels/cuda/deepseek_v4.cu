@@ -1,0 +1,428 @@
+#include <cfloat>
+
+#include "core/error.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/deepseek_v4_kernels.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxStreams = 64;
+
+__device__ float warp_sum(float value) {
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+// Sum over the block (every thread gets it); `scratch` holds kWarps floats.
+__device__ float block_sum(float value, float* scratch) {
+  value = warp_sum(value);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
+__device__ float sigmoid(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+__device__ float* record_at(const DeviceRecords& r, int seq, int64_t position, int64_t element) {
+  const int64_t e = r.offset + element;
+  const int layer = static_cast<int>(e / r.row);
+  const int32_t block =
+      r.tables[layer][static_cast<int64_t>(seq) * r.max_blocks_per_seq + position / r.block_size];
+  return r.layers[layer] +
+         (static_cast<int64_t>(block) * r.block_size + position % r.block_size) * r.row + e % r.row;
+}
+
+// Element c of entry w.
+__device__ float* entry_at(const DeviceStripes& s, int seq, int64_t w, int64_t c) {
+  return record_at(s.records, seq, w * s.rate + c / s.stripe, c % s.stripe);
+}
+
+// The sequence and position of batch row t.
+__device__ void place_of(const DeviceRows& rows, int64_t t, int& seq, int64_t& position) {
+  int lo = 0, hi = rows.num_seqs - 1;
+  while (lo < hi) {  // the last sequence whose first row is at or before t
+    int mid = (lo + hi + 1) / 2;
+    if (rows.query_start[mid] <= t) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  seq = lo;
+  position = rows.context_lens[lo] - (rows.query_start[lo + 1] - t);
+}
+
+// One block per token: the mixing logits (a warp per row of fn), pre/post/Sinkhorn comb on
+// one thread, then the collapse.
+__global__ void hc_pre_kernel(const float* streams, int64_t width, const float* fn,
+                              const float* base, const float* scale, int n, int mixes,
+                              int iterations, float eps, float norm_eps, float* mix,
+                              float* collapsed) {
+  extern __shared__ float logits[];  // [mixes]
+  __shared__ float scratch[kWarps];
+  __shared__ float pre[kMaxStreams];
+  const int64_t t = blockIdx.x, flat = n * width;
+  const float* x = streams + t * flat;
+  float squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) squares += x[i] * x[i];
+  const float factor = rsqrtf(block_sum(squares, scratch) / static_cast<float>(flat) + norm_eps);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < mixes; r += kWarps) {
+    float sum = 0.0f;
+    for (int64_t i = lane; i < flat; i += 32) sum += fn[r * flat + i] * x[i];
+    sum = warp_sum(sum);
+    if (lane == 0) logits[r] = sum * factor;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int j = 0; j < n; ++j) pre[j] = sigmoid(logits[j] * scale[0] + base[j]) + eps;
+    if (mix) {
+      float* m = mix + t * mixes;
+      for (int j = 0; j < n; ++j) {
+        m[j] = pre[j];
+        m[n + j] = 2.0f * sigmoid(logits[n + j] * scale[1] + base[n + j]);
+      }
+      float* comb = m + 2 * n;
+      for (int i = 0; i < n * n; ++i) comb[i] = logits[2 * n + i] * scale[2] + base[2 * n + i];
+      for (int j = 0; j < n; ++j) {
+        float top = -FLT_MAX, sum = 0.0f;
+        for (int k = 0; k < n; ++k) top = fmaxf(top, comb[j * n + k]);
+        for (int k = 0; k < n; ++k) sum += comb[j * n + k] = expf(comb[j * n + k] - top);
+        for (int k = 0; k < n; ++k) comb[j * n + k] = comb[j * n + k] / sum + eps;
+      }
+      for (int it = 0; it < iterations; ++it) {
+        if (it > 0) {
+          for (int j = 0; j < n; ++j) {
+            float sum = 0.0f;
+            for (int k = 0; k < n; ++k) sum += comb[j * n + k];
+            for (int k = 0; k < n; ++k) comb[j * n + k] /= sum + eps;
+          }
+        }
+        for (int k = 0; k < n; ++k) {
+          float sum = 0.0f;
+          for (int j = 0; j < n; ++j) sum += comb[j * n + k];
+          for (int j = 0; j < n; ++j) comb[j * n + k] /= sum + eps;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float c = 0.0f;
+    for (int j = 0; j < n; ++j) c += pre[j] * x[j * width + i];
+    collapsed[t * width + i] = c;
+  }
+}
+
+__global__ void hc_post_kernel(const float* out, const float* mix, int64_t width, int n,
+                               float* streams) {
+  const int64_t t = blockIdx.x;
+  const float* m = mix + t * (2 + n) * n;
+  const float* post = m + n;
+  const float* comb = m + 2 * n;
+  float* x = streams + t * n * width;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+    float old[kMaxStreams];
+    for (int j = 0; j < n; ++j) old[j] = x[j * width + i];
+    const float y = out[t * width + i];
+    for (int k = 0; k < n; ++k) {
+      float value = post[k] * y;
+      for (int j = 0; j < n; ++j) value += comb[j * n + k] * old[j];
+      x[k * width + i] = value;
+    }
+  }
+}
+
+__global__ void write_records_kernel(const float* values, int64_t width, DeviceRows rows,
+                                     DeviceRecords records) {
+  const int64_t t = blockIdx.x;
+  int seq;
+  int64_t position;
+  place_of(rows, t, seq, position);
+  for (int64_t e = threadIdx.x; e < width; e += blockDim.x)
+    *record_at(records, seq, position, e) = values[t * width + e];
+}
+
+// One block per window: per channel a softmax over the slots' gates (two passes, as the
+// CPU), the weighted RMSNorm, the rope of the trailing dims, then the stripes.
+__global__ void compress_kernel(DeviceRecords inputs, Compressor c, const float* bias,
+                                const float* norm, const int32_t* windows, const float* cos,
+                                const float* sin, DeviceStripes entries) {
+  extern __shared__ float entry[];  // [width]
+  __shared__ float scratch[kWarps];
+  const int seq = windows[2 * blockIdx.x];
+  const int64_t w = windows[2 * blockIdx.x + 1];
+  const int width = c.width, projected = c.overlapping ? 2 * c.width : c.width, rate = c.rate;
+  auto slot = [&](int s, int ch, float& value, float& gate) {
+    // Slots [0, rate) are window w - 1's first halves (overlapping only), then window w's.
+    const bool previous = c.overlapping && s < rate;
+    const int64_t window = previous ? w - 1 : w;
+    const int i = c.overlapping ? s % rate : s;
+    const int half = c.overlapping && !previous ? width : 0;
+    const int64_t position = window * rate + i;
+    value = *record_at(inputs, seq, position, c.input_offset + half + ch);
+    gate = *record_at(inputs, seq, position, c.input_offset + projected + half + ch) +
+           bias[i * projected + half + ch];
+  };
+  const int first = c.overlapping && w == 0 ? rate : 0;
+  const int slots = c.overlapping ? 2 * rate : rate;
+  float squares = 0.0f;
+  for (int ch = threadIdx.x; ch < width; ch += blockDim.x) {
+    float top = -FLT_MAX, value, gate;
+    for (int s = first; s < slots; ++s) {
+      slot(s, ch, value, gate);
+      top = fmaxf(top, gate);
+    }
+    float sum = 0.0f, pooled = 0.0f;
+    for (int s = first; s < slots; ++s) {
+      slot(s, ch, value, gate);
+      const float e = expf(gate - top);
+      sum += e;
+      pooled += e * value;
+    }
+    entry[ch] = pooled / sum;
+    squares += entry[ch] * entry[ch];
+  }
+  const float factor = rsqrtf(block_sum(squares, scratch) / static_cast<float>(width) + c.eps);
+  for (int ch = threadIdx.x; ch < width; ch += blockDim.x) entry[ch] *= factor * norm[ch];
+  __syncthreads();
+  const int half_rope = c.rope_dims / 2;
+  if (threadIdx.x < half_rope) {
+    float* tail = entry + width - c.rope_dims;
+    const float co = cos[blockIdx.x * half_rope + threadIdx.x];
+    const float si = sin[blockIdx.x * half_rope + threadIdx.x];
+    const float a = tail[2 * threadIdx.x], b = tail[2 * threadIdx.x + 1];
+    tail[2 * threadIdx.x] = a * co - b * si;
+    tail[2 * threadIdx.x + 1] = b * co + a * si;
+  }
+  __syncthreads();
+  for (int ch = threadIdx.x; ch < width; ch += blockDim.x)
+    *entry_at(entries, seq, w, c.entry_offset + ch) = entry[ch];
+}
+
+// Floats ordered as unsigned integers (larger float, larger key).
+__device__ uint32_t order_key(float value) {
+  const uint32_t bits = __float_as_uint(value);
+  return bits & 0x80000000u ? ~bits : bits | 0x80000000u;
+}
+
+// One block per row: scores of the visible entries, the k-th largest by a radix select, then
+// a warp writes the chosen indices in index order (ties at the threshold to the lower index).
+__global__ void index_select_kernel(const float* queries, const float* head_weights, int heads,
+                                    int dim, float scale, DeviceRows rows, DeviceStripes entries,
+                                    int64_t key_offset, int k, int64_t max_visible, float* scores,
+                                    int32_t* selected) {
+  __shared__ float scratch[kWarps];
+  __shared__ uint32_t threshold;
+  __shared__ int remaining;
+  const int64_t t = blockIdx.x;
+  int seq;
+  int64_t position;
+  place_of(rows, t, seq, position);
+  const int64_t visible = (position + 1) / entries.rate;
+  float* row_scores = scores + t * max_visible;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int64_t w = warp; w < visible; w += kWarps) {
+    float score = 0.0f;
+    for (int h = 0; h < heads; ++h) {
+      const float* q = queries + (t * heads + h) * dim;
+      float d = 0.0f;
+      for (int i = lane; i < dim; i += 32) d += q[i] * *entry_at(entries, seq, w, key_offset + i);
+      d = warp_sum(d);
+      score += head_weights[t * heads + h] * fmaxf(0.0f, d);
+    }
+    if (lane == 0) row_scores[w] = score * scale;
+  }
+  if (threadIdx.x == 0) {
+    threshold = 0;
+    remaining = static_cast<int>(visible < k ? visible : k);
+  }
+  __syncthreads();
+  for (int bit = 31; bit >= 0 && remaining > 0; --bit) {
+    const uint32_t high_mask = bit == 31 ? 0u : ~((1u << (bit + 1)) - 1u);
+    const uint32_t candidate = threshold | (1u << bit);
+    float count = 0.0f;
+    for (int64_t w = threadIdx.x; w < visible; w += blockDim.x) {
+      const uint32_t key = order_key(row_scores[w]);
+      if ((key & (high_mask | (1u << bit))) == candidate) count += 1.0f;
+    }
+    const int above = static_cast<int>(block_sum(count, scratch));
+    if (threadIdx.x == 0) {
+      if (above >= remaining) {
+        threshold = candidate;
+      } else {
+        remaining -= above;
+      }
+    }
+    __syncthreads();
+  }
+  // Keys above the threshold are in; `remaining` ties at it go by index.
+  if (warp == 0) {
+    int written = 0, ties = 0;
+    const int wanted = static_cast<int>(visible < k ? visible : k);
+    for (int64_t base = 0; base < visible && written < wanted; base += 32) {
+      const int64_t w = base + lane;
+      const uint32_t key = w < visible ? order_key(row_scores[w]) : 0u;
+      const bool tie = w < visible && key == threshold;
+      const unsigned tie_mask = __ballot_sync(0xffffffffu, tie);
+      const unsigned below = (1u << lane) - 1u;
+      const bool take =
+          w < visible && (key > threshold || (tie && ties + __popc(tie_mask & below) < remaining));
+      const unsigned take_mask = __ballot_sync(0xffffffffu, take);
+      if (take) selected[t * k + written + __popc(take_mask & below)] = static_cast<int32_t>(w);
+      written += __popc(take_mask);
+      ties += __popc(tie_mask);
+    }
+    for (int i = written + lane; i < k; i += 32) selected[t * k + i] = -1;
+  }
+}
+
+// One block per (row, head): logits over the window rows and entries (a warp per key), one
+// softmax with the sink, then the weighted sum of the keys.
+__global__ void sparse_attention_kernel(const float* q, int heads, int dim, DeviceRows rows,
+                                        const int32_t* window_tables, int max_blocks,
+                                        const float* window_keys, int block_size, int window,
+                                        DeviceStripes entries, const int32_t* selected, int k,
+                                        const float* sinks, float scale, float* out) {
+  extern __shared__ float logits[];  // [window + entries]
+  __shared__ float scratch[kWarps];
+  const int64_t t = blockIdx.x / heads;
+  const int h = blockIdx.x % heads;
+  int seq;
+  int64_t position;
+  place_of(rows, t, seq, position);
+  const int64_t first = position - window + 1 > 0 ? position - window + 1 : 0;
+  const int window_count = static_cast<int>(position - first + 1);
+  const int64_t visible = entries.rate > 0 ? (position + 1) / entries.rate : 0;
+  const int entry_count = selected ? k : static_cast<int>(visible);
+  const int total = window_count + entry_count;
+  const float* query = q + (t * heads + h) * dim;
+  const int32_t* table = window_tables + static_cast<int64_t>(seq) * max_blocks;
+  // Key j: a window row (j < window_count) or an entry (-1 chosen slots are skipped).
+  auto window_row = [&](int j) {
+    const int64_t p = first + j;
+    return window_keys +
+           (static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size) * dim;
+  };
+  auto entry_of = [&](int j) -> int64_t {
+    return selected ? selected[t * k + (j - window_count)] : j - window_count;
+  };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int j = warp; j < total; j += kWarps) {
+    float d = 0.0f;
+    if (j < window_count) {
+      const float* key = window_row(j);
+      for (int i = lane; i < dim; i += 32) d += query[i] * key[i];
+    } else {
+      const int64_t w = entry_of(j);
+      for (int i = lane; w >= 0 && i < dim; i += 32) d += query[i] * *entry_at(entries, seq, w, i);
+    }
+    d = warp_sum(d);
+    if (lane == 0) logits[j] = j >= window_count && entry_of(j) < 0 ? -FLT_MAX : d * scale;
+  }
+  __syncthreads();
+  float top = sinks[h];
+  for (int j = 0; j < total; ++j) top = fmaxf(top, logits[j]);
+  float partial = 0.0f;
+  for (int j = threadIdx.x; j < total; j += blockDim.x) partial += expf(logits[j] - top);
+  const float sum = block_sum(partial, scratch) + expf(sinks[h] - top);
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < total; ++j) {
+      const float p = expf(logits[j] - top);
+      if (j < window_count) {
+        acc += p * window_row(j)[i];
+      } else {
+        const int64_t w = entry_of(j);
+        if (w >= 0) acc += p * *entry_at(entries, seq, w, i);
+      }
+    }
+    out[(t * heads + h) * dim + i] = acc / sum;
+  }
+}
+
+}  // namespace
+
+void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
+            const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
+            float norm_eps, float* mix, float* collapsed, cudaStream_t stream) {
+  if (streams_count > kMaxStreams)
+    fail("hc_pre: {} streams (at most {})", streams_count, kMaxStreams);
+  if (tokens == 0) return;
+  hc_pre_kernel<<<static_cast<unsigned>(tokens), kThreads, mixes * sizeof(float), stream>>>(
+      streams, width, fn, base, scale, streams_count, mixes, sinkhorn_iterations, eps, norm_eps,
+      mix, collapsed);
+  check_launch("hc_pre");
+}
+
+void hc_post(const float* out, const float* mix, int64_t tokens, int64_t width, int streams_count,
+             float* streams, cudaStream_t stream) {
+  if (streams_count > kMaxStreams)
+    fail("hc_post: {} streams (at most {})", streams_count, kMaxStreams);
+  if (tokens == 0) return;
+  hc_post_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(out, mix, width,
+                                                                         streams_count, streams);
+  check_launch("hc_post");
+}
+
+void write_records(const float* values, int64_t tokens, int64_t width, DeviceRows rows,
+                   DeviceRecords records, cudaStream_t stream) {
+  if (tokens == 0) return;
+  write_records_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(values, width, rows,
+                                                                               records);
+  check_launch("write_records");
+}
+
+void compress_windows(DeviceRecords inputs, const Compressor& compressor,
+                      const float* position_bias, const float* norm, const int32_t* windows,
+                      int64_t count, const float* cos, const float* sin, DeviceStripes entries,
+                      cudaStream_t stream) {
+  if (count == 0) return;
+  if (compressor.rope_dims / 2 > kThreads)
+    fail("compress_windows: {} rope dims (at most {})", compressor.rope_dims, 2 * kThreads);
+  compress_kernel<<<static_cast<unsigned>(count), kThreads, compressor.width * sizeof(float),
+                    stream>>>(inputs, compressor, position_bias, norm, windows, cos, sin, entries);
+  check_launch("compress_windows");
+}
+
+void index_select(const float* queries, const float* head_weights, int64_t tokens, int heads,
+                  int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
+                  int k, int64_t max_visible, float* scores, int32_t* selected,
+                  cudaStream_t stream) {
+  if (tokens == 0) return;
+  index_select_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+      queries, head_weights, heads, dim, scale, rows, entries, key_offset, k,
+      max_visible > 0 ? max_visible : 1, scores, selected);
+  check_launch("index_select");
+}
+
+void sparse_attention(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
+                      const int32_t* window_tables, int max_blocks_per_seq,
+                      const float* window_keys, int block_size, int window, DeviceStripes entries,
+                      const int32_t* selected, int k, int64_t max_keys, const float* sinks,
+                      float scale, float* out, cudaStream_t stream) {
+  if (tokens == 0) return;
+  const size_t shared = static_cast<size_t>(max_keys) * sizeof(float);
+  constexpr size_t kMaxShared = 200 * 1024;
+  if (shared > kMaxShared)
+    fail("sparse_attention: {} keys per query (at most {})", max_keys, kMaxShared / 4);
+  if (shared > 48 * 1024) {
+    cudaFuncSetAttribute(sparse_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(shared));
+  }
+  sparse_attention_kernel<<<static_cast<unsigned>(tokens * heads), kThreads, shared, stream>>>(
+      q, heads, dim, rows, window_tables, max_blocks_per_seq, window_keys, block_size, window,
+      entries, selected, k, sinks, scale, out);
+  check_launch("sparse_attention");
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,61 @@
+// DeepSeek-V4's kernels on the GPU (the CPU's kernels/cpu/deepseek_v4.cpp on the device):
+// hyper-connections, paged records, compression, the lightning indexer and sparse attention.
+// Plain f32 arithmetic, one block per token, window or (row, head); correctness first.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace deepinfer::cuda {
+
+// PagedRecords with its pointer arrays in device memory.
+struct DeviceRecords {
+  float* const* layers = nullptr;
+  const int32_t* const* tables = nullptr;
+  int num_layers = 0;
+  int max_blocks_per_seq = 0;
+  int block_size = 0;
+  int row = 0;
+  int64_t offset = 0;
+};
+
+struct DeviceStripes {
+  DeviceRecords records;
+  int64_t stripe = 0;
+  int rate = 0;
+};
+
+// Where each row of a batch lies: device arrays of AttentionBatch.
+struct DeviceRows {
+  const int32_t* query_start = nullptr;
+  const int32_t* context_lens = nullptr;
+  int num_seqs = 0;
+};
+
+void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
+            const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
+            float norm_eps, float* mix, float* collapsed, cudaStream_t stream);
+void hc_post(const float* out, const float* mix, int64_t tokens, int64_t width, int streams_count,
+             float* streams, cudaStream_t stream);
+void write_records(const float* values, int64_t tokens, int64_t width, DeviceRows rows,
+                   DeviceRecords records, cudaStream_t stream);
+// windows: device pairs (sequence, window), `count` of them.
+void compress_windows(DeviceRecords inputs, const Compressor& compressor,
+                      const float* position_bias, const float* norm, const int32_t* windows,
+                      int64_t count, const float* cos, const float* sin, DeviceStripes entries,
+                      cudaStream_t stream);
+// scores: scratch [tokens, max_visible] floats.
+void index_select(const float* queries, const float* head_weights, int64_t tokens, int heads,
+                  int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
+                  int k, int64_t max_visible, float* scores, int32_t* selected,
+                  cudaStream_t stream);
+void sparse_attention(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
+                      const int32_t* window_tables, int max_blocks_per_seq,
+                      const float* window_keys, int block_size, int window, DeviceStripes entries,
+                      const int32_t* selected, int k, int64_t max_keys, const float* sinks,
+                      float scale, float* out, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,206 @@
+// DeepSeek-V4's operations on the GPU against the CPU: hyper-connections, paged records,
+// compression of CSA- and HCA-style windows, the lightning indexer's choice and attention
+// over the window, the chosen (or all causal) entries and the sinks.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "kernels/cuda_parity.h"
+#include "kv/kv_cache.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+using testing::Both;
+using testing::CudaOpsParity;
+using testing::kExact;
+using testing::kF32Products;
+
+TEST_F(CudaOpsParity, HyperConnectionsMatchTheCpu) {
+  const int streams = 4;
+  const int64_t tokens = 7, width = 96, mixes = (2 + streams) * streams;
+  Both x = random({tokens, streams * width});
+  Both fn = random({mixes, streams * width}, DType::kF32, 0.05f);
+  Both base = random({mixes}), scale = random({3}, DType::kF32, 0.5f);
+  Both head_fn = random({streams, streams * width}, DType::kF32, 0.05f);
+  Both head_base = random({streams}), head_scale = random({1});
+  auto site = [&](const Both& f, const Both& b, const Both& s, bool device) {
+    return HyperConnection{device ? &f.device_view : &f.host_view,
+                           device ? &b.device_view : &b.host_view,
+                           device ? &s.device_view : &s.host_view,
+                           streams,
+                           20,
+                           1e-6f,
+                           1e-6f};
+  };
+  Both mix = output({tokens, mixes}), collapsed = output({tokens, width});
+  cpu_->hc_pre(x.host_view, site(fn, base, scale, false), &mix.host_view, collapsed.host_view);
+  gpu_->hc_pre(x.device_view, site(fn, base, scale, true), &mix.device_view, collapsed.device_view);
+  EXPECT_LT(error(mix), kF32Products);
+  EXPECT_LT(error(collapsed), kF32Products);
+  // The same mix on both sides for the residual update.
+  Both same_mix = make(host_floats(mix), DType::kF32, {tokens, mixes});
+  Both out = random({tokens, width});
+  cpu_->hc_post(out.host_view, same_mix.host_view, x.host_view);
+  gpu_->hc_post(out.device_view, same_mix.device_view, x.device_view);
+  EXPECT_LT(error(x), kExact);
+  Both hidden = output({tokens, width});
+  cpu_->hc_pre(x.host_view, site(head_fn, head_base, head_scale, false), nullptr, hidden.host_view);
+  gpu_->hc_pre(x.device_view, site(head_fn, head_base, head_scale, true), nullptr,
+               hidden.device_view);
+  EXPECT_LT(error(hidden), kF32Products);
+}
+
+// Paged state of two sequences (43 and 300 tokens, every token a new row): compressor inputs
+// over three cache layers, entries of a CSA-style (overlapping, rate 4) and an HCA-style
+// (rate 8) compressor in stripes, then selection and attention on both backends.
+class CudaV4Records : public CudaOpsParity {
+ protected:
+  static constexpr int kRow = 32, kBlock = 16, kMaxBlocks = 19, kLayers = 6, kPool = 64;
+
+  void SetUp() override {
+    CudaOpsParity::SetUp();
+    if (IsSkipped()) return;
+    batch_ = paged_batch({0, 43, 343}, {43, 300}, kBlock, kMaxBlocks);
+    KvCacheShape shape{kLayers, 1, kRow, kRow, kBlock, true, {}, DType::kF32};
+    cpu_cache_ = std::make_unique<KvCache>(shape, kPool);
+    gpu_cache_ = std::make_unique<KvCache>(shape, kPool, *gpu_);
+    // Caches start as zeros on both sides.
+    std::vector<float> zeros(static_cast<size_t>(kPool) * kBlock * kRow, 0.0f);
+    for (int l = 0; l < kLayers; ++l)
+      gpu_->to_backend(gpu_cache_->layer(l).keys, zeros.data(), zeros.size() * 4);
+  }
+
+  PagedRecords records(bool device, int first_layer, int64_t offset) const {
+    KvCache& cache = device ? *gpu_cache_ : *cpu_cache_;
+    PagedRecords r;
+    for (int l = first_layer; l < kLayers; ++l) {
+      r.layers.push_back(cache.layer(l).key_floats());
+      r.tables.push_back(device ? batch_->device.block_tables : batch_->host.block_tables);
+    }
+    r.max_blocks_per_seq = kMaxBlocks;
+    r.block_size = kBlock;
+    r.row = kRow;
+    r.offset = offset;
+    return r;
+  }
+
+  // The cache layers' contents on both sides, relative error.
+  double cache_error(int layer) const {
+    size_t count = static_cast<size_t>(kPool) * kBlock * kRow;
+    std::vector<float> want(cpu_cache_->layer(layer).key_floats(),
+                            cpu_cache_->layer(layer).key_floats() + count);
+    std::vector<float> got(count);
+    gpu_->to_host(got.data(), gpu_cache_->layer(layer).keys, count * 4);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < count; ++i) {
+      diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+      norm += double(want[i]) * want[i];
+    }
+    return std::sqrt(diff / std::max(norm, 1e-30));
+  }
+
+  std::unique_ptr<PagedBatch> batch_;
+  std::unique_ptr<KvCache> cpu_cache_, gpu_cache_;
+};
+
+TEST_F(CudaV4Records, CompressionSelectionAndAttentionMatchTheCpu) {
+  const int64_t tokens = 343;
+  // Each token's inputs: 112 floats at offset 3 of cache layers 0-3. Entries from layer 4
+  // on: the CSA-style entry (16 attention + 8 key floats over 4 tokens, stripe 6) at record
+  // offset 0, the HCA-style one (24 floats over 8 tokens, stripe 3) at offset 6.
+  const int csa_width = 16, key_width = 8, hca_width = 24;
+  Both inputs = random({tokens, 112});
+  cpu_->write_records(inputs.host_view, batch_->host, records(false, 0, 3));
+  gpu_->write_records(inputs.device_view, batch_->device, records(true, 0, 3));
+  for (int l = 0; l < 4; ++l) EXPECT_LT(cache_error(l), kExact) << "input layer " << l;
+
+  Both csa_bias = random({4, 2 * csa_width}), key_bias = random({4, 2 * key_width});
+  Both hca_bias = random({8, hca_width});
+  Both csa_norm = random({csa_width}), key_norm = random({key_width});
+  Both hca_norm = random({hca_width});
+  struct Part {
+    Both *bias, *norm;
+    int width, rate;
+    bool overlapping;
+    int64_t input_offset, entry_offset, stripe_offset, stripe;
+  };
+  // Inputs: CSA values and gates at 0 (2 x 32), the key compressor's at 64 (2 x 16) and the
+  // HCA's at 64 too (2 x 24): any floats will do for pooling.
+  const Part parts[] = {{&csa_bias, &csa_norm, csa_width, 4, true, 0, 0, 0, 6},
+                        {&key_bias, &key_norm, key_width, 4, true, 64, csa_width, 0, 6},
+                        {&hca_bias, &hca_norm, hca_width, 8, false, 64, 0, 6, 3}};
+  const int rope_dims = 8;
+  for (const Part& part : parts) {
+    std::vector<int32_t> windows;
+    for (int s = 0; s < 2; ++s) {
+      for (int w = 0; (w + 1) * part.rate <= batch_->context_lens[static_cast<size_t>(s)]; ++w)
+        windows.insert(windows.end(), {s, w});
+    }
+    const int64_t jobs = static_cast<int64_t>(windows.size() / 2);
+    Both cos = random({jobs, rope_dims / 2}), sin = random({jobs, rope_dims / 2});
+    for (bool device : {false, true}) {
+      Compressor c;
+      c.position_bias = device ? &part.bias->device_view : &part.bias->host_view;
+      c.norm = device ? &part.norm->device_view : &part.norm->host_view;
+      c.width = part.width;
+      c.rate = part.rate;
+      c.overlapping = part.overlapping;
+      c.input_offset = part.input_offset;
+      c.entry_offset = part.entry_offset;
+      c.eps = 1e-6f;
+      c.rope_dims = rope_dims;
+      EntryStripes entries{records(device, 4, part.stripe_offset), part.stripe, part.rate};
+      (device ? gpu_ : cpu_)
+          ->compress_windows(records(device, 0, 3), c, windows,
+                             (device ? cos.device_view : cos.host_view).as<const float>(),
+                             (device ? sin.device_view : sin.host_view).as<const float>(), entries);
+    }
+  }
+  for (int l = 4; l < kLayers; ++l) EXPECT_LT(cache_error(l), kF32Products) << "entry layer " << l;
+
+  // The indexer over the CSA entries' keys: the same chosen set per row.
+  const int heads = 2, k = 5;
+  Both queries = random({tokens, heads, key_width}), weights = random({tokens, heads});
+  std::vector<int32_t> cpu_selected(static_cast<size_t>(tokens * k));
+  BackendMemory gpu_selected = gpu_->allocate(cpu_selected.size() * 4);
+  EntryStripes cpu_entries{records(false, 4, 0), 6, 4}, gpu_entries{records(true, 4, 0), 6, 4};
+  cpu_->index_select(queries.host_view, weights.host_view, 0.3f, batch_->host, cpu_entries,
+                     csa_width, k, cpu_selected.data());
+  gpu_->index_select(queries.device_view, weights.device_view, 0.3f, batch_->device, gpu_entries,
+                     csa_width, k, static_cast<int32_t*>(gpu_selected.get()));
+  std::vector<int32_t> got(cpu_selected.size());
+  gpu_->to_host(got.data(), gpu_selected.get(), got.size() * 4);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::multiset<int32_t> want(cpu_selected.begin() + t * k, cpu_selected.begin() + (t + 1) * k);
+    std::multiset<int32_t> have(got.begin() + t * k, got.begin() + (t + 1) * k);
+    EXPECT_EQ(have, want) << "row " << t;
+  }
+
+  // Attention: window rows (window 7) in a cache of their own, the CSA entries the CPU chose,
+  // then the HCA-style ones, every causal entry.
+  const int attention_heads = 3;
+  KvCacheShape window_shape{1, 1, csa_width, csa_width, kBlock, true, {}, DType::kF32};
+  KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
+  Both rows = random({tokens, 1, csa_width});
+  cpu_->kv_write(rows.host_view, nullptr, batch_->host, cpu_window.layer(0));
+  gpu_->kv_write(rows.device_view, nullptr, batch_->device, gpu_window.layer(0));
+  Both q = random({tokens, attention_heads, csa_width}), sinks = random({attention_heads});
+  BackendMemory chosen = gpu_->allocate(cpu_selected.size() * 4);
+  gpu_->to_backend(chosen.get(), cpu_selected.data(), cpu_selected.size() * 4);
+  for (bool sparse : {true, false}) {
+    Both out = output({tokens, attention_heads, csa_width});
+    cpu_->sparse_attention(q.host_view, batch_->host, cpu_window.layer(0), 7,
+                           sparse ? cpu_entries : EntryStripes{records(false, 4, 6), 3, 8},
+                           sparse ? cpu_selected.data() : nullptr, k, sinks.host_view, 0.25f,
+                           out.host_view);
+    gpu_->sparse_attention(q.device_view, batch_->device, gpu_window.layer(0), 7,
+                           sparse ? gpu_entries : EntryStripes{records(true, 4, 6), 3, 8},
+                           sparse ? static_cast<const int32_t*>(chosen.get()) : nullptr, k,
+                           sinks.device_view, 0.25f, out.device_view);
+    EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::cuda
