@@ -14,7 +14,9 @@
 # and batch-64 decode steps after a 512-token prompt (LABEL prefixes the lines: quick A/B
 # runs); engine = 64 and 256 concurrent requests of 1000 + 1000 tokens (deepinfer
 # bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
-# profile = one batch-1 decode step's kernel times under Nsight Compute
+# v4 = a DeepSeek-V4-Flash-shaped FP8 checkpoint with V4_LAYERS layers (4 by default; the
+# disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
+# decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
 # (scripts/step-profile.py); detail = Nsight Compute's sections for one layer's products and
 # attention. ENGINE_CONCURRENCY, PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer
 # stages; ENGINE_ASYNC adds a run with --async-scheduling at that concurrency. BUNDLE names
@@ -62,6 +64,24 @@ make_8b() {
   /usr/bin/time -f "make-model: %e s" "$BUNDLE/bin/deepinfer" make-model "$MODEL_8B" --family llama \
     --vocab 128256 --hidden 4096 --intermediate 14336 --layers 32 --heads 32 --kv-heads 8 \
     --max-position 131072 --rope-theta 500000 --max-shard-mib 5120 >/dev/null
+}
+
+MODEL_V4=/tmp/deepinfer-v4-flash
+
+# DeepSeek-V4-Flash's shapes (hidden 4096, 64 heads x 512, q LoRA 1024, 8 output groups x 1024,
+# 256 experts top-6 of width 2048 plus a shared one, window 128, indexer 64 x 128 top-512,
+# hc_mult 4), CSA and HCA layers alternating, the first one hash-routed.
+make_v4() {
+  [[ -f $MODEL_V4/config.json ]] && return
+  local layers=${V4_LAYERS:-4} ratios=() i
+  for ((i = 0; i < layers; i++)); do ratios+=($(((i % 2) ? 128 : 4))); done
+  /usr/bin/time -f "make-model: %e s" "$BUNDLE/bin/deepinfer" make-model "$MODEL_V4" \
+    --family deepseek_v4 --vocab 129280 --hidden 4096 --layers "$layers" --heads 64 \
+    --head-dim 512 --q-lora-rank 1024 --qk-rope-dim 64 --o-groups 8 --o-lora-rank 1024 \
+    --experts 256 --experts-per-token 6 --moe-intermediate 2048 --shared-experts 1 \
+    --sliding-window 128 --index-heads 64 --index-head-dim 128 --index-topk 512 --hc-mult 4 \
+    --compress-ratios "$(IFS=,; echo "${ratios[*]}")" --hash-layers 1 --dtype fp8 \
+    --max-position 1048576 --max-shard-mib 5120 >/dev/null
 }
 
 run() {
@@ -124,6 +144,16 @@ run() {
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Registers|Achieved Occupancy|Theoretical Occupancy|No Eligible|Warp Cycles Per Issued|Block Limit" \
       "$out/detail.txt" | head -120
   fi
+  if [[ $stages == *v4* ]]; then
+    make_v4
+    # Decode steps at 64k cached tokens time the step itself (bench fills no real context).
+    "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 8192 \
+      --decode-tokens 16 --decode-prompt-tokens 8192 --decode-batches 1,64 \
+      --decode-batch-context 8192 2>&1 | sed "s/^/v4 8k: /" | tee -a "$out/v4.txt"
+    "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 512 \
+      --decode-tokens 16 --decode-batches 1,64 --decode-batch-context 65536 2>&1 |
+      sed "s/^/v4 64k: /" | tee -a "$out/v4.txt"
+  fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
   [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" \
@@ -135,6 +165,7 @@ run() {
   [[ -f $out/bench.txt ]] && grep -E "^copy|back to back|issues them|attention|TFLOP/s" "$out/bench.txt"
   [[ -f $out/model.txt ]] && grep -E "copy|peak|prompt|decode" "$out/model.txt"
   [[ -f $out/engine.txt ]] && tail -8 "$out/engine.txt"
+  [[ -f $out/v4.txt ]] && grep -E "copy|peak|prompt|decode|KV" "$out/v4.txt"
   return 0
 }
 

@@ -55,14 +55,26 @@ void print_device_table(const nlohmann::json& r) {
 // contents do not matter for the time), with greedy draws on the device as the engine makes
 // them. Returns seconds per step.
 double time_decode_step(CausalLM& model, int batch, int context) {
-  const int block_size = 16;
-  int64_t blocks_per_seq = (context + 1 + block_size - 1) / block_size;
-  KvCache cache(model.kv_shape(block_size), 1 + batch * blocks_per_seq, model.ops());
+  const KvCacheShape shape = model.kv_shape(16);
+  const int block_size = shape.block_size;  // a model may round it up
+  const KvGroupLayout groups = shape.groups();
+  // Every sequence holds its whole context in full-attention groups and only its window's
+  // blocks (plus the one being filled) in sliding groups.
+  int64_t blocks_per_seq = (context + 1 + block_size - 1) / block_size, blocks = 1;
+  for (int window : groups.group_window) {
+    int64_t held = window > 0 ? (window + block_size - 1) / block_size + 1 : blocks_per_seq;
+    blocks += batch * std::min(held, blocks_per_seq);
+  }
+  KvCache cache(shape, blocks, model.ops());
   std::vector<SequenceKv> sequences(static_cast<size_t>(batch));
   ForwardBatch step;
   for (int s = 0; s < batch; ++s) {
     SequenceKv& kv = sequences[static_cast<size_t>(s)];
-    kv.reserve(cache, context + 1);
+    for (int64_t held = 0; held < context + 1;) {
+      held = std::min<int64_t>(context + 1, held + block_size);
+      kv.reserve(cache, held);
+      kv.release_out_of_window(cache, held - 1);
+    }
     step.add_sequence({(s * 7919 + 13) % model.config().vocab_size}, context, kv, block_size,
                       false);
   }
