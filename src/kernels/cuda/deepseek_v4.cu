@@ -215,12 +215,50 @@ __device__ uint32_t order_key(float value) {
   return bits & 0x80000000u ? ~bits : bits | 0x80000000u;
 }
 
-// One block per row: scores of the visible entries, the k-th largest by a radix select, then
-// a warp writes the chosen indices in index order (ties at the threshold to the lower index).
-__global__ void index_select_kernel(const float* queries, const float* head_weights, int heads,
+constexpr int kEntriesPerScoreBlock = 64;
+
+// Scores of a row's visible entries, kEntriesPerScoreBlock entries a block (grid: rows x
+// entry chunks): the row's queries sit in shared memory (rows padded by one float against
+// bank conflicts), a warp takes an entry, stages its key and its lanes take heads.
+__global__ void index_scores_kernel(const float* queries, const float* head_weights, int heads,
                                     int dim, float scale, DeviceRows rows, DeviceStripes entries,
-                                    int64_t key_offset, int k, int64_t max_visible, float* scores,
-                                    int32_t* selected) {
+                                    int64_t key_offset, int64_t max_visible, float* scores) {
+  extern __shared__ float shared[];  // queries [heads][dim + 1], then a key per warp [dim]
+  float* q = shared;
+  float* keys = shared + heads * (dim + 1);
+  const int64_t t = blockIdx.x;
+  int seq;
+  int64_t position;
+  place_of(rows, t, seq, position);
+  const int64_t visible = (position + 1) / entries.rate;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * kEntriesPerScoreBlock;
+  if (first >= visible) return;
+  for (int i = threadIdx.x; i < heads * dim; i += blockDim.x)
+    q[(i / dim) * (dim + 1) + i % dim] = queries[t * heads * dim + i];
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float* key = keys + warp * dim;
+  const int64_t last = min(visible, first + kEntriesPerScoreBlock);
+  for (int64_t w = first + warp; w < last; w += kWarps) {
+    for (int i = lane; i < dim; i += 32) key[i] = *entry_at(entries, seq, w, key_offset + i);
+    __syncwarp();
+    float score = 0.0f;
+    for (int h = lane; h < heads; h += 32) {
+      const float* qh = q + h * (dim + 1);
+      float d = 0.0f;
+      for (int i = 0; i < dim; ++i) d += qh[i] * key[i];
+      score += head_weights[t * heads + h] * fmaxf(0.0f, d);
+    }
+    score = warp_sum(score);
+    if (lane == 0) scores[t * max_visible + w] = score * scale;
+    __syncwarp();
+  }
+}
+
+// One block per row: the k-th largest score by a radix select, then a warp writes the chosen
+// indices in index order (ties at the threshold to the lower index).
+__global__ void index_topk_kernel(DeviceRows rows, int rate, int k, int64_t max_visible,
+                                  const float* scores, int32_t* selected) {
   __shared__ float scratch[kWarps];
   __shared__ uint32_t threshold;
   __shared__ int remaining;
@@ -228,20 +266,9 @@ __global__ void index_select_kernel(const float* queries, const float* head_weig
   int seq;
   int64_t position;
   place_of(rows, t, seq, position);
-  const int64_t visible = (position + 1) / entries.rate;
-  float* row_scores = scores + t * max_visible;
+  const int64_t visible = (position + 1) / rate;
+  const float* row_scores = scores + t * max_visible;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int64_t w = warp; w < visible; w += kWarps) {
-    float score = 0.0f;
-    for (int h = 0; h < heads; ++h) {
-      const float* q = queries + (t * heads + h) * dim;
-      float d = 0.0f;
-      for (int i = lane; i < dim; i += 32) d += q[i] * *entry_at(entries, seq, w, key_offset + i);
-      d = warp_sum(d);
-      score += head_weights[t * heads + h] * fmaxf(0.0f, d);
-    }
-    if (lane == 0) row_scores[w] = score * scale;
-  }
   if (threadIdx.x == 0) {
     threshold = 0;
     remaining = static_cast<int>(visible < k ? visible : k);
@@ -399,9 +426,22 @@ void index_select(const float* queries, const float* head_weights, int64_t token
                   int k, int64_t max_visible, float* scores, int32_t* selected,
                   cudaStream_t stream) {
   if (tokens == 0) return;
-  index_select_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
-      queries, head_weights, heads, dim, scale, rows, entries, key_offset, k,
-      max_visible > 0 ? max_visible : 1, scores, selected);
+  const int64_t visible = max_visible > 0 ? max_visible : 1;
+  const int64_t chunks = (visible + kEntriesPerScoreBlock - 1) / kEntriesPerScoreBlock;
+  const size_t shared = (static_cast<size_t>(heads) * (dim + 1) + kWarps * dim) * sizeof(float);
+  if (chunks > 65535 || shared > 200 * 1024)
+    fail("index_select: {} entries of {} heads x {} (at most {} entries, 200 KiB of queries)",
+         visible, heads, dim, 65535 * kEntriesPerScoreBlock);
+  if (shared > 48 * 1024) {
+    cudaFuncSetAttribute(index_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(shared));
+  }
+  index_scores_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(chunks)),
+                        kThreads, shared, stream>>>(queries, head_weights, heads, dim, scale, rows,
+                                                    entries, key_offset, visible, scores);
+  check_launch("index_select (scores)");
+  index_topk_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+      rows, entries.rate, k, visible, scores, selected);
   check_launch("index_select");
 }
 
