@@ -144,7 +144,7 @@ run() {
     grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Memory Throughput|L1/TEX Hit|L2 Hit|Registers|Achieved Occupancy|Theoretical Occupancy|No Eligible|Warp Cycles Per Issued|Block Limit" \
       "$out/detail.txt" | head -120
   fi
-  if [[ $stages == *v4* ]]; then
+  if [[ ,$stages, == *,v4,* ]]; then
     make_v4
     # Decode steps at 64k cached tokens time the step itself (bench fills no real context).
     "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 8192 \
@@ -153,6 +153,13 @@ run() {
     "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 512 \
       --decode-tokens 16 --decode-batches 1,64 --decode-batch-context 65536 2>&1 |
       sed "s/^/v4 64k: /" | tee -a "$out/v4.txt"
+  fi
+  if [[ $stages == *v4profile* ]]; then
+    make_v4
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv "$BUNDLE/bin/deepinfer" bench \
+      "$MODEL_V4" --device cuda --load read --prompt-tokens 8192 --decode-tokens 2 \
+      >"$out/profile-v4.csv" 2>"$out/profile-v4.log" || tail -5 "$out/profile-v4.log"
+    python3 scripts/step-profile.py "$out/profile-v4.csv" | tee "$out/profile-v4.txt"
   fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
