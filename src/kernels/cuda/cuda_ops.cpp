@@ -431,10 +431,13 @@ class CudaOps final : public Ops {
   void hc_pre(const Tensor& streams, const HyperConnection& hc, Tensor* mix,
               Tensor& collapsed) override {
     require_device(streams, "hc_pre");
+    BackendMemory logits =
+        allocate_scratch(static_cast<size_t>(collapsed.dim(0) * hc.fn->dim(0)) * sizeof(float));
     cuda::hc_pre(streams.as<const float>(), collapsed.dim(0), collapsed.dim(-1),
                  hc.fn->as<const float>(), hc.base->as<const float>(), hc.scale->as<const float>(),
                  hc.streams, static_cast<int>(hc.fn->dim(0)), hc.sinkhorn_iterations, hc.eps,
-                 hc.norm_eps, mix ? mix->as<float>() : nullptr, collapsed.as<float>(), stream());
+                 hc.norm_eps, static_cast<float*>(logits.get()), mix ? mix->as<float>() : nullptr,
+                 collapsed.as<float>(), stream());
   }
 
   void hc_post(const Tensor& out, const Tensor& mix, Tensor& streams) override {

@@ -61,27 +61,35 @@ __device__ void place_of(const DeviceRows& rows, int64_t t, int& seq, int64_t& p
   position = rows.context_lens[lo] - (rows.query_start[lo + 1] - t);
 }
 
-// One block per token: the mixing logits (a warp per row of fn), pre/post/Sinkhorn comb on
-// one thread, then the collapse.
-__global__ void hc_pre_kernel(const float* streams, int64_t width, const float* fn,
-                              const float* base, const float* scale, int n, int mixes,
-                              int iterations, float eps, float norm_eps, float* mix,
-                              float* collapsed) {
-  extern __shared__ float logits[];  // [mixes]
+// The mixing logits, one block per (token, row of fn): the dot of the row with the token's
+// streams, times the streams' inverse RMS (each block sums the squares itself).
+__global__ void hc_logits_kernel(const float* streams, int64_t flat, const float* fn, int mixes,
+                                 float norm_eps, float* logits) {
   __shared__ float scratch[kWarps];
-  __shared__ float pre[kMaxStreams];
-  const int64_t t = blockIdx.x, flat = n * width;
+  const int64_t t = blockIdx.x;
+  const int r = blockIdx.y;
   const float* x = streams + t * flat;
-  float squares = 0.0f;
-  for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) squares += x[i] * x[i];
-  const float factor = rsqrtf(block_sum(squares, scratch) / static_cast<float>(flat) + norm_eps);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int r = warp; r < mixes; r += kWarps) {
-    float sum = 0.0f;
-    for (int64_t i = lane; i < flat; i += 32) sum += fn[r * flat + i] * x[i];
-    sum = warp_sum(sum);
-    if (lane == 0) logits[r] = sum * factor;
+  const float* row = fn + r * flat;
+  float squares = 0.0f, dot = 0.0f;
+  for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) {
+    squares += x[i] * x[i];
+    dot += row[i] * x[i];
   }
+  squares = block_sum(squares, scratch);
+  dot = block_sum(dot, scratch);
+  if (threadIdx.x == 0)
+    logits[t * mixes + r] = dot * rsqrtf(squares / static_cast<float>(flat) + norm_eps);
+}
+
+// One block per token: pre/post and the Sinkhorn comb from the logits on one thread, then the
+// collapse.
+__global__ void hc_pre_kernel(const float* streams, int64_t width, const float* all_logits,
+                              const float* base, const float* scale, int n, int mixes,
+                              int iterations, float eps, float* mix, float* collapsed) {
+  __shared__ float pre[kMaxStreams];
+  const int64_t t = blockIdx.x;
+  const float* x = streams + t * n * width;
+  const float* logits = all_logits + t * mixes;
   __syncthreads();
   if (threadIdx.x == 0) {
     for (int j = 0; j < n; ++j) pre[j] = sigmoid(logits[j] * scale[0] + base[j]) + eps;
@@ -381,13 +389,16 @@ __global__ void sparse_attention_kernel(const float* q, int heads, int dim, Devi
 
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
-            float norm_eps, float* mix, float* collapsed, cudaStream_t stream) {
+            float norm_eps, float* logits, float* mix, float* collapsed, cudaStream_t stream) {
   if (streams_count > kMaxStreams)
     fail("hc_pre: {} streams (at most {})", streams_count, kMaxStreams);
   if (tokens == 0) return;
-  hc_pre_kernel<<<static_cast<unsigned>(tokens), kThreads, mixes * sizeof(float), stream>>>(
-      streams, width, fn, base, scale, streams_count, mixes, sinkhorn_iterations, eps, norm_eps,
-      mix, collapsed);
+  hc_logits_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(mixes)), kThreads, 0,
+                     stream>>>(streams, streams_count * width, fn, mixes, norm_eps, logits);
+  check_launch("hc_pre (logits)");
+  hc_pre_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+      streams, width, logits, base, scale, streams_count, mixes, sinkhorn_iterations, eps, mix,
+      collapsed);
   check_launch("hc_pre");
 }
 

@@ -35,9 +35,10 @@ struct DeviceRows {
   int num_seqs = 0;
 };
 
+// logits: scratch [tokens, mixes].
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
-            float norm_eps, float* mix, float* collapsed, cudaStream_t stream);
+            float norm_eps, float* logits, float* mix, float* collapsed, cudaStream_t stream);
 void hc_post(const float* out, const float* mix, int64_t tokens, int64_t width, int streams_count,
              float* streams, cudaStream_t stream);
 void write_records(const float* values, int64_t tokens, int64_t width, DeviceRows rows,
