@@ -74,6 +74,10 @@ class DeepseekV4Model final : public CausalLM {
         layout_(CacheLayout::of(config_)) {
     for (int rate : config_.v4.layer_rate) {
       if (rate > 0) block_multiple_ = std::lcm(block_multiple_, rate);
+      constexpr int kMaxBlock = 1 << 16;
+      if (block_multiple_ > kMaxBlock)
+        fail("{}: compression rates need KV blocks of {} tokens (whole windows; at most {})",
+             config_.architecture, block_multiple_, kMaxBlock);
     }
     bind_weights();
     std::vector<float> ones(static_cast<size_t>(config_.head_dim), 1.0f);

@@ -204,13 +204,13 @@ __global__ void compress_kernel(DeviceRecords inputs, Compressor c, const float*
   for (int ch = threadIdx.x; ch < width; ch += blockDim.x) entry[ch] *= factor * norm[ch];
   __syncthreads();
   const int half_rope = c.rope_dims / 2;
-  if (threadIdx.x < half_rope) {
-    float* tail = entry + width - c.rope_dims;
-    const float co = cos[blockIdx.x * half_rope + threadIdx.x];
-    const float si = sin[blockIdx.x * half_rope + threadIdx.x];
-    const float a = tail[2 * threadIdx.x], b = tail[2 * threadIdx.x + 1];
-    tail[2 * threadIdx.x] = a * co - b * si;
-    tail[2 * threadIdx.x + 1] = b * co + a * si;
+  float* tail = entry + width - c.rope_dims;
+  for (int i = threadIdx.x; i < half_rope; i += blockDim.x) {
+    const float co = cos[blockIdx.x * half_rope + i];
+    const float si = sin[blockIdx.x * half_rope + i];
+    const float a = tail[2 * i], b = tail[2 * i + 1];
+    tail[2 * i] = a * co - b * si;
+    tail[2 * i + 1] = b * co + a * si;
   }
   __syncthreads();
   for (int ch = threadIdx.x; ch < width; ch += blockDim.x)
@@ -425,8 +425,6 @@ void compress_windows(DeviceRecords inputs, const Compressor& compressor,
                       int64_t count, const float* cos, const float* sin, DeviceStripes entries,
                       cudaStream_t stream) {
   if (count == 0) return;
-  if (compressor.rope_dims / 2 > kThreads)
-    fail("compress_windows: {} rope dims (at most {})", compressor.rope_dims, 2 * kThreads);
   compress_kernel<<<static_cast<unsigned>(count), kThreads, compressor.width * sizeof(float),
                     stream>>>(inputs, compressor, position_bias, norm, windows, cos, sin, entries);
   check_launch("compress_windows");
