@@ -202,5 +202,45 @@ TEST_F(CudaV4Records, CompressionSelectionAndAttentionMatchTheCpu) {
   }
 }
 
+// The tiled path (head sizes a multiple of 32 up to 512): 10 heads of 64 (a partial second
+// group of 8), entries of 64 floats in stripes of 16 at rate 4, chosen at random (some -1)
+// or all causal ones.
+TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
+  const int64_t tokens = 343;
+  const int dim = 64, heads = 10, k = 6;
+  Both stripes = random({tokens, 16});
+  cpu_->write_records(stripes.host_view, batch_->host, records(false, 0, 0));
+  gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
+  KvCacheShape window_shape{1, 1, dim, dim, kBlock, true, {}, DType::kF32};
+  KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
+  Both rows = random({tokens, 1, dim});
+  cpu_->kv_write(rows.host_view, nullptr, batch_->host, cpu_window.layer(0));
+  gpu_->kv_write(rows.device_view, nullptr, batch_->device, gpu_window.layer(0));
+  std::vector<int32_t> chosen(static_cast<size_t>(tokens * k));
+  std::uniform_int_distribution<int> pick(-1, 74);  // at most 75 entries (300 / 4)
+  for (int64_t t = 0; t < tokens; ++t) {
+    int64_t position = t < 43 ? t : t - 43;
+    for (int i = 0; i < k; ++i) {
+      int w = pick(rng_);
+      chosen[static_cast<size_t>(t * k + i)] = w < (position + 1) / 4 ? w : -1;
+    }
+  }
+  BackendMemory device_chosen = gpu_->allocate(chosen.size() * 4);
+  gpu_->to_backend(device_chosen.get(), chosen.data(), chosen.size() * 4);
+  Both q = random({tokens, heads, dim}), sinks = random({heads});
+  for (bool sparse : {true, false}) {
+    Both out = output({tokens, heads, dim});
+    cpu_->sparse_attention(q.host_view, batch_->host, cpu_window.layer(0), 9,
+                           EntryStripes{records(false, 0, 0), 16, 4},
+                           sparse ? chosen.data() : nullptr, k, sinks.host_view, 0.125f,
+                           out.host_view);
+    gpu_->sparse_attention(q.device_view, batch_->device, gpu_window.layer(0), 9,
+                           EntryStripes{records(true, 0, 0), 16, 4},
+                           sparse ? static_cast<const int32_t*>(device_chosen.get()) : nullptr, k,
+                           sinks.device_view, 0.125f, out.device_view);
+    EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
+  }
+}
+
 }  // namespace
 }  // namespace deepinfer::cuda

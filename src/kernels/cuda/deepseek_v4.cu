@@ -385,6 +385,81 @@ __global__ void sparse_attention_kernel(const float* q, int heads, int dim, Devi
   }
 }
 
+constexpr int kKeysPerTile = 32;
+constexpr int kHeadsPerBlock = kWarps;    // a warp per head
+constexpr int kMaxTiledDim = 512;         // the accumulators a lane keeps: dim / 32
+constexpr int64_t kTiledMinBlocks = 128;  // about the H200's 132 SMs
+
+// The same attention with keys shared by kHeadsPerBlock heads (grid: rows x head groups):
+// tiles of kKeysPerTile keys are gathered into shared memory once, and each warp runs one
+// head's online softmax over them (the sink starts it) with its output in registers.
+__global__ void __launch_bounds__(kThreads)
+    sparse_attention_tiled_kernel(const float* q, int heads, int dim, DeviceRows rows,
+                                  const int32_t* window_tables, int max_blocks,
+                                  const float* window_keys, int block_size, int window,
+                                  DeviceStripes entries, const int32_t* selected, int k,
+                                  const float* sinks, float scale, float* out) {
+  extern __shared__ float shared[];
+  float* tile = shared;                          // [kKeysPerTile][dim]
+  float* queries = shared + kKeysPerTile * dim;  // [kHeadsPerBlock][dim]
+  __shared__ bool valid[kKeysPerTile];
+  const int64_t t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int h = blockIdx.y * kHeadsPerBlock + warp;
+  int seq;
+  int64_t position;
+  place_of(rows, t, seq, position);
+  const int64_t first = position - window + 1 > 0 ? position - window + 1 : 0;
+  const int window_count = static_cast<int>(position - first + 1);
+  const int64_t visible = entries.rate > 0 ? (position + 1) / entries.rate : 0;
+  const int total = window_count + (selected ? k : static_cast<int>(visible));
+  const int32_t* table = window_tables + static_cast<int64_t>(seq) * max_blocks;
+  for (int i = threadIdx.x; i < kHeadsPerBlock * dim; i += blockDim.x) {
+    const int head = blockIdx.y * kHeadsPerBlock + i / dim;
+    queries[i] = head < heads ? q[(t * heads + head) * dim + i % dim] : 0.0f;
+  }
+  const int per_lane = dim / 32;
+  float acc[kMaxTiledDim / 32];
+  for (int r = 0; r < kMaxTiledDim / 32; ++r) acc[r] = 0.0f;
+  float top = h < heads ? sinks[h] : 0.0f, sum = 1.0f;  // the sink: exp(sink - top) = 1
+  for (int base = 0; base < total; base += kKeysPerTile) {
+    __syncthreads();
+    for (int i = threadIdx.x; i < kKeysPerTile * dim; i += blockDim.x) {
+      const int j = base + i / dim, c = i % dim;
+      float value = 0.0f;
+      bool present = j < total;
+      if (present && j < window_count) {
+        const int64_t p = first + j;
+        value = window_keys
+            [(static_cast<int64_t>(table[p / block_size]) * block_size + p % block_size) * dim + c];
+      } else if (present) {
+        const int64_t w = selected ? selected[t * k + (j - window_count)] : j - window_count;
+        present = w >= 0;
+        if (present) value = *entry_at(entries, seq, w, c);
+      }
+      tile[i] = value;
+      if (c == 0) valid[i / dim] = present;
+    }
+    __syncthreads();
+    if (h >= heads) continue;
+    const float* query = queries + warp * dim;
+    for (int j = 0; j < kKeysPerTile && base + j < total; ++j) {
+      if (!valid[j]) continue;
+      const float* key = tile + j * dim;
+      float d = 0.0f;
+      for (int r = 0; r < per_lane; ++r) d += query[lane + 32 * r] * key[lane + 32 * r];
+      const float logit = warp_sum(d) * scale;
+      const float next = fmaxf(top, logit);
+      const float keep = expf(top - next), weight = expf(logit - next);
+      sum = sum * keep + weight;
+      for (int r = 0; r < per_lane; ++r) acc[r] = acc[r] * keep + weight * key[lane + 32 * r];
+      top = next;
+    }
+  }
+  if (h >= heads) return;
+  for (int r = 0; r < per_lane; ++r) out[(t * heads + h) * dim + lane + 32 * r] = acc[r] / sum;
+}
+
 }  // namespace
 
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
@@ -460,6 +535,23 @@ void sparse_attention(const float* q, int64_t tokens, int heads, int dim, Device
                       const int32_t* selected, int k, int64_t max_keys, const float* sinks,
                       float scale, float* out, cudaStream_t stream) {
   if (tokens == 0) return;
+  // Key tiles shared by a head group pay off once there are blocks enough for the GPU; a
+  // decode of a few rows gets more blocks with a block per (row, head).
+  const int64_t groups = (heads + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  if (dim % 32 == 0 && dim <= kMaxTiledDim && tokens * groups >= kTiledMinBlocks) {
+    const size_t shared = static_cast<size_t>(kKeysPerTile + kHeadsPerBlock) * dim * sizeof(float);
+    if (shared > 48 * 1024) {
+      cudaFuncSetAttribute(sparse_attention_tiled_kernel,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
+    }
+    const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(groups));
+    sparse_attention_tiled_kernel<<<grid, kThreads, shared, stream>>>(
+        q, heads, dim, rows, window_tables, max_blocks_per_seq, window_keys, block_size, window,
+        entries, selected, k, sinks, scale, out);
+    check_launch("sparse_attention");
+    return;
+  }
+  // Other head sizes: a block per (row, head), the logits of every key in shared memory.
   const size_t shared = static_cast<size_t>(max_keys) * sizeof(float);
   constexpr size_t kMaxShared = 200 * 1024;
   if (shared > kMaxShared)
