@@ -16,24 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// No V4 tokenizer is published in the fixtures: this one is the V3 vocabulary with five of
-// its reserved placeholder tokens renamed to V4's new control tokens (<｜System｜> only for
-// V4.1), which is how the V4 vocabulary is described as extending V3's.
-// Written into `dir` (each test process its own: ctest runs tests in parallel).
-fs::path v4_tokenizer_dir(const testing::TempDir& dir_holder, bool v41) {
-  const fs::path& dir = dir_holder.path();
-  std::ifstream in(std::string(DEEPINFER_TOKENIZERS) + "/deepseek_v3/tokenizer.json");
-  nlohmann::json spec = nlohmann::json::parse(in);  // unordered: the vocabulary is large
-  std::vector<std::string> renamed = {"<｜latest_reminder｜>", "<think>", "</think>", "｜DSML｜"};
-  if (v41) renamed.push_back("<｜System｜>");
-  for (nlohmann::json& token : spec["added_tokens"]) {
-    if (renamed.empty()) break;
-    if (token["content"].get<std::string>().find("place▁holder") == std::string::npos) continue;
-    token["content"] = renamed.back();
-    renamed.pop_back();
-  }
-  std::ofstream(dir / "tokenizer.json") << spec.dump();
-  return dir;
+fs::path v4_tokenizer_dir(const testing::TempDir& dir, bool v41) {
+  testing::write_deepseek_v4_tokenizer(dir.path(), v41);
+  return dir.path();
 }
 
 chat::ChatRequest user_says(const std::string& text) {

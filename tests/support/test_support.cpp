@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "core/error.h"
@@ -94,6 +96,20 @@ CommandResult run_command(const std::string& command) {
   while ((got = fread(chunk.data(), 1, chunk.size(), pipe)) > 0) output.append(chunk.data(), got);
   int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+void write_deepseek_v4_tokenizer(const std::filesystem::path& folder, bool v41) {
+  std::ifstream in(std::string(DEEPINFER_TOKENIZERS) + "/deepseek_v3/tokenizer.json");
+  nlohmann::json spec = nlohmann::json::parse(in);  // unordered: the vocabulary is large
+  std::vector<std::string> renamed = {"<｜latest_reminder｜>", "<think>", "</think>", "｜DSML｜"};
+  if (v41) renamed.push_back("<｜System｜>");
+  for (nlohmann::json& token : spec["added_tokens"]) {
+    if (renamed.empty()) break;
+    if (token["content"].get<std::string>().find("place▁holder") == std::string::npos) continue;
+    token["content"] = renamed.back();
+    renamed.pop_back();
+  }
+  std::ofstream(folder / "tokenizer.json") << spec.dump();
 }
 
 }  // namespace deepinfer::testing

@@ -61,6 +61,12 @@ std::vector<float> as_floats(const Tensor& tensor);
 std::vector<int32_t> as_ids(const Tensor& tensor);
 float max_abs_difference(const float* a, const float* b, size_t count);
 
+// No DeepSeek-V4 tokenizer is published in the fixtures: writes `folder`/tokenizer.json as the
+// V3 vocabulary with five of its reserved placeholder tokens renamed to V4's new control
+// tokens (<｜System｜> only for V4.1), which is how the V4 vocabulary is described as
+// extending V3's.
+void write_deepseek_v4_tokenizer(const std::filesystem::path& folder, bool v41);
+
 // Runs a command line, returning its exit status and combined stdout+stderr.
 struct CommandResult {
   int status;
