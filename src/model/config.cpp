@@ -482,8 +482,9 @@ void parse_deepseek_v4(const json& config, const Fields& fields, ModelConfig& mo
 }
 
 void check_deepseek_v4_moe(const Fields& fields, ModelConfig& model) {
-  if (model.moe.num_experts == 0)
-    fields.bad("n_routed_experts", "positive (V4 layers are all MoE)");
+  // Every V4 layer is a mixture of experts: the expert count must be there (a present 0 was
+  // refused by parse_moe already).
+  if (model.moe.num_experts == 0) fields.require("n_routed_experts");
   model.moe.swiglu_limit = fields.number_or("swiglu_limit", 10.0);
   if (model.moe.swiglu_limit < 0) fields.bad("swiglu_limit", "a non-negative number");
 }

@@ -194,6 +194,9 @@ TEST(DeepseekV4Config, ErrorsNameTheField) {
   config = fixture_config();
   config["qk_rope_head_dim"] = 7;
   EXPECT_NE(config_error(config).find("qk_rope_head_dim"), std::string::npos);
+  config = fixture_config();
+  config.erase("n_routed_experts");  // every V4 layer is MoE: a missing count is an error
+  EXPECT_NE(config_error(config).find("missing field \"n_routed_experts\""), std::string::npos);
 }
 
 std::string load_error(const json& config) {
