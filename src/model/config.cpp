@@ -78,8 +78,9 @@ class Fields {
     return object_.at(key);
   }
   [[noreturn]] void bad(const char* key, const char* expected) const {
+    // A field may be at fault through its default (absent, and the default does not fit).
     fail("{}: field \"{}{}\" must be {} (got {})", source_, prefix_, key, expected,
-         object_.at(key).dump());
+         has(key) ? object_.at(key).dump() : "nothing: its default does not fit");
   }
 
  private:

@@ -197,6 +197,10 @@ TEST(DeepseekV4Config, ErrorsNameTheField) {
   config = fixture_config();
   config.erase("n_routed_experts");  // every V4 layer is MoE: a missing count is an error
   EXPECT_NE(config_error(config).find("missing field \"n_routed_experts\""), std::string::npos);
+  config = fixture_config();
+  config.erase("qk_rope_head_dim");
+  config["head_dim"] = 40;  // the default rope dims (head_dim * 64 / 512 = 5) are odd
+  EXPECT_NE(config_error(config).find("qk_rope_head_dim"), std::string::npos);
 }
 
 std::string load_error(const json& config) {
