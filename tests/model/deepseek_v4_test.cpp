@@ -3,6 +3,7 @@
 // cache's block size, and the batching engine with prefix hits and preemption.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "model/config.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "model/safetensors.h"
 #include "support/test_support.h"
 
 namespace deepinfer {
@@ -119,6 +121,38 @@ TEST_F(DeepseekV4, NewerStyleCheckpointGivesTheSameLogits) {
   auto newer = load_model(dir.path() / "newer", LoadMode::kMmap, *ops_);
   std::vector<int32_t> ids = long_ids();
   SequenceRunner runner(*newer, static_cast<int64_t>(ids.size()));
+  std::vector<float> logits = runner.feed(ids, true);
+  std::vector<float> expected = long_logits();
+  EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()), kLogitTolerance);
+}
+
+// DeepSeek's own file layout: no "model." prefix, embed.weight / norm.weight /
+// hc_head_{fn,base,scale}, and the K=V norm as attn.kv_norm.weight.
+TEST_F(DeepseekV4, DeepSeeksTensorNamesGiveTheSameLogits) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "release");
+  TensorStore store(fixture_model(kFixture), LoadMode::kRead);
+  auto renamed = [](std::string name) {
+    auto replace = [&](const std::string& from, const std::string& to) {
+      if (name.rfind(from, 0) == 0) name = to + name.substr(from.size());
+    };
+    replace("model.embed_tokens.", "embed.");
+    replace("model.norm.", "norm.");
+    replace("model.hc_head.hc_", "hc_head_");
+    replace("model.layers.", "layers.");
+    size_t at = name.find(".attn.norm.weight");
+    if (at != std::string::npos) name.replace(at, 17, ".attn.kv_norm.weight");
+    return name;
+  };
+  std::vector<NamedTensor> tensors;
+  for (const std::string& name : store.names()) tensors.push_back({renamed(name), store.get(name)});
+  EXPECT_TRUE(std::any_of(tensors.begin(), tensors.end(),
+                          [](const NamedTensor& t) { return t.name == "hc_head_fn"; }));
+  write_safetensors(dir.path() / "release" / "model.safetensors", tensors);
+  std::ofstream(dir.path() / "release" / "config.json") << fixture_config().dump(2);
+  auto release = load_model(dir.path() / "release", LoadMode::kMmap, *ops_);
+  std::vector<int32_t> ids = long_ids();
+  SequenceRunner runner(*release, static_cast<int64_t>(ids.size()));
   std::vector<float> logits = runner.feed(ids, true);
   std::vector<float> expected = long_logits();
   EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()), kLogitTolerance);
