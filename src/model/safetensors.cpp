@@ -218,8 +218,14 @@ const Tensor& TensorStore::get(const std::string& name,
 void TensorStore::attach_block_scales(int block_rows, int block_cols) {
   for (auto& [name, tensor] : index_) {
     if (tensor->dtype != DType::kF8E4M3) continue;
+    // Hugging Face's "<name>_scale_inv", or DeepSeek's own "<prefix>.scale" beside
+    // "<prefix>.weight".
     std::string scale_name = name + "_scale_inv";
     auto found = index_.find(scale_name);
+    if (found == index_.end() && name.ends_with(".weight")) {
+      std::string own = name.substr(0, name.size() - 7) + ".scale";
+      if (index_.count(own)) found = index_.find(scale_name = own);
+    }
     if (found == index_.end())
       fail("{}: FP8 tensor \"{}\" has no \"{}\"", folder_.string(), name, scale_name);
     const Tensor& scales = *found->second;

@@ -428,6 +428,31 @@ TEST(DeepseekV4Checkpoint, Fp8BlockScaledWeightsComputeAsTheirValues) {
   EXPECT_LE(max_abs_difference(got.data(), want.data(), got.size()), 1e-4f);
 }
 
+// DeepSeek's own FP8 layout names a weight's scales "<prefix>.scale": the same model.
+TEST(DeepseekV4Checkpoint, Fp8ScalesUnderDeepSeeksNames) {
+  TempDir dir;
+  MakeModelOptions o = small_v4();
+  o.dtype = DType::kF8E4M3;
+  make_random_model(o, dir.path() / "hf");
+  TensorStore store(dir.path() / "hf", LoadMode::kRead);
+  std::vector<NamedTensor> tensors;
+  for (const std::string& name : store.names()) {
+    std::string own = name;
+    if (name.ends_with(".weight_scale_inv")) own = name.substr(0, name.size() - 17) + ".scale";
+    tensors.push_back({own, store.get(name)});
+  }
+  std::filesystem::create_directories(dir.path() / "own");
+  write_safetensors(dir.path() / "own" / "model.safetensors", tensors);
+  std::filesystem::copy_file(dir.path() / "hf" / "config.json", dir.path() / "own" / "config.json");
+  auto ops = make_cpu_ops();
+  auto hf = load_model(dir.path() / "hf", LoadMode::kMmap, *ops);
+  auto own = load_model(dir.path() / "own", LoadMode::kMmap, *ops);
+  std::vector<int32_t> prompt = {5, 9, 11, 2, 7, 100, 3};
+  SequenceRunner a(*hf, 7), b(*own, 7);
+  std::vector<float> want = a.feed(prompt, true), got = b.feed(prompt, true);
+  EXPECT_EQ(got, want);
+}
+
 TEST(DeepseekV4Checkpoint, MadeModelsLoadAndDecodeLikeTheirPrefill) {
   TempDir dir;
   MakeModelOptions o = small_v4();
