@@ -523,7 +523,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
   model.num_layers = fields.positive_int("num_hidden_layers");
   model.num_heads = fields.positive_int("num_attention_heads");
   model.num_kv_heads = fields.int_or("num_key_value_heads", model.num_heads);
-  if (model.num_heads % model.num_kv_heads != 0) {
+  // DeepSeek-V4 has one shared K=V head whatever num_key_value_heads says (set below).
+  if (!v4 && model.num_heads % model.num_kv_heads != 0) {
     fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", source,
          model.num_heads, model.num_kv_heads);
   }
@@ -549,7 +550,8 @@ ModelConfig parse_model_config(const std::string& text, const std::string& sourc
     fail("{}: num_attention_heads {} or head_dim {} exceeds {}", source, model.num_heads,
          model.head_dim, kMaxHeads);
   }
-  model.max_position_embeddings = fields.int_or("max_position_embeddings", 4096);
+  // transformers' defaults: DeepSeek-V4's context is 1M tokens.
+  model.max_position_embeddings = fields.int_or("max_position_embeddings", v4 ? 1 << 20 : 4096);
   model.rms_norm_eps = fields.number_or("rms_norm_eps", 1e-6);
   model.tie_word_embeddings = fields.boolean_or("tie_word_embeddings", false);
   model.qkv_bias =

@@ -105,9 +105,13 @@ TEST_F(DeepseekV4, ConfigStylesAgree) {
 
 TEST_F(DeepseekV4, DefaultsFollowTransformers) {
   json config = fixture_config();
-  for (const char* key : {"compress_ratios", "num_hash_layers"}) config.erase(key);
+  for (const char* key : {"compress_ratios", "num_hash_layers", "max_position_embeddings"})
+    config.erase(key);
   config["num_hidden_layers"] = 6;
+  config["num_key_value_heads"] = 3;  // ignored: one shared K=V head
   ModelConfig parsed = parse_model_config(config.dump(), "config.json");
+  EXPECT_EQ(parsed.num_kv_heads, 1);
+  EXPECT_EQ(parsed.max_position_embeddings, 1 << 20);
   using enum V4Attention;
   EXPECT_EQ(parsed.v4.layer_attention,
             (std::vector<V4Attention>{kHeavilyCompressed, kHeavilyCompressed, kHeavilyCompressed,
