@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <numeric>
 
@@ -80,7 +81,57 @@ KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks)
     : KvCache(shape, num_blocks, host_memory) {}
 
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks, Ops& ops)
-    : KvCache(shape, num_blocks, [&ops](size_t bytes) { return ops.allocate(bytes); }) {}
+    : KvCache(shape, num_blocks, [&ops](size_t bytes) { return ops.allocate(bytes); }) {
+  ops_ = &ops;
+}
+
+std::vector<std::pair<std::byte*, size_t>> KvCache::block_ranges(int32_t block) const {
+  DI_CHECK(block > 0 && block < num_blocks_, "KV cache: block {} of {}", block, num_blocks_);
+  const size_t element = dtype_size(shape_.dtype);
+  const size_t slots = static_cast<size_t>(shape_.block_size);
+  const size_t key_bytes = element * slots * static_cast<size_t>(shape_.num_kv_heads) *
+                           static_cast<size_t>(shape_.key_dim);
+  const size_t value_bytes = element * slots * static_cast<size_t>(shape_.num_kv_heads) *
+                             static_cast<size_t>(shape_.value_dim);
+  std::vector<std::pair<std::byte*, size_t>> ranges;
+  for (size_t slot = 0; slot < keys_.size(); ++slot) {
+    auto* keys = static_cast<std::byte*>(keys_[slot].get());
+    ranges.emplace_back(keys + static_cast<size_t>(block) * key_bytes, key_bytes);
+    if (!shape_.values_in_keys) {
+      auto* values = static_cast<std::byte*>(values_[slot].get());
+      ranges.emplace_back(values + static_cast<size_t>(block) * value_bytes, value_bytes);
+    }
+  }
+  return ranges;
+}
+
+void KvCache::read_block(int32_t block, std::span<std::byte> out) const {
+  DI_CHECK(out.size() == shape_.bytes_per_block(), "read_block: {} bytes for a block of {}",
+           out.size(), shape_.bytes_per_block());
+  size_t offset = 0;
+  for (auto [address, bytes] : block_ranges(block)) {
+    if (ops_) {
+      ops_->to_host(out.data() + offset, address, bytes);
+    } else {
+      std::memcpy(out.data() + offset, address, bytes);
+    }
+    offset += bytes;
+  }
+}
+
+void KvCache::write_block(int32_t block, std::span<const std::byte> bytes_in) {
+  DI_CHECK(bytes_in.size() == shape_.bytes_per_block(), "write_block: {} bytes for a block of {}",
+           bytes_in.size(), shape_.bytes_per_block());
+  size_t offset = 0;
+  for (auto [address, bytes] : block_ranges(block)) {
+    if (ops_) {
+      ops_->to_backend(address, bytes_in.data() + offset, bytes);
+    } else {
+      std::memcpy(address, bytes_in.data() + offset, bytes);
+    }
+    offset += bytes;
+  }
+}
 
 KvCache::KvCache(const KvCacheShape& shape, int64_t num_blocks,
                  const std::function<BackendMemory(size_t)>& allocate)

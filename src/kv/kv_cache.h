@@ -74,12 +74,20 @@ class KvCache {
 
   // A free block id, or -1 when none is left.
   int32_t allocate() { return pool_.allocate(); }
+  // A block's bytes in every page slot (keys, then values when kept apart), bytes_per_block()
+  // of them: what a lower tier (host memory, disk) stores for it, and restores into a block.
+  void read_block(int32_t block, std::span<std::byte> out) const;
+  void write_block(int32_t block, std::span<const std::byte> bytes);
   void release(int32_t block) { pool_.release(block); }
 
  private:
   KvCache(const KvCacheShape& shape, int64_t num_blocks,
           const std::function<BackendMemory(size_t)>& allocate);
 
+  // Every page slot's storage of one block: (address, bytes) pairs.
+  std::vector<std::pair<std::byte*, size_t>> block_ranges(int32_t block) const;
+
+  Ops* ops_ = nullptr;  // copies go through it when the storage is a backend's
   KvCacheShape shape_;
   KvGroupLayout groups_;
   int64_t num_blocks_;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/error.h"
 #include "support/test_support.h"
 
 namespace deepinfer {
@@ -143,6 +144,43 @@ TEST(BlockFile, AnUnwritableDirectoryIsAFailureNotAnError) {
   Block block;
   EXPECT_FALSE(
       write_block_file("/proc/deepinfer-no-such-dir", block.identity, block.tokens, block.payload));
+}
+
+// A block's bytes out of one cache, through a block file, into another block of another
+// cache: every layer of the page holds the same keys and values.
+TEST(BlockFile, CarriesACacheBlockToAnotherCache) {
+  KvCacheShape shape = KvCacheShape::heads(4, 2, 8, 4);
+  shape.layer_window = {0, 6, 0, 6};  // two groups of two layers: pages of 2 layers
+  KvCache source(shape, 10), target(shape, 10);
+  for (int layer = 0; layer < 4; ++layer) {
+    PagedKvView view = source.layer(layer);
+    for (int64_t i = 0; i < 10 * 4 * view.key_stride(); ++i) {
+      view.key_floats()[i] = static_cast<float>(layer * 100000 + i);
+      view.value_floats()[i] = -static_cast<float>(layer * 100000 + i);
+    }
+  }
+  std::vector<std::byte> bytes(shape.bytes_per_block());
+  source.read_block(3, bytes);
+  TempDir dir;
+  BlockFileIdentity identity{9, 3, 0};
+  std::vector<int32_t> tokens = {1, 2, 3, 4};
+  ASSERT_TRUE(write_block_file(dir.path(), identity, tokens, bytes));
+  BlockFileContents read =
+      read_block_file(block_file_path(dir.path(), 9, 3), identity, tokens, bytes.size());
+  ASSERT_EQ(read.status, BlockFileStatus::kOk);
+  target.write_block(7, read.payload);
+  const int64_t row = 4 * 2 * 8;  // a block's floats in one layer
+  for (int layer = 0; layer < 4; ++layer) {
+    // Layers sharing a page slot share storage, so every layer of the slot came along.
+    PagedKvView from = source.layer(layer), to = target.layer(layer);
+    for (int64_t i = 0; i < row; ++i) {
+      EXPECT_EQ(to.key_floats()[7 * row + i], from.key_floats()[3 * row + i]) << layer;
+      EXPECT_EQ(to.value_floats()[7 * row + i], from.value_floats()[3 * row + i]) << layer;
+    }
+  }
+  std::vector<std::byte> short_buffer(bytes.size() - 1);
+  EXPECT_THROW(source.read_block(3, short_buffer), Error);
+  EXPECT_THROW(source.read_block(0, bytes), Error);  // the null block holds nothing
 }
 
 }  // namespace
