@@ -301,46 +301,51 @@ void add_generate_command(CLI::App& app) {
   command->callback([args] { run_generate(*args); });
 }
 
+// make-model's integer options of one help group, positive or non-negative.
+struct GroupedOptions {
+  CLI::App& command;
+  const char* group;
+  void positive(const char* flag, int& value, const char* help) const {
+    command.add_option(flag, value, help)->check(CLI::PositiveNumber)->group(group);
+  }
+  void non_negative(const char* flag, int& value, const char* help) const {
+    command.add_option(flag, value, help)->check(CLI::NonNegativeNumber)->group(group);
+  }
+};
+
 // The MLA / MoE / MTP shape of deepseek_v2 and deepseek_v3 checkpoints.
 void add_deepseek_make_options(CLI::App& command, MakeModelOptions& o) {
-  auto positive = [&](const char* flag, int& value, const char* help) {
-    command.add_option(flag, value, help)->check(CLI::PositiveNumber)->group("DeepSeek");
-  };
-  auto non_negative = [&](const char* flag, int& value, const char* help) {
-    command.add_option(flag, value, help)->check(CLI::NonNegativeNumber)->group("DeepSeek");
-  };
-  non_negative("--q-lora-rank", o.q_lora_rank, "Query LoRA rank; 0 for a plain q_proj");
-  positive("--kv-lora-rank", o.kv_lora_rank, "Latent KV rank (kv_lora_rank)");
-  positive("--qk-nope-dim", o.qk_nope_head_dim, "Per-head query/key size without rope");
-  positive("--qk-rope-dim", o.qk_rope_head_dim, "Per-head rope size (decoupled key)");
-  positive("--v-head-dim", o.v_head_dim, "Per-head value size");
-  positive("--experts", o.num_experts, "Routed experts per MoE layer");
-  non_negative("--shared-experts", o.num_shared_experts, "Shared experts per MoE layer");
-  positive("--experts-per-token", o.experts_per_token, "Routed experts each token uses");
-  positive("--moe-intermediate", o.moe_intermediate_size, "Intermediate size of one expert");
-  non_negative("--dense-layers", o.first_dense_layers,
-               "Leading layers with a dense MLP (first_k_dense_replace)");
-  positive("--expert-groups", o.expert_groups, "Expert groups (n_group)");
-  positive("--topk-groups", o.topk_groups, "Groups each token may use (topk_group)");
-  non_negative("--mtp-layers", o.num_mtp_layers,
-               "Multi-token-prediction modules (num_nextn_predict_layers)");
+  GroupedOptions options{command, "DeepSeek"};
+  options.non_negative("--q-lora-rank", o.q_lora_rank, "Query LoRA rank; 0 for a plain q_proj");
+  options.positive("--kv-lora-rank", o.kv_lora_rank, "Latent KV rank (kv_lora_rank)");
+  options.positive("--qk-nope-dim", o.qk_nope_head_dim, "Per-head query/key size without rope");
+  options.positive("--qk-rope-dim", o.qk_rope_head_dim, "Per-head rope size (decoupled key)");
+  options.positive("--v-head-dim", o.v_head_dim, "Per-head value size");
+  options.positive("--experts", o.num_experts, "Routed experts per MoE layer");
+  options.non_negative("--shared-experts", o.num_shared_experts, "Shared experts per MoE layer");
+  options.positive("--experts-per-token", o.experts_per_token, "Routed experts each token uses");
+  options.positive("--moe-intermediate", o.moe_intermediate_size,
+                   "Intermediate size of one expert");
+  options.non_negative("--dense-layers", o.first_dense_layers,
+                       "Leading layers with a dense MLP (first_k_dense_replace)");
+  options.positive("--expert-groups", o.expert_groups, "Expert groups (n_group)");
+  options.positive("--topk-groups", o.topk_groups, "Groups each token may use (topk_group)");
+  options.non_negative("--mtp-layers", o.num_mtp_layers,
+                       "Multi-token-prediction modules (num_nextn_predict_layers)");
 }
 
 // DeepSeek-V4's own fields (with --q-lora-rank, --qk-rope-dim, --head-dim, --sliding-window
 // and the expert options).
 void add_deepseek_v4_make_options(CLI::App& command, MakeModelOptions& o) {
-  auto positive = [&](const char* flag, int& value, const char* help) {
-    command.add_option(flag, value, help)->check(CLI::PositiveNumber)->group("DeepSeek-V4");
-  };
-  positive("--o-groups", o.o_groups, "Groups of the output projection (o_groups)");
-  positive("--o-lora-rank", o.o_lora_rank, "Per-group output rank (o_lora_rank)");
-  positive("--index-heads", o.index_heads, "Lightning-indexer heads (index_n_heads)");
-  positive("--index-head-dim", o.index_head_dim, "Lightning-indexer head size");
-  positive("--index-topk", o.index_topk, "Compressed entries each query keeps (index_topk)");
-  positive("--hc-mult", o.hc_mult, "Residual streams of the hyper-connections (hc_mult)");
-  command.add_option("--hash-layers", o.num_hash_layers, "Leading hash-routed MoE layers")
-      ->check(CLI::NonNegativeNumber)
-      ->group("DeepSeek-V4");
+  GroupedOptions options{command, "DeepSeek-V4"};
+  options.positive("--o-groups", o.o_groups, "Groups of the output projection (o_groups)");
+  options.positive("--o-lora-rank", o.o_lora_rank, "Per-group output rank (o_lora_rank)");
+  options.positive("--index-heads", o.index_heads, "Lightning-indexer heads (index_n_heads)");
+  options.positive("--index-head-dim", o.index_head_dim, "Lightning-indexer head size");
+  options.positive("--index-topk", o.index_topk,
+                   "Compressed entries each query keeps (index_topk)");
+  options.positive("--hc-mult", o.hc_mult, "Residual streams of the hyper-connections (hc_mult)");
+  options.non_negative("--hash-layers", o.num_hash_layers, "Leading hash-routed MoE layers");
   command
       .add_option("--compress-ratios", o.compress_ratios,
                   "Per layer 0 (window only), 4 (CSA) or 128 (HCA), comma-separated "

@@ -221,7 +221,8 @@ BackendMemory select_entries(const LayerContext& ctx, const Tensor& normed, cons
   Tensor heads = view(ctx, queries.data(), {ctx.tokens(), v4.index_heads, v4.index_head_dim},
                       {int64_t{v4.index_heads} * v4.index_head_dim, v4.index_head_dim, 1});
   float scale = 1.0f / std::sqrt(static_cast<float>(v4.index_heads) * v4.index_head_dim);
-  ctx.ops.index_select(heads, weights.view(), scale, ctx.view_of(ctx.layout.window_layer[0]),
+  ctx.ops.index_select(heads, weights.view(), scale,
+                       ctx.view_of(ctx.layout.window_layer[static_cast<size_t>(ctx.index)]),
                        ctx.entries(), ctx.config.head_dim, v4.index_topk,
                        static_cast<int32_t*>(selected.get()));
   return selected;

@@ -327,29 +327,13 @@ TEST_F(CudaDeepseekV4, EngineBatchesMatchTheCpu) {
 TEST_F(CudaDeepseekV4, ChunkedPrefillAndDecodeMatchTransformers) {
   std::vector<int32_t> ids = as_ids(ref("case2.input_ids"));
   std::vector<float> expected = as_floats(ref("case2.logits"));
-  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   const float bound = kRelativeLogitTolerance * largest_magnitude(expected);
   for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}}) {
-    SequenceRunner runner(*model_, static_cast<int64_t>(ids.size()));
-    float worst = 0.0f;
-    for (size_t start = 0; start < ids.size(); start += chunk) {
-      size_t end = std::min(ids.size(), start + chunk);
-      std::vector<float> logits = runner.feed({ids.begin() + static_cast<std::ptrdiff_t>(start),
-                                               ids.begin() + static_cast<std::ptrdiff_t>(end)},
-                                              true);
-      worst = std::max(
-          worst, max_abs_difference(logits.data(), expected.data() + start * vocab, logits.size()));
-    }
+    float worst = testing::chunked_logit_error(*model_, ids, expected, chunk);
     EXPECT_LE(worst, bound) << "chunks of " << chunk;
     std::printf("chunks of %zu: max |logit difference| %.2e (bound %.2e)\n", chunk, worst, bound);
   }
-  SequenceRunner runner(*model_, static_cast<int64_t>(ids.size()));
-  runner.feed({ids.begin(), ids.begin() + 100}, false);
-  float worst = 0.0f;
-  for (size_t i = 100; i < ids.size(); ++i) {
-    std::vector<float> logits = runner.feed({ids[i]}, false);
-    worst = std::max(worst, max_abs_difference(logits.data(), expected.data() + i * vocab, vocab));
-  }
+  float worst = testing::decoded_logit_error(*model_, ids, expected, 100);
   EXPECT_LE(worst, bound) << "decode after a 100-token prefill";
   std::printf("decode: max |logit difference| %.2e\n", worst);
 }

@@ -24,6 +24,8 @@ namespace {
 using nlohmann::json;
 using testing::as_floats;
 using testing::as_ids;
+using testing::chunked_logit_error;
+using testing::decoded_logit_error;
 using testing::fixture_model;
 using testing::max_abs_difference;
 using testing::TempDir;
@@ -123,11 +125,8 @@ TEST_F(DeepseekV4, NewerStyleCheckpointGivesTheSameLogits) {
   TempDir dir;
   write_folder(dir.path() / "newer", newer_style(fixture_config()));
   auto newer = load_model(dir.path() / "newer", LoadMode::kMmap, *ops_);
-  std::vector<int32_t> ids = long_ids();
-  SequenceRunner runner(*newer, static_cast<int64_t>(ids.size()));
-  std::vector<float> logits = runner.feed(ids, true);
-  std::vector<float> expected = long_logits();
-  EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()), kLogitTolerance);
+  EXPECT_LE(chunked_logit_error(*newer, long_ids(), long_logits(), long_ids().size()),
+            kLogitTolerance);
 }
 
 // DeepSeek's own file layout: no "model." prefix, embed.weight / norm.weight /
@@ -155,44 +154,19 @@ TEST_F(DeepseekV4, DeepSeeksTensorNamesGiveTheSameLogits) {
   write_safetensors(dir.path() / "release" / "model.safetensors", tensors);
   std::ofstream(dir.path() / "release" / "config.json") << fixture_config().dump(2);
   auto release = load_model(dir.path() / "release", LoadMode::kMmap, *ops_);
-  std::vector<int32_t> ids = long_ids();
-  SequenceRunner runner(*release, static_cast<int64_t>(ids.size()));
-  std::vector<float> logits = runner.feed(ids, true);
-  std::vector<float> expected = long_logits();
-  EXPECT_LE(max_abs_difference(logits.data(), expected.data(), logits.size()), kLogitTolerance);
+  EXPECT_LE(chunked_logit_error(*release, long_ids(), long_logits(), long_ids().size()),
+            kLogitTolerance);
 }
 
 TEST_F(DeepseekV4, EveryChunkingOfTheLongCaseMatches) {
-  std::vector<int32_t> ids = long_ids();
-  std::vector<float> expected = long_logits();
-  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
   for (size_t chunk : {size_t{1}, size_t{7}, size_t{64}}) {
-    SequenceRunner runner(*model_, static_cast<int64_t>(ids.size()));
-    float worst = 0.0f;
-    for (size_t start = 0; start < ids.size(); start += chunk) {
-      size_t end = std::min(ids.size(), start + chunk);
-      std::vector<float> logits = runner.feed({ids.begin() + static_cast<std::ptrdiff_t>(start),
-                                               ids.begin() + static_cast<std::ptrdiff_t>(end)},
-                                              true);
-      worst = std::max(
-          worst, max_abs_difference(logits.data(), expected.data() + start * vocab, logits.size()));
-    }
-    EXPECT_LE(worst, kLogitTolerance) << "chunks of " << chunk;
+    EXPECT_LE(chunked_logit_error(*model_, long_ids(), long_logits(), chunk), kLogitTolerance)
+        << "chunks of " << chunk;
   }
 }
 
 TEST_F(DeepseekV4, DecodingAfterAPrefillMatches) {
-  std::vector<int32_t> ids = long_ids();
-  std::vector<float> expected = long_logits();
-  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
-  SequenceRunner runner(*model_, static_cast<int64_t>(ids.size()));
-  runner.feed({ids.begin(), ids.begin() + 100}, false);
-  float worst = 0.0f;
-  for (size_t i = 100; i < ids.size(); ++i) {
-    std::vector<float> logits = runner.feed({ids[i]}, false);
-    worst = std::max(worst, max_abs_difference(logits.data(), expected.data() + i * vocab, vocab));
-  }
-  EXPECT_LE(worst, kLogitTolerance);
+  EXPECT_LE(decoded_logit_error(*model_, long_ids(), long_logits(), 100), kLogitTolerance);
 }
 
 TEST_F(DeepseekV4, BlocksHoldWholeCompressionWindows) {

@@ -2,6 +2,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "engine/sequence_runner.h"
 
 namespace deepinfer::testing {
 
@@ -83,6 +85,35 @@ std::vector<int32_t> as_ids(const Tensor& tensor) {
 float max_abs_difference(const float* a, const float* b, size_t count) {
   float worst = 0.0f;
   for (size_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  return worst;
+}
+
+float chunked_logit_error(CausalLM& model, const std::vector<int32_t>& ids,
+                          const std::vector<float>& expected, size_t chunk) {
+  const auto vocab = static_cast<size_t>(model.config().vocab_size);
+  SequenceRunner runner(model, static_cast<int64_t>(ids.size()));
+  float worst = 0.0f;
+  for (size_t start = 0; start < ids.size(); start += chunk) {
+    size_t end = std::min(ids.size(), start + chunk);
+    std::vector<float> logits = runner.feed({ids.begin() + static_cast<std::ptrdiff_t>(start),
+                                             ids.begin() + static_cast<std::ptrdiff_t>(end)},
+                                            true);
+    worst = std::max(
+        worst, max_abs_difference(logits.data(), expected.data() + start * vocab, logits.size()));
+  }
+  return worst;
+}
+
+float decoded_logit_error(CausalLM& model, const std::vector<int32_t>& ids,
+                          const std::vector<float>& expected, size_t prefill) {
+  const auto vocab = static_cast<size_t>(model.config().vocab_size);
+  SequenceRunner runner(model, static_cast<int64_t>(ids.size()));
+  runner.feed({ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(prefill)}, false);
+  float worst = 0.0f;
+  for (size_t i = prefill; i < ids.size(); ++i) {
+    std::vector<float> logits = runner.feed({ids[i]}, false);
+    worst = std::max(worst, max_abs_difference(logits.data(), expected.data() + i * vocab, vocab));
+  }
   return worst;
 }
 

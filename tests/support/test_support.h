@@ -60,6 +60,13 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {
 std::vector<float> as_floats(const Tensor& tensor);
 std::vector<int32_t> as_ids(const Tensor& tensor);
 float max_abs_difference(const float* a, const float* b, size_t count);
+// The largest |logit - expected| (expected [T, vocab], every position) when `ids` is fed
+// `chunk` tokens at a time through a fresh cache (chunk >= ids.size(): one shot).
+float chunked_logit_error(CausalLM& model, const std::vector<int32_t>& ids,
+                          const std::vector<float>& expected, size_t chunk);
+// The same after a `prefill`-token prefill, then decoding the rest one token a step.
+float decoded_logit_error(CausalLM& model, const std::vector<int32_t>& ids,
+                          const std::vector<float>& expected, size_t prefill);
 
 // No DeepSeek-V4 tokenizer is published in the fixtures: writes `folder`/tokenizer.json as the
 // V3 vocabulary with five of its reserved placeholder tokens renamed to V4's new control
