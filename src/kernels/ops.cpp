@@ -60,11 +60,20 @@ void Ops::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
 }
 
 void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
-                         const std::vector<int32_t>& fixed_experts, Tensor& out) {
+                         const int32_t* token_ids, Tensor& out) {
   const ExpertRouting& routing = experts.routing;
   const int64_t hidden = x.dim(1);
   const auto per_token = static_cast<size_t>(routing.experts_per_token);
   std::vector<int32_t> chosen(static_cast<size_t>(x.dim(0)) * per_token);
+  std::vector<int32_t> fixed_experts;  // hash routing: each row's token's row of the table
+  if (!experts.token_experts.empty()) {
+    std::vector<int32_t> ids(static_cast<size_t>(x.dim(0)));
+    to_host(ids.data(), token_ids, ids.size() * sizeof(int32_t));
+    for (int32_t id : ids) {
+      auto row = experts.token_experts.begin() + static_cast<std::ptrdiff_t>(id * per_token);
+      fixed_experts.insert(fixed_experts.end(), row, row + static_cast<std::ptrdiff_t>(per_token));
+    }
+  }
   std::vector<float> weights(chosen.size());
   route_experts(router_logits, experts.correction_bias, routing, fixed_experts, chosen.data(),
                 weights.data());

@@ -98,6 +98,9 @@ struct RoutedExperts {
   ExpertRouting routing;
   std::vector<float> correction_bias;
   std::vector<const Tensor*> gate, up, down;
+  // Hash routing (DeepSeek-V4's first layers): each token id's experts, [vocab, k]; empty
+  // when the router chooses.
+  std::vector<int32_t> token_experts;
 };
 
 // DeepSeek-V4's hyper-connections at one site: f32 parameters in backend memory, fn
@@ -270,11 +273,12 @@ class Ops {
                              float* weights) = 0;
   // out [T, hidden] += the weighted sum, over the experts route_experts chooses for each row
   // of router_logits [T, num_experts], of those experts' outputs for the row of x [T, hidden].
-  // The default groups the rows by expert on the host and runs each chosen expert once over
-  // its rows; a GPU keeps decode batches on the device.
+  // With hash routing, row t's experts are experts.token_experts' row token_ids[t]
+  // (token_ids in backend memory, [T]; unread otherwise). The default groups the rows by
+  // expert on the host and runs each chosen expert once over its rows; a GPU keeps decode
+  // batches on the device.
   virtual void routed_experts(const Tensor& x, const Tensor& router_logits,
-                              const RoutedExperts& experts,
-                              const std::vector<int32_t>& fixed_experts, Tensor& out);
+                              const RoutedExperts& experts, const int32_t* token_ids, Tensor& out);
   // out[i] = table[ids[i]] widened to f32.
   virtual void embedding(const Tensor& table, const int32_t* ids, Tensor& out) = 0;
   // RMS-normalises each row of x (the last axis) and scales by weight; y may alias x.
@@ -332,11 +336,12 @@ class Ops {
   // Writes values [T, width] (contiguous rows) as the records of the batch's new tokens.
   virtual void write_records(const Tensor& values, const AttentionBatch& batch,
                              const PagedRecords& records) = 0;
-  // Pools the listed windows (host pairs sequence, window) of `inputs` into their entries'
-  // parts, rotated by cos/sin [windows, rope_dims / 2] (backend memory) at each window's
-  // first position.
+  // Pools the listed windows (`count` pairs sequence, window in backend memory; a pair with a
+  // negative sequence is skipped, so a recorded step can list one per row) of `inputs` into
+  // their entries' parts, rotated by cos/sin [count, rope_dims / 2] (backend memory) at each
+  // window's first position.
   virtual void compress_windows(const PagedRecords& inputs, const Compressor& compressor,
-                                const std::vector<int32_t>& windows, const float* cos,
+                                const int32_t* windows, int64_t count, const float* cos,
                                 const float* sin, const EntryStripes& entries) = 0;
   // The lightning indexer: for each row (position p of its sequence) the top `k` entries
   // w < (p + 1) / rate by sum_h scale * weights[h] * relu(queries[h] . key_w), ties to the

@@ -136,6 +136,11 @@ const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMem
       backend_copy(ops, host.data(), host.size() * sizeof(float), keep));
 }
 
+const int32_t* backend_ints(Ops& ops, const std::vector<int32_t>& host, BackendMemory& keep) {
+  return static_cast<const int32_t*>(
+      backend_copy(ops, host.data(), host.size() * sizeof(int32_t), keep));
+}
+
 void report_hidden(Ops& ops, const HiddenStateSink& sink, int index, const Tensor& hidden) {
   if (!sink) return;
   if (ops.device() == Device::kCpu) {

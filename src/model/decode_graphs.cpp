@@ -40,8 +40,19 @@ BackendMemory& DecodeGraphs::logits_for(int64_t rows) {
   return memory;
 }
 
-void DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
-                       const std::vector<std::vector<float>>& rope_host, Tensor& logits,
+int64_t DecodeGraphs::context_bound(int64_t max_context) const {
+  if (bound_ == ContextBound::kCapped) {
+    return std::min(kMaxBuckets, (max_context + kContextBucket - 1) / kContextBucket) *
+           kContextBucket;
+  }
+  int64_t bound = kContextBucket;
+  while (bound < max_context) bound *= 2;
+  return bound;
+}
+
+bool DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
+                       const std::vector<std::vector<float>>& rope_host,
+                       const std::vector<std::vector<int32_t>>& index_host, Tensor& logits,
                        const Body& body) {
   DI_CHECK(eligible(batch), "decode graphs: the batch is not a few decode rows");
   std::vector<const void*> storage;
@@ -56,12 +67,16 @@ void DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
   }
   int64_t rows = batch.num_tokens();
   int64_t max_context = *std::max_element(batch.context_lens.begin(), batch.context_lens.end());
-  int64_t bucket = std::min(kMaxBuckets, (max_context + kContextBucket - 1) / kContextBucket);
-  Key key{rows, bucket, batch.max_blocks_per_seq};
+  const int64_t bound = context_bound(max_context);
+  Key key{rows, bound, batch.max_blocks_per_seq};
+  auto known = shapes_.find(key);
+  if (known != shapes_.end() && known->second.unrecordable) return false;
 
   PackedBatch packed(batch);
-  std::vector<size_t> rope_offsets;
+  std::vector<size_t> rope_offsets, index_offsets;
   for (const std::vector<float>& table : rope_host) rope_offsets.push_back(packed.append(table));
+  for (const std::vector<int32_t>& table : index_host)
+    index_offsets.push_back(packed.append(table));
   Shape& shape = shape_for(key, packed.bytes().size());
   ops_.to_backend(shape.inputs.get(), packed.bytes().data(), packed.bytes().size());
 
@@ -70,22 +85,32 @@ void DecodeGraphs::run(const ForwardBatch& batch, const KvCache& cache,
   inputs.token_ids = packed.tokens(base);
   for (int g = 0; g < static_cast<int>(batch.block_tables.size()); ++g) {
     AttentionBatch view = packed.attention(base, g);
-    view.max_context_len = bucket * kContextBucket;  // what the recording sized its splits by
+    view.max_context_len = bound;  // what the recording sized its work by
     inputs.attention.push_back(view);
   }
   for (size_t r = 0; r < rope_offsets.size(); r += 2) {
     inputs.cos.push_back(reinterpret_cast<const float*>(base + rope_offsets[r]));
     inputs.sin.push_back(reinterpret_cast<const float*>(base + rope_offsets[r + 1]));
   }
+  for (size_t offset : index_offsets)
+    inputs.indices.push_back(reinterpret_cast<const int32_t*>(base + offset));
   BackendMemory& logits_memory = logits_for(rows);
   Tensor logits_view =
       Tensor::contiguous(logits_memory.get(), DType::kF32, {rows, vocab_}, ops_.device());
   if (!shape.recorded) {
-    shape.recorded = ops_.record([&] { body(inputs, logits_view); });
+    try {
+      shape.recorded = ops_.record([&] { body(inputs, logits_view); });
+    } catch (const Error&) {
+      // Nothing ran while recording, so the step is still to do: op by op from now on.
+      shape.unrecordable = true;
+      return false;
+    }
     DI_CHECK(shape.recorded != nullptr, "decode graphs: the backend records nothing");
   }
   shape.recorded->replay();
+  ++replays_;
   ops_.copy(logits_view, logits);
+  return true;
 }
 
 }  // namespace deepinfer

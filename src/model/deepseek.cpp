@@ -469,7 +469,7 @@ void DeepseekModel::feed_forward(const DeepseekLayer& layer, Scratch& s) {
   BackendTensor out(ops_, {s.hidden.dim(0), s.hidden.dim(1)});
   Tensor out_view = out.view();
   if (layer.is_moe) {
-    run_moe(ops_, config_.moe, layer.moe, normed, {}, out_view);
+    run_moe(ops_, config_.moe, layer.moe, normed, nullptr, out_view);
   } else {
     run_gated_mlp(ops_, layer.mlp, normed, out_view);
   }

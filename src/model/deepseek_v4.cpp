@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "model/decode_graphs.h"
 #include "model/layers.h"
 
 namespace deepinfer {
@@ -67,11 +68,18 @@ std::string present(const TensorStore& store, std::initializer_list<std::string>
 
 class DeepseekV4Model final : public CausalLM {
  public:
-  DeepseekV4Model(ModelConfig config, std::unique_ptr<TensorStore> store, Ops& ops)
+  DeepseekV4Model(ModelConfig config, std::unique_ptr<TensorStore> store,
+                  const ModelLoadOptions& options, Ops& ops)
       : config_(std::move(config)),
         store_(std::move(store)),
         ops_(ops),
         layout_(CacheLayout::of(config_)) {
+    if (options.record_decode_steps && ops.device() != Device::kCpu) {
+      // The indexer and sparse attention size their work by the context bound a recording
+      // is made for, so it must cover every context it replays.
+      graphs_ = std::make_unique<DecodeGraphs>(ops, config_.vocab_size,
+                                               DecodeGraphs::ContextBound::kCovering);
+    }
     for (int rate : config_.v4.layer_rate) {
       if (rate > 0) block_multiple_ = std::lcm(block_multiple_, rate);
       constexpr int kMaxBlock = 1 << 16;
@@ -98,6 +106,7 @@ class DeepseekV4Model final : public CausalLM {
         layout_.cache_layer_window, DType::kF32};  // f32 on every backend so far
   }
 
+  int64_t replayed_decode_steps() const override { return graphs_ ? graphs_->replays() : 0; }
   std::vector<const Tensor*> weights_read_per_token() const override;
   double attention_flops_per_token(double context) const override;
   void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
@@ -111,6 +120,10 @@ class DeepseekV4Model final : public CausalLM {
 
  private:
   void bind_weights();
+  // The layers and the final head collapse of a forward: `collapsed` [T, D] ends as the
+  // hidden state the final norm reads.
+  void run_layers(ForwardContext& forward, KvCache& cache, const HiddenStateSink& hidden_sink,
+                  Tensor& collapsed);
   LayerWeights bind_layer(const std::string& prefix, int index);
   AttentionWeights bind_attention(const std::string& prefix, const LayerWeights& layer);
   CompressorWeights bind_compressor(const std::string& prefix, int width, int rate,
@@ -136,6 +149,7 @@ class DeepseekV4Model final : public CausalLM {
   std::vector<LayerWeights> layers_;
   std::vector<std::unique_ptr<BlockScales>> row_scales_;  // of weight_rows views
   std::vector<std::map<std::string, const Tensor*>> mtp_;
+  std::unique_ptr<DecodeGraphs> graphs_;
 };
 
 // The tensor `name` widened to f32 in backend memory.
@@ -258,7 +272,7 @@ MoeWeights DeepseekV4Model::bind_moe(const std::string& prefix, bool hash_routed
     m.routed.correction_bias = host_floats(ops_, store, p + "gate.bias", {moe.num_experts});
     return m;
   }
-  m.token_experts = token_expert_table(p + "gate.tid2eid");
+  m.routed.token_experts = token_expert_table(p + "gate.tid2eid");
   return m;
 }
 
@@ -373,41 +387,62 @@ double DeepseekV4Model::attention_flops_per_token(double context) const {
   return flops;
 }
 
-void DeepseekV4Model::forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
-                                   const HiddenStateSink& hidden_sink) {
+void DeepseekV4Model::run_layers(ForwardContext& forward, KvCache& cache,
+                                 const HiddenStateSink& hidden_sink, Tensor& collapsed) {
   const ModelConfig& c = config_;
-  const int64_t tokens = batch.num_tokens();
+  const int64_t tokens = forward.batch.num_tokens();
   const int64_t hidden = c.hidden_size, streams = c.v4.hc_mult;
-  DI_CHECK(tokens > 0, "forward: empty batch");
   const auto eps = static_cast<float>(c.rms_norm_eps);
-  ForwardContext forward(ops_, c, batch);
-  BackendTensor collapsed(ops_, {tokens, hidden}), normed(ops_, {tokens, hidden});
-  BackendTensor out(ops_, {tokens, hidden}), residual(ops_, {tokens, streams * hidden});
+  BackendTensor normed(ops_, {tokens, hidden}), out(ops_, {tokens, hidden});
+  BackendTensor residual(ops_, {tokens, streams * hidden});
   BackendTensor mix(ops_, {tokens, (2 + streams) * streams});
-  Tensor collapsed_view = collapsed.view(), normed_view = normed.view(), out_view = out.view();
+  Tensor normed_view = normed.view(), out_view = out.view();
   Tensor residual_view = residual.view(), mix_view = mix.view();
-  ops_.embedding(*embed_, forward.tables.tokens(), collapsed_view);
-  report_hidden(ops_, hidden_sink, 0, collapsed_view);
+  ops_.embedding(*embed_, forward.token_ids, collapsed);
+  report_hidden(ops_, hidden_sink, 0, collapsed);
   // Every residual stream starts as the embedding.
   Tensor copies = Tensor::strided(residual.data(), DType::kF32, {tokens, streams, hidden},
                                   {streams * hidden, hidden, 1}, ops_.device());
-  ops_.copy(Tensor::strided(collapsed.data(), DType::kF32, {tokens, streams, hidden},
-                            {hidden, 0, 1}, ops_.device()),
+  ops_.copy(Tensor::strided(collapsed.data, DType::kF32, {tokens, streams, hidden}, {hidden, 0, 1},
+                            ops_.device()),
             copies);
   for (int i = 0; i < c.num_layers; ++i) {
     const LayerWeights& layer = layers_[static_cast<size_t>(i)];
-    ops_.hc_pre(residual_view, site(layer.attention_hc), &mix_view, collapsed_view);
-    ops_.rmsnorm(collapsed_view, *layer.attention_norm, eps, normed_view);
+    ops_.hc_pre(residual_view, site(layer.attention_hc), &mix_view, collapsed);
+    ops_.rmsnorm(collapsed, *layer.attention_norm, eps, normed_view);
     run_attention(ops_, c, layout_, layer, i, forward, cache, ones_.view(), normed_view, out_view);
     ops_.hc_post(out_view, mix_view, residual_view);
-    ops_.hc_pre(residual_view, site(layer.ffn_hc), &mix_view, collapsed_view);
-    ops_.rmsnorm(collapsed_view, *layer.ffn_norm, eps, normed_view);
-    run_moe(ops_, c.moe, layer.moe, normed_view, batch.tokens, out_view);
+    ops_.hc_pre(residual_view, site(layer.ffn_hc), &mix_view, collapsed);
+    ops_.rmsnorm(collapsed, *layer.ffn_norm, eps, normed_view);
+    run_moe(ops_, c.moe, layer.moe, normed_view, forward.token_ids, out_view);
     ops_.hc_post(out_view, mix_view, residual_view);
     // A layer's output is its residual streams, [T, hc_mult * hidden].
     if (i + 1 < c.num_layers) report_hidden(ops_, hidden_sink, i + 1, residual_view);
   }
-  ops_.hc_pre(residual_view, site(head_hc_), nullptr, collapsed_view);
+  ops_.hc_pre(residual_view, site(head_hc_), nullptr, collapsed);
+}
+
+void DeepseekV4Model::forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
+                                   const HiddenStateSink& hidden_sink) {
+  const ModelConfig& c = config_;
+  const int64_t tokens = batch.num_tokens();
+  DI_CHECK(tokens > 0, "forward: empty batch");
+  const auto eps = static_cast<float>(c.rms_norm_eps);
+  if (!hidden_sink && graphs_ && graphs_->eligible(batch)) {
+    StepTables host = StepTables::of(c, batch, true);
+    auto body = [&](const ForwardInputs& inputs, Tensor& out) {
+      ForwardContext forward(c, batch, inputs);
+      BackendTensor collapsed(ops_, {tokens, c.hidden_size});
+      Tensor collapsed_view = collapsed.view();
+      run_layers(forward, cache, nullptr, collapsed_view);
+      decode_logits(ops_, collapsed_view, *final_norm_, *lm_head_, eps, out);
+    };
+    if (graphs_->run(batch, cache, host.rope, host.windows, logits, body)) return;
+  }
+  ForwardContext forward(ops_, c, batch);
+  BackendTensor collapsed(ops_, {tokens, c.hidden_size});
+  Tensor collapsed_view = collapsed.view();
+  run_layers(forward, cache, hidden_sink, collapsed_view);
   final_logits(ops_, batch, collapsed_view, *final_norm_, *lm_head_, eps, c.num_layers, logits,
                hidden_sink);
 }
@@ -415,8 +450,9 @@ void DeepseekV4Model::forward_into(const ForwardBatch& batch, KvCache& cache, Te
 }  // namespace
 
 std::unique_ptr<CausalLM> make_deepseek_v4_model(ModelConfig config,
-                                                 std::unique_ptr<TensorStore> store, Ops& ops) {
-  return std::make_unique<DeepseekV4Model>(std::move(config), std::move(store), ops);
+                                                 std::unique_ptr<TensorStore> store,
+                                                 const ModelLoadOptions& options, Ops& ops) {
+  return std::make_unique<DeepseekV4Model>(std::move(config), std::move(store), options, ops);
 }
 
 }  // namespace deepinfer

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,22 +86,58 @@ struct CacheLayout {
   int num_cache_layers() const { return static_cast<int>(cache_layer_window.size()); }
 };
 
-// What one forward shares across layers: the batch's tables and rope in backend memory.
+// What one forward computes on the host from its batch's positions: rope tables as (cos, sin)
+// pairs [rows, rope_dims / 2] - the main rope, the main rope turned back (cos, -sin), the
+// compress rope and its back turn - then per compression rate (rates in order) the windows the
+// batch completes as pairs (sequence, window) with the compress rope at their first positions.
+// A recorded decode step lists one pair per row, (-1, 0) where a row completes none, so that
+// its shape does not depend on the positions.
+struct StepTables {
+  static constexpr int kMainRope = 0, kMainBack = 1, kCompressRope = 2, kCompressBack = 3;
+  static constexpr int kFirstWindowRope = 4;
+  std::vector<std::vector<float>> rope;
+  std::vector<std::vector<int32_t>> windows;
+
+  static StepTables of(const ModelConfig& config, const ForwardBatch& batch, bool pair_per_row);
+  // The distinct compression rates of the model's layers, in order.
+  static std::vector<int> rates(const ModelConfig& config);
+};
+
+// What one forward shares across layers: the batch's tables and StepTables in backend memory.
 struct ForwardContext {
+  // Copies the batch's tables and its StepTables to the backend.
   ForwardContext(Ops& ops, const ModelConfig& config, const ForwardBatch& batch);
+  // Reads them from a recorded step's fixed inputs (StepTables with a pair per row).
+  ForwardContext(const ModelConfig& config, const ForwardBatch& batch, const ForwardInputs& inputs);
+
+  // The windows one compression rate completes in this batch.
+  struct Windows {
+    const int32_t* pairs = nullptr;
+    int64_t count = 0;
+    const float* cos = nullptr;
+    const float* sin = nullptr;
+  };
+  const Windows& windows_of(int rate) const;
 
   const ForwardBatch& batch;
-  BatchTables tables;
-  // cos, sin and -sin [T, rope_dims / 2] of the main rope and of the compress rope.
-  std::vector<float> host_tables[6];
-  BackendMemory copies[6];
-  const float* main_cos;
-  const float* main_sin;
-  const float* main_unsin;
-  const float* compress_cos;
-  const float* compress_sin;
-  const float* compress_unsin;
-  RotaryEmbedding compress_rope;  // also for compressed entries, at their window's first position
+  const int32_t* token_ids = nullptr;
+  std::vector<AttentionBatch> attention;  // per cache group
+  const float* main_cos = nullptr;
+  const float* main_sin = nullptr;
+  const float* main_unsin = nullptr;
+  const float* compress_cos = nullptr;
+  const float* compress_sin = nullptr;
+  const float* compress_unsin = nullptr;
+
+ private:
+  void bind(const std::vector<const float*>& cos, const std::vector<const float*>& sin,
+            const std::vector<const int32_t*>& pairs, const std::vector<int64_t>& counts);
+
+  std::vector<int> rates_;
+  std::vector<Windows> windows_;
+  StepTables host_;  // what the eager constructor copied (the CPU reads it in place)
+  std::optional<BatchTables> tables_;
+  std::vector<BackendMemory> copies_;
 };
 
 // The attention sub-layer: reads normed [T, D], writes the layer's state into the cache and

@@ -2,6 +2,7 @@
 // compressors (CSA overlapping at a low rate, HCA disjoint at a high rate), the lightning
 // indexer's top-k choice of compressed entries, per-head sinks, and the grouped low-rank
 // output projection.
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -9,30 +10,116 @@
 
 namespace deepinfer::v4 {
 
-ForwardContext::ForwardContext(Ops& ops, const ModelConfig& config, const ForwardBatch& batch_in)
-    : batch(batch_in),
-      tables(ops, batch_in),
-      compress_rope(config.v4.compress_rope, config.v4.rope_dims) {
+std::vector<int> StepTables::rates(const ModelConfig& config) {
+  std::vector<int> rates;
+  for (int rate : config.v4.layer_rate) {
+    if (rate > 0 && std::find(rates.begin(), rates.end(), rate) == rates.end())
+      rates.push_back(rate);
+  }
+  return rates;
+}
+
+StepTables StepTables::of(const ModelConfig& config, const ForwardBatch& batch, bool pair_per_row) {
   const DeepseekV4Config& v4 = config.v4;
   const int64_t tokens = batch.num_tokens();
-  for (std::vector<float>& table : host_tables)
-    table.resize(static_cast<size_t>(tokens * v4.rope_dims / 2));
-  RotaryEmbedding(v4.main_rope, v4.rope_dims)
-      .compute(batch.positions.data(), tokens, host_tables[0].data(), host_tables[1].data());
-  compress_rope.compute(batch.positions.data(), tokens, host_tables[3].data(),
-                        host_tables[4].data());
-  for (size_t i = 0; i < host_tables[1].size(); ++i) {
-    host_tables[2][i] = -host_tables[1][i];
-    host_tables[5][i] = -host_tables[4][i];
+  const auto half = static_cast<size_t>(v4.rope_dims / 2);
+  RotaryEmbedding main(v4.main_rope, v4.rope_dims), compress(v4.compress_rope, v4.rope_dims);
+  StepTables t;
+  t.rope.assign(2 * kFirstWindowRope, std::vector<float>(static_cast<size_t>(tokens) * half));
+  main.compute(batch.positions.data(), tokens, t.rope[0].data(), t.rope[1].data());
+  compress.compute(batch.positions.data(), tokens, t.rope[4].data(), t.rope[5].data());
+  for (int turned : {kMainBack, kCompressBack}) {
+    const auto& forward_pair = turned == kMainBack ? t.rope[0] : t.rope[4];
+    const auto& forward_sin = turned == kMainBack ? t.rope[1] : t.rope[5];
+    t.rope[static_cast<size_t>(2 * turned)] = forward_pair;
+    for (size_t i = 0; i < forward_sin.size(); ++i)
+      t.rope[static_cast<size_t>(2 * turned + 1)][i] = -forward_sin[i];
   }
-  const float* device[6];
-  for (int i = 0; i < 6; ++i) device[i] = backend_floats(ops, host_tables[i], copies[i]);
-  main_cos = device[0];
-  main_sin = device[1];
-  main_unsin = device[2];
-  compress_cos = device[3];
-  compress_sin = device[4];
-  compress_unsin = device[5];
+  for (int rate : rates(config)) {
+    std::vector<int32_t> pairs, first_positions;
+    for (int s = 0; s < batch.num_seqs(); ++s) {
+      const int64_t end = batch.context_lens[static_cast<size_t>(s)];
+      const int64_t first = end - (batch.query_start[static_cast<size_t>(s) + 1] -
+                                   batch.query_start[static_cast<size_t>(s)]);
+      const size_t before = pairs.size();
+      // Window w completes at its last token (w + 1) * rate - 1.
+      for (int64_t w = first / rate; (w + 1) * rate <= end; ++w) {
+        pairs.insert(pairs.end(), {s, static_cast<int32_t>(w)});
+        first_positions.push_back(static_cast<int32_t>(w * rate));
+      }
+      if (!pair_per_row) continue;
+      DI_CHECK(pairs.size() - before <= 2, "a recorded step has one new token per sequence");
+      if (pairs.size() == before) {
+        pairs.insert(pairs.end(), {-1, 0});
+        first_positions.push_back(0);
+      }
+    }
+    std::vector<float> cos(first_positions.size() * half), sin(cos.size());
+    compress.compute(first_positions.data(), static_cast<int64_t>(first_positions.size()),
+                     cos.data(), sin.data());
+    t.rope.push_back(std::move(cos));
+    t.rope.push_back(std::move(sin));
+    t.windows.push_back(std::move(pairs));
+  }
+  return t;
+}
+
+ForwardContext::ForwardContext(Ops& ops, const ModelConfig& config, const ForwardBatch& batch_in)
+    : batch(batch_in),
+      rates_(StepTables::rates(config)),
+      host_(StepTables::of(config, batch_in, false)) {
+  tables_.emplace(ops, batch);
+  token_ids = tables_->tokens();
+  for (int g = 0; g < static_cast<int>(batch.block_tables.size()); ++g)
+    attention.push_back(tables_->attention(g));
+  copies_.resize(host_.rope.size() + host_.windows.size());
+  std::vector<const float*> cos, sin;
+  for (size_t r = 0; r < host_.rope.size(); r += 2) {
+    cos.push_back(backend_floats(ops, host_.rope[r], copies_[r]));
+    sin.push_back(backend_floats(ops, host_.rope[r + 1], copies_[r + 1]));
+  }
+  std::vector<const int32_t*> pairs;
+  std::vector<int64_t> counts;
+  for (size_t k = 0; k < host_.windows.size(); ++k) {
+    pairs.push_back(backend_ints(ops, host_.windows[k], copies_[host_.rope.size() + k]));
+    counts.push_back(static_cast<int64_t>(host_.windows[k].size() / 2));
+  }
+  bind(cos, sin, pairs, counts);
+}
+
+ForwardContext::ForwardContext(const ModelConfig& config, const ForwardBatch& batch_in,
+                               const ForwardInputs& inputs)
+    : batch(batch_in), rates_(StepTables::rates(config)) {
+  token_ids = inputs.token_ids;
+  attention = inputs.attention;
+  bind(inputs.cos, inputs.sin, inputs.indices,
+       std::vector<int64_t>(rates_.size(), batch.num_seqs()));
+}
+
+void ForwardContext::bind(const std::vector<const float*>& cos,
+                          const std::vector<const float*>& sin,
+                          const std::vector<const int32_t*>& pairs,
+                          const std::vector<int64_t>& counts) {
+  DI_CHECK(cos.size() == StepTables::kFirstWindowRope + rates_.size() && sin.size() == cos.size() &&
+               pairs.size() == rates_.size(),
+           "DeepSeek-V4 forward: {} rope tables and {} window lists for {} rates", cos.size(),
+           pairs.size(), rates_.size());
+  main_cos = cos[StepTables::kMainRope];
+  main_sin = sin[StepTables::kMainRope];
+  main_unsin = sin[StepTables::kMainBack];
+  compress_cos = cos[StepTables::kCompressRope];
+  compress_sin = sin[StepTables::kCompressRope];
+  compress_unsin = sin[StepTables::kCompressBack];
+  for (size_t k = 0; k < rates_.size(); ++k) {
+    windows_.push_back({pairs[k], counts[k], cos[StepTables::kFirstWindowRope + k],
+                        sin[StepTables::kFirstWindowRope + k]});
+  }
+}
+
+const ForwardContext::Windows& ForwardContext::windows_of(int rate) const {
+  auto found = std::find(rates_.begin(), rates_.end(), rate);
+  DI_CHECK(found != rates_.end(), "DeepSeek-V4 forward: no windows of rate {}", rate);
+  return windows_[static_cast<size_t>(found - rates_.begin())];
 }
 
 namespace {
@@ -53,7 +140,8 @@ struct LayerContext {
   const float* unsin() const { return sliding() ? forward.main_unsin : forward.compress_unsin; }
   int64_t tokens() const { return forward.batch.num_tokens(); }
   AttentionBatch view_of(int cache_layer) const {
-    return forward.tables.attention(cache.groups().layer_group[static_cast<size_t>(cache_layer)]);
+    return forward.attention[static_cast<size_t>(
+        cache.groups().layer_group[static_cast<size_t>(cache_layer)])];
   }
   // The records starting at `first_cache_layer` (element `offset` of each token's row).
   PagedRecords records(int first_cache_layer, int64_t offset) const {
@@ -124,37 +212,6 @@ Projections project(const LayerContext& ctx, const Tensor& normed, const Tensor&
   return p;
 }
 
-// The windows the batch completes: (sequence, window) pairs, and cos/sin at their first
-// positions.
-struct CompletedWindows {
-  std::vector<int32_t> pairs;
-  std::vector<float> cos, sin;
-  BackendMemory cos_copy, sin_copy;
-};
-
-CompletedWindows completed_windows(const LayerContext& ctx) {
-  const ForwardBatch& batch = ctx.forward.batch;
-  const int rate = ctx.layer.rate;
-  CompletedWindows done;
-  std::vector<int32_t> positions;
-  for (int s = 0; s < batch.num_seqs(); ++s) {
-    int64_t end = batch.context_lens[static_cast<size_t>(s)];
-    int64_t first = end - (batch.query_start[static_cast<size_t>(s) + 1] -
-                           batch.query_start[static_cast<size_t>(s)]);
-    // Window w completes at its last token (w + 1) * rate - 1.
-    for (int64_t w = first / rate; (w + 1) * rate <= end; ++w) {
-      done.pairs.insert(done.pairs.end(), {s, static_cast<int32_t>(w)});
-      positions.push_back(static_cast<int32_t>(w * rate));
-    }
-  }
-  auto half = static_cast<size_t>(ctx.config.v4.rope_dims / 2);
-  done.cos.resize(positions.size() * half);
-  done.sin.resize(done.cos.size());
-  ctx.forward.compress_rope.compute(positions.data(), static_cast<int64_t>(positions.size()),
-                                    done.cos.data(), done.sin.data());
-  return done;
-}
-
 Compressor compressor_of(const LayerContext& ctx, const CompressorWeights& w, int64_t input_offset,
                          int64_t entry_offset) {
   Compressor c;
@@ -195,17 +252,15 @@ void write_state(const LayerContext& ctx, const Tensor& normed, const Projection
   }
   PagedRecords inputs = ctx.records(ctx.layout.input_layer[layer], 0);
   ctx.ops.write_records(record.view(), ctx.view_of(window_layer), inputs);
-  CompletedWindows done = completed_windows(ctx);
-  if (done.pairs.empty()) return;
-  const float* cos = backend_floats(ctx.ops, done.cos, done.cos_copy);
-  const float* sin = backend_floats(ctx.ops, done.sin, done.sin_copy);
+  const ForwardContext::Windows& done = ctx.forward.windows_of(ctx.layer.rate);
+  if (done.count == 0) return;
   EntryStripes entries = ctx.entries();
-  ctx.ops.compress_windows(inputs, compressor_of(ctx, a.compressor, 0, 0), done.pairs, cos, sin,
-                           entries);
+  ctx.ops.compress_windows(inputs, compressor_of(ctx, a.compressor, 0, 0), done.pairs, done.count,
+                           done.cos, done.sin, entries);
   if (a.index_compressor.width > 0) {
     ctx.ops.compress_windows(
         inputs, compressor_of(ctx, a.index_compressor, 2 * a.compressor.projected(), c.head_dim),
-        done.pairs, cos, sin, entries);
+        done.pairs, done.count, done.cos, done.sin, entries);
   }
 }
 

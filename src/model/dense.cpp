@@ -78,6 +78,7 @@ class DenseTransformer final : public CausalLM {
     return shape;
   }
 
+  int64_t replayed_decode_steps() const override { return graphs_ ? graphs_->replays() : 0; }
   std::vector<const Tensor*> weights_read_per_token() const override {
     std::vector<const Tensor*> read = {lm_head_, final_norm_};
     for (const auto& layer : layers_) {
@@ -264,12 +265,12 @@ void DenseTransformer::forward_into(const ForwardBatch& batch, KvCache& cache, T
   auto eps = static_cast<float>(c.rms_norm_eps);
   std::vector<std::vector<float>> rope = rope_tables(batch);
   if (!hidden_sink && graphs_ && graphs_->eligible(batch)) {
-    graphs_->run(batch, cache, rope, logits, [&](const ForwardInputs& inputs, Tensor& out) {
+    auto body = [&](const ForwardInputs& inputs, Tensor& out) {
       Scratch s(ops_, c, tokens);
       run_layers(inputs, cache, s, nullptr);
       decode_logits(ops_, s.hidden.view(), *final_norm_, *lm_head_, eps, out);
-    });
-    return;
+    };
+    if (graphs_->run(batch, cache, rope, {}, logits, body)) return;
   }
   BatchTables tables(ops_, batch);
   ForwardInputs inputs;

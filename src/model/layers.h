@@ -44,6 +44,7 @@ struct ForwardInputs {
   const int32_t* token_ids = nullptr;
   std::vector<AttentionBatch> attention;
   std::vector<const float*> cos, sin;
+  std::vector<const int32_t*> indices;  // any further index arrays the model packs
 };
 
 // A batch's index arrays packed end to end, each at an 8-byte boundary, for one copy into
@@ -89,6 +90,7 @@ class BatchTables {
 
 // Host floats (rope tables) where the backend's kernels read them; `keep` owns any copy.
 const float* backend_floats(Ops& ops, const std::vector<float>& host, BackendMemory& keep);
+const int32_t* backend_ints(Ops& ops, const std::vector<int32_t>& host, BackendMemory& keep);
 
 // Hands `hidden` to the sink, first copying it to the host when the backend keeps it elsewhere.
 void report_hidden(Ops& ops, const HiddenStateSink& sink, int index, const Tensor& hidden);
@@ -112,6 +114,7 @@ std::unique_ptr<CausalLM> make_deepseek_model(ModelConfig config,
                                               const ModelLoadOptions& options, Ops& ops);
 
 std::unique_ptr<CausalLM> make_deepseek_v4_model(ModelConfig config,
-                                                 std::unique_ptr<TensorStore> store, Ops& ops);
+                                                 std::unique_ptr<TensorStore> store,
+                                                 const ModelLoadOptions& options, Ops& ops);
 
 }  // namespace deepinfer

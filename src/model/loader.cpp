@@ -13,7 +13,7 @@ std::unique_ptr<CausalLM> load_model(const std::filesystem::path& folder,
     store->attach_block_scales(config.weight_block_rows, config.weight_block_cols);
   store->place_in(ops);
   if (config.family == ModelFamily::kDeepseekV4)
-    return make_deepseek_v4_model(std::move(config), std::move(store), ops);
+    return make_deepseek_v4_model(std::move(config), std::move(store), options, ops);
   if (config.is_deepseek())
     return make_deepseek_model(std::move(config), std::move(store), options, ops);
   return make_dense_model(std::move(config), std::move(store), options, ops);

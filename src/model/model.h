@@ -84,6 +84,8 @@ class CausalLM {
   // The same with the logits copied into host memory.
   void forward(const ForwardBatch& batch, KvCache& cache, float* logits,
                const HiddenStateSink& hidden_sink = nullptr);
+  // Decode steps replayed from recorded ops so far (ModelLoadOptions::record_decode_steps).
+  virtual int64_t replayed_decode_steps() const { return 0; }
   // Multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers), loaded for
   // speculative decoding: each module's tensors by their name inside the module
   // ("eh_proj.weight", "self_attn.kv_b_proj.weight", ...).

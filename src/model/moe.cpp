@@ -75,7 +75,7 @@ ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_l
 }
 
 void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
-             std::span<const int32_t> token_ids, Tensor& out) {
+             const int32_t* token_ids, Tensor& out) {
   int64_t tokens = normed.dim(0);
   BackendTensor logits(ops, {tokens, moe.num_experts});
   Tensor logits_view = logits.view();
@@ -85,15 +85,7 @@ void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Te
   } else {
     ops.copy(BackendTensor::zeros(ops, {tokens, normed.dim(1)}).view(), out);
   }
-  std::vector<int32_t> fixed;  // hash routing: each token's row of the table
-  if (!weights.token_experts.empty()) {
-    const auto k = static_cast<size_t>(moe.experts_per_token);
-    for (int32_t token : token_ids) {
-      auto row = weights.token_experts.begin() + static_cast<std::ptrdiff_t>(token * k);
-      fixed.insert(fixed.end(), row, row + static_cast<std::ptrdiff_t>(k));
-    }
-  }
-  ops.routed_experts(normed, logits.view(), weights.routed, fixed, out);
+  ops.routed_experts(normed, logits.view(), weights.routed, token_ids, out);
 }
 
 }  // namespace deepinfer

@@ -15,8 +15,6 @@ struct MoeWeights {
   // The routing rule, e_score_correction_bias (noaux_tc, widened) and the experts' weights.
   RoutedExperts routed;
   GatedMlp shared;  // all null without shared experts
-  // Hash routing (DeepSeek-V4's first layers): each token id's experts, [vocab, k].
-  std::vector<int32_t> token_experts;
 
   GatedMlp expert(size_t e) const { return {routed.gate[e], routed.up[e], routed.down[e]}; }
 };
@@ -41,9 +39,9 @@ ExpertChoice route_tokens(Ops& ops, const MoeConfig& moe, const Tensor& router_l
                           const std::vector<float>& correction_bias);
 
 // out [T, hidden] = the shared experts' output for normed [T, hidden] plus the routed experts'
-// weighted outputs (Ops::routed_experts). `token_ids` (host) choose the experts of a
-// hash-routed layer.
+// weighted outputs (Ops::routed_experts). `token_ids` (backend memory, [T]) choose the
+// experts of a hash-routed layer; unread (may be null) otherwise.
 void run_moe(Ops& ops, const MoeConfig& moe, const MoeWeights& weights, const Tensor& normed,
-             std::span<const int32_t> token_ids, Tensor& out);
+             const int32_t* token_ids, Tensor& out);
 
 }  // namespace deepinfer

@@ -541,11 +541,19 @@ TEST_P(CudaRoutedExperts, MatchTheCpu) {
       SCOPED_TRACE(tokens);
       Both x = random({tokens, hidden}), logits = random({tokens, experts});
       Both out = random({tokens, hidden});
-      std::vector<int32_t> fixed;
-      for (int64_t i = 0; GetParam().v4 && i < tokens * per_token; ++i)
-        fixed.push_back(static_cast<int32_t>((i * 5 + i / per_token) % experts));
-      cpu_->routed_experts(x.host_view, logits.host_view, host, fixed, out.host_view);
-      gpu_->routed_experts(x.device_view, logits.device_view, device, fixed, out.device_view);
+      // Hash routing (V4): each token id's experts from a table, looked up on the device.
+      const int vocab = 40;
+      std::vector<int32_t> ids;
+      for (int64_t t = 0; t < tokens; ++t) ids.push_back(static_cast<int32_t>((t * 7 + 3) % vocab));
+      host.token_experts.clear();
+      for (int64_t i = 0; GetParam().v4 && i < vocab * per_token; ++i)
+        host.token_experts.push_back(static_cast<int32_t>((i * 5 + i / per_token) % experts));
+      device.token_experts = host.token_experts;
+      BackendMemory device_ids = gpu_->allocate(ids.size() * sizeof(int32_t));
+      gpu_->to_backend(device_ids.get(), ids.data(), ids.size() * sizeof(int32_t));
+      cpu_->routed_experts(x.host_view, logits.host_view, host, ids.data(), out.host_view);
+      gpu_->routed_experts(x.device_view, logits.device_view, device,
+                           static_cast<const int32_t*>(device_ids.get()), out.device_view);
       EXPECT_LT(error(out), kF32Products);
     }
   }

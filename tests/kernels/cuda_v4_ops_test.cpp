@@ -136,8 +136,11 @@ TEST_F(CudaV4Records, CompressionSelectionAndAttentionMatchTheCpu) {
     for (int s = 0; s < 2; ++s) {
       for (int w = 0; (w + 1) * part.rate <= batch_->context_lens[static_cast<size_t>(s)]; ++w)
         windows.insert(windows.end(), {s, w});
+      windows.insert(windows.end(), {-1, 0});  // skipped, as a recorded step's idle rows
     }
     const int64_t jobs = static_cast<int64_t>(windows.size() / 2);
+    BackendMemory device_windows = gpu_->allocate(windows.size() * sizeof(int32_t));
+    gpu_->to_backend(device_windows.get(), windows.data(), windows.size() * sizeof(int32_t));
     Both cos = random({jobs, rope_dims / 2}), sin = random({jobs, rope_dims / 2});
     for (bool device : {false, true}) {
       Compressor c;
@@ -152,9 +155,11 @@ TEST_F(CudaV4Records, CompressionSelectionAndAttentionMatchTheCpu) {
       c.rope_dims = rope_dims;
       EntryStripes entries{records(device, 4, part.stripe_offset), part.stripe, part.rate};
       (device ? gpu_ : cpu_)
-          ->compress_windows(records(device, 0, 3), c, windows,
-                             (device ? cos.device_view : cos.host_view).as<const float>(),
-                             (device ? sin.device_view : sin.host_view).as<const float>(), entries);
+          ->compress_windows(
+              records(device, 0, 3), c,
+              device ? static_cast<const int32_t*>(device_windows.get()) : windows.data(), jobs,
+              (device ? cos.device_view : cos.host_view).as<const float>(),
+              (device ? sin.device_view : sin.host_view).as<const float>(), entries);
     }
   }
   for (int l = 4; l < kLayers; ++l) EXPECT_LT(cache_error(l), kF32Products) << "entry layer " << l;

@@ -15,6 +15,7 @@
 #include "engine/sequence_runner.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "model/make_model.h"
 #include "model/model.h"
 #include "support/test_support.h"
 
@@ -224,6 +225,25 @@ TEST(CudaEngine, DefaultKvBudgetIsMostOfTheFreeDeviceMemory) {
   EXPECT_NEAR(budget / available, kDefaultDeviceKvFraction, 0.02);
 }
 
+// Three greedy requests (prompts of 100, 160 and 220 tokens below `vocab`) decoding 40 tokens
+// each alongside one another, with logprobs.
+std::map<std::string, GenerationResult> three_decodes(CausalLM& model, int vocab) {
+  EngineConfig config;
+  config.kv_bytes = size_t{64} << 20;
+  Engine engine(model, config);
+  for (int r = 0; r < 3; ++r) {
+    GenerationRequest request;
+    request.id = std::to_string(r);
+    for (int t = 0; t < 100 + 60 * r; ++t) request.prompt.push_back((t * 13 + r) % (vocab - 3) + 3);
+    request.sampling.temperature = 0.0f;
+    request.sampling.logprobs = true;
+    request.max_tokens = 40;
+    request.ignore_eos = true;
+    engine.submit(request);
+  }
+  return results_by_id(engine);
+}
+
 // Decode steps replayed from recorded graphs give the same logits as running them op by op,
 // across context buckets (the recordings' key-split counts) and for several sequences.
 TEST(CudaEngine, RecordedDecodeStepsMatchEagerOnes) {
@@ -236,25 +256,10 @@ TEST(CudaEngine, RecordedDecodeStepsMatchEagerOnes) {
   recorded_options.record_decode_steps = true;
   auto eager = load_model(fixture_model("qwen3-hybrid-swa"), eager_options, *gpu);
   auto recorded = load_model(fixture_model("qwen3-hybrid-swa"), recorded_options, *gpu);
-  EngineConfig config;
-  config.kv_bytes = size_t{64} << 20;
-  auto run = [&](CausalLM& model) {
-    Engine engine(model, config);
-    for (int r = 0; r < 3; ++r) {
-      GenerationRequest request;
-      request.id = std::to_string(r);
-      for (int t = 0; t < 100 + 60 * r; ++t) request.prompt.push_back((t * 13 + r) % 500 + 3);
-      request.sampling.temperature = 0.0f;
-      request.sampling.logprobs = true;
-      request.max_tokens = 40;
-      request.ignore_eos = true;
-      engine.submit(request);
-    }
-    return results_by_id(engine);
-  };
-  auto want = run(*eager);
-  auto got = run(*recorded);
+  auto want = three_decodes(*eager, 500);
+  auto got = three_decodes(*recorded, 500);
   expect_same_outputs(want, got, 1e-5);
+  EXPECT_GT(recorded->replayed_decode_steps(), 0);
 }
 
 // MLA (latent cache: absorbed decode, expanded prompts), MoE routing and FP8 weights.
@@ -322,6 +327,64 @@ TEST_F(CudaDeepseekV4, EngineBatchesMatchTheCpu) {
   auto cpu = make_cpu_ops();
   auto cpu_model = load_model(fixture_model("deepseek-v4-flash-style"), LoadMode::kRead, *cpu);
   EXPECT_EQ(run(*model_), run(*cpu_model));
+}
+
+// Recorded decode steps give the op-by-op logits: compression windows complete inside them
+// (windows are listed per row on the device), the first 128 tokens' HCA window among them,
+// and contexts cross recording bounds.
+TEST_F(CudaDeepseekV4, RecordedDecodeStepsMatchEagerOnes) {
+  auto gpu = cuda::make_cuda_ops(0, MatmulPrecision::kF32);
+  ModelLoadOptions options;
+  options.mode = LoadMode::kRead;
+  options.record_decode_steps = false;
+  auto eager = load_model(fixture_model("deepseek-v4-flash-style"), options, *gpu);
+  options.record_decode_steps = true;
+  auto recorded = load_model(fixture_model("deepseek-v4-flash-style"), options, *gpu);
+  const int vocab = eager->config().vocab_size;
+  auto want = three_decodes(*eager, vocab);
+  auto got = three_decodes(*recorded, vocab);
+  expect_same_outputs(want, got, 1e-5);
+  EXPECT_GT(recorded->replayed_decode_steps(), 0);
+}
+
+// FP8 experts of a width the device path does not take (136) route through the host, which
+// a recording cannot do: such steps run op by op, with the same results.
+TEST(CudaDeepseekV4Checkpoint, UnrecordableStepsRunOpByOp) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  testing::TempDir dir;
+  MakeModelOptions o;
+  o.family = "deepseek_v4";
+  o.vocab_size = 300;
+  o.hidden_size = 128;
+  o.num_layers = 4;
+  o.num_heads = 4;
+  o.head_dim = 64;
+  o.q_lora_rank = 64;
+  o.qk_rope_head_dim = 16;
+  o.o_groups = 2;
+  o.o_lora_rank = 128;
+  o.index_heads = 2;
+  o.index_head_dim = 32;
+  o.index_topk = 3;
+  o.num_experts = 8;
+  o.experts_per_token = 2;
+  o.num_shared_experts = 1;
+  o.moe_intermediate_size = 136;
+  o.sliding_window = 16;
+  o.compress_ratios = {0, 4, 128, 4};
+  o.num_hash_layers = 1;
+  o.dtype = DType::kF8E4M3;
+  make_random_model(o, dir.path());
+  auto gpu = cuda::make_cuda_ops(0, MatmulPrecision::kF32);
+  ModelLoadOptions options;
+  options.record_decode_steps = false;
+  auto eager = load_model(dir.path(), options, *gpu);
+  options.record_decode_steps = true;
+  auto recorded = load_model(dir.path(), options, *gpu);
+  auto want = three_decodes(*eager, o.vocab_size);
+  auto got = three_decodes(*recorded, o.vocab_size);
+  expect_same_outputs(want, got, 1e-5);
+  EXPECT_EQ(recorded->replayed_decode_steps(), 0);
 }
 
 TEST_F(CudaDeepseekV4, ChunkedPrefillAndDecodeMatchTransformers) {

@@ -353,9 +353,9 @@ class CpuOps final : public Ops {
     cpu::write_records(values, batch, records);
   }
   void compress_windows(const PagedRecords& inputs, const Compressor& compressor,
-                        const std::vector<int32_t>& windows, const float* cos, const float* sin,
+                        const int32_t* windows, int64_t count, const float* cos, const float* sin,
                         const EntryStripes& entries) override {
-    cpu::compress_windows(pool_, inputs, compressor, windows, cos, sin, entries);
+    cpu::compress_windows(pool_, inputs, compressor, windows, count, cos, sin, entries);
   }
   void index_select(const Tensor& queries, const Tensor& head_weights, float scale,
                     const AttentionBatch& batch, const EntryStripes& entries, int64_t key_offset,

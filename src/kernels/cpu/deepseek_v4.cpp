@@ -237,15 +237,15 @@ void write_records(const Tensor& values, const AttentionBatch& batch, const Page
 }
 
 void compress_windows(ThreadPool& pool, const PagedRecords& inputs, const Compressor& c,
-                      const std::vector<int32_t>& windows, const float* cos, const float* sin,
+                      const int32_t* windows, int64_t count, const float* cos, const float* sin,
                       const EntryStripes& entries) {
-  const auto jobs = static_cast<int64_t>(windows.size() / 2);
   const float* norm = c.norm->as<const float>();
-  pool.parallel_for(jobs, 1, [&](int64_t begin, int64_t end) {
+  pool.parallel_for(count, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> entry(static_cast<size_t>(c.width));
     for (int64_t j = begin; j < end; ++j) {
-      int seq = windows[static_cast<size_t>(2 * j)];
-      int64_t w = windows[static_cast<size_t>(2 * j + 1)];
+      int seq = windows[2 * j];
+      int64_t w = windows[2 * j + 1];
+      if (seq < 0) continue;
       pool_window(inputs, c, seq, w, entry.data());
       float factor = inverse_rms(entry.data(), c.width, c.eps);
       for (int64_t i = 0; i < c.width; ++i) entry[static_cast<size_t>(i)] *= factor * norm[i];

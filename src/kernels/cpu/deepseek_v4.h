@@ -16,7 +16,7 @@ void hc_pre(ThreadPool& pool, const Tensor& streams, const HyperConnection& hc, 
 void hc_post(ThreadPool& pool, const Tensor& out, const Tensor& mix, Tensor& streams);
 void write_records(const Tensor& values, const AttentionBatch& batch, const PagedRecords& records);
 void compress_windows(ThreadPool& pool, const PagedRecords& inputs, const Compressor& compressor,
-                      const std::vector<int32_t>& windows, const float* cos, const float* sin,
+                      const int32_t* windows, int64_t count, const float* cos, const float* sin,
                       const EntryStripes& entries);
 void index_select(ThreadPool& pool, const Tensor& queries, const Tensor& head_weights, float scale,
                   const AttentionBatch& batch, const EntryStripes& entries, int64_t key_offset,

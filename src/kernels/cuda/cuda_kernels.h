@@ -289,20 +289,27 @@ struct ExpertWeights {
   int64_t inter = 0;  // the experts' intermediate width
 };
 
+// Hash routing: token t's experts are row (token_ids ? token_ids[t] : t) of table
+// [rows, experts_per_token] (device memory); the scores still weigh them. A null table lets
+// the scores choose.
+struct FixedExperts {
+  const int32_t* table = nullptr;
+  const int32_t* token_ids = nullptr;
+};
+
 // The CPU's route_token for each row of logits [tokens, num_experts], on the device:
-// experts/weights [tokens * experts_per_token]; correction_bias may be null; fixed (may be
-// null) names each token's experts (hash routing), the scores still weigh them.
+// experts/weights [tokens * experts_per_token]; correction_bias may be null.
 void route_experts(const float* logits, int64_t tokens, const float* correction_bias,
-                   const int32_t* fixed, const ExpertRouting& routing, int32_t* experts,
+                   FixedExperts fixed, const ExpertRouting& routing, int32_t* experts,
                    float* weights, cudaStream_t stream = nullptr);
 size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routing, int64_t hidden,
                                       int64_t inter);
 // out [tokens, hidden] += Ops::routed_experts' sum for x [tokens, hidden], all on the device;
 // workspace holds routed_experts_workspace_bytes.
 void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
-                    const float* correction_bias, const int32_t* fixed,
-                    const ExpertRouting& routing, const ExpertWeights& weights, void* workspace,
-                    float* out, cudaStream_t stream = nullptr);
+                    const float* correction_bias, FixedExperts fixed, const ExpertRouting& routing,
+                    const ExpertWeights& weights, void* workspace, float* out,
+                    cudaStream_t stream = nullptr);
 // Whether routed_experts' products take these widths (hidden and expert width in whole
 // weight chunks); other widths take the general path.
 bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype);

@@ -365,8 +365,8 @@ class CudaOps final : public Ops {
     auto* chosen_weights = reinterpret_cast<float*>(chosen_experts + entries);
     cuda::route_experts(router_logits.as<const float>(), tokens,
                         static_cast<const float*>(bias.get()),
-                        static_cast<const int32_t*>(fixed.get()), routing, chosen_experts,
-                        chosen_weights, stream());
+                        {static_cast<const int32_t*>(fixed.get()), nullptr}, routing,
+                        chosen_experts, chosen_weights, stream());
     std::vector<int32_t> both(2 * entries);  // one copy back, one wait
     to_host(both.data(), chosen.get(), both.size() * sizeof(int32_t));
     std::memcpy(experts, both.data(), entries * sizeof(int32_t));
@@ -376,7 +376,7 @@ class CudaOps final : public Ops {
   // Decode batches route, group and run their experts on the device; bigger batches (prompts)
   // take the default path, whose per-expert products run on the tensor cores.
   void routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
-                      const std::vector<int32_t>& fixed_experts, Tensor& out) override {
+                      const int32_t* token_ids, Tensor& out) override {
     const DeviceExperts& tables = expert_tables_.find(*this, experts);
     const int64_t tokens = rows_of(x), hidden = x.dim(-1);
     const bool on_device =
@@ -386,16 +386,16 @@ class CudaOps final : public Ops {
         hidden == experts.gate[0]->dim(1) && rows_of(out) == tokens &&
         cuda::routed_experts_fit(hidden, tables.weights.inter, tables.weights.dtype);
     if (!on_device) {  // also any width the device path's chunks do not divide
-      Ops::routed_experts(x, router_logits, experts, fixed_experts, out);
+      Ops::routed_experts(x, router_logits, experts, token_ids, out);
       return;
     }
-    BackendMemory fixed = fixed_experts.empty() ? nullptr : upload(fixed_experts);
+    const cuda::FixedExperts fixed{tables.token_experts,
+                                   tables.token_experts ? token_ids : nullptr};
     BackendMemory workspace = allocate_scratch(
         routed_experts_workspace_bytes(tokens, experts.routing, hidden, tables.weights.inter));
     cuda::routed_experts(x.as<const float>(), router_logits.as<const float>(), tokens, hidden,
-                         tables.correction_bias, static_cast<const int32_t*>(fixed.get()),
-                         experts.routing, tables.weights, workspace.get(), out.as<float>(),
-                         stream());
+                         tables.correction_bias, fixed, experts.routing, tables.weights,
+                         workspace.get(), out.as<float>(), stream());
   }
 
   void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {
@@ -455,16 +455,14 @@ class CudaOps final : public Ops {
   }
 
   void compress_windows(const PagedRecords& inputs, const Compressor& compressor,
-                        const std::vector<int32_t>& windows, const float* cos, const float* sin,
+                        const int32_t* windows, int64_t count, const float* cos, const float* sin,
                         const EntryStripes& entries) override {
     DeviceRecords device_inputs = device_records(inputs);
     DeviceRecords device_entries = device_records(entries.records);
-    BackendMemory pairs = upload(windows);
-    cuda::compress_windows(
-        device_inputs.view, compressor, compressor.position_bias->as<const float>(),
-        compressor.norm->as<const float>(), static_cast<const int32_t*>(pairs.get()),
-        static_cast<int64_t>(windows.size() / 2), cos, sin,
-        {device_entries.view, entries.stripe, entries.rate}, stream());
+    cuda::compress_windows(device_inputs.view, compressor,
+                           compressor.position_bias->as<const float>(),
+                           compressor.norm->as<const float>(), windows, count, cos, sin,
+                           {device_entries.view, entries.stripe, entries.rate}, stream());
   }
 
   void index_select(const Tensor& queries, const Tensor& head_weights, float scale,
@@ -619,18 +617,29 @@ class CudaOps final : public Ops {
     return stream_.get();
   }
 
-  // PagedRecords with its pointer arrays copied to the device (kept alive with it).
+  // PagedRecords with its pointer arrays written to the device (kept alive with it) in a way
+  // a recorded decode step replays.
   struct DeviceRecords {
-    BackendMemory layers, tables;
+    BackendMemory pointers;  // layers, then tables
     cuda::DeviceRecords view;
   };
   DeviceRecords device_records(const PagedRecords& records) {
+    DI_CHECK(records.layers.size() == records.tables.size(),
+             "paged records: {} layers and {} tables", records.layers.size(),
+             records.tables.size());
+    const size_t count = records.layers.size();
+    std::vector<uintptr_t> addresses;
+    for (float* layer : records.layers) addresses.push_back(reinterpret_cast<uintptr_t>(layer));
+    for (const int32_t* table : records.tables)
+      addresses.push_back(reinterpret_cast<uintptr_t>(table));
     DeviceRecords device;
-    device.layers = upload(records.layers);
-    device.tables = upload(records.tables);
-    device.view = {static_cast<float* const*>(device.layers.get()),
-                   static_cast<const int32_t* const*>(device.tables.get()),
-                   static_cast<int>(records.layers.size()),
+    device.pointers = allocate_scratch(std::max<size_t>(addresses.size(), 1) * sizeof(uintptr_t));
+    auto* stored = static_cast<uintptr_t*>(device.pointers.get());
+    cuda::store_addresses(addresses.data(), static_cast<int64_t>(addresses.size()), stored,
+                          stream());
+    device.view = {reinterpret_cast<float* const*>(stored),
+                   reinterpret_cast<const int32_t* const*>(stored + count),
+                   static_cast<int>(count),
                    records.max_blocks_per_seq,
                    records.block_size,
                    records.row,

@@ -168,6 +168,7 @@ __global__ void compress_kernel(DeviceRecords inputs, Compressor c, const float*
   extern __shared__ float entry[];  // [width]
   __shared__ float scratch[kWarps];
   const int seq = windows[2 * blockIdx.x];
+  if (seq < 0) return;  // a recorded step's row that completes no window
   const int64_t w = windows[2 * blockIdx.x + 1];
   const int width = c.width, projected = c.overlapping ? 2 * c.width : c.width, rate = c.rate;
   auto slot = [&](int s, int ch, float& value, float& gate) {
@@ -460,7 +461,28 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < per_lane; ++r) out[(t * heads + h) * dim + lane + 32 * r] = acc[r] / sum;
 }
 
+constexpr int kPointersPerLaunch = 256;  // 2 KiB of kernel parameters (4 KiB allowed)
+
+struct AddressBatch {
+  uintptr_t values[kPointersPerLaunch];
+};
+
+__global__ void store_addresses_kernel(AddressBatch batch, int count, uintptr_t* out) {
+  for (int i = threadIdx.x; i < count; i += blockDim.x) out[i] = batch.values[i];
+}
+
 }  // namespace
+
+void store_addresses(const uintptr_t* addresses, int64_t count, uintptr_t* out,
+                     cudaStream_t stream) {
+  for (int64_t first = 0; first < count; first += kPointersPerLaunch) {
+    AddressBatch batch{};
+    const int n = static_cast<int>(std::min<int64_t>(kPointersPerLaunch, count - first));
+    for (int i = 0; i < n; ++i) batch.values[i] = addresses[first + i];
+    store_addresses_kernel<<<1, kThreads, 0, stream>>>(batch, n, out + first);
+    check_launch("store_addresses");
+  }
+}
 
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,

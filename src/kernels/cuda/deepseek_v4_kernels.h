@@ -35,6 +35,12 @@ struct DeviceRows {
   int num_seqs = 0;
 };
 
+// Writes `count` addresses into device memory `out` by launches whose parameters carry them,
+// so that a recorded step writes them again when replayed (a copy from host memory would
+// read a host buffer that is gone by then).
+void store_addresses(const uintptr_t* addresses, int64_t count, uintptr_t* out,
+                     cudaStream_t stream);
+
 // logits: scratch [tokens, mixes].
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
@@ -43,7 +49,7 @@ void hc_post(const float* out, const float* mix, int64_t tokens, int64_t width, 
              float* streams, cudaStream_t stream);
 void write_records(const float* values, int64_t tokens, int64_t width, DeviceRows rows,
                    DeviceRecords records, cudaStream_t stream);
-// windows: device pairs (sequence, window), `count` of them.
+// windows: device pairs (sequence, window), `count` of them; negative sequences are skipped.
 void compress_windows(DeviceRecords inputs, const Compressor& compressor,
                       const float* position_bias, const float* norm, const int32_t* windows,
                       int64_t count, const float* cos, const float* sin, DeviceStripes entries,

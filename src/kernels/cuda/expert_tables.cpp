@@ -63,12 +63,18 @@ DeviceExperts make_tables(Ops& ops, const RoutedExperts& experts) {
       pointers.push_back(fp8 ? weight->block_scales->data : nullptr);
   const size_t pointer_bytes = pointers.size() * sizeof(void*);
   const size_t bias_bytes = experts.correction_bias.size() * sizeof(float);
-  tables.memory = ops.allocate(pointer_bytes + bias_bytes);
+  const size_t table_bytes = experts.token_experts.size() * sizeof(int32_t);
+  tables.memory = ops.allocate(pointer_bytes + bias_bytes + table_bytes);
   auto* base = static_cast<char*>(tables.memory.get());
   ops.to_backend(base, pointers.data(), pointer_bytes);
   if (bias_bytes > 0) {
     ops.to_backend(base + pointer_bytes, experts.correction_bias.data(), bias_bytes);
     tables.correction_bias = reinterpret_cast<const float*>(base + pointer_bytes);
+  }
+  if (table_bytes > 0) {
+    char* table = base + pointer_bytes + bias_bytes;
+    ops.to_backend(table, experts.token_experts.data(), table_bytes);
+    tables.token_experts = reinterpret_cast<const int32_t*>(table);
   }
   ops.synchronize();  // the host vectors go away on return
   auto table = [&](size_t index) {

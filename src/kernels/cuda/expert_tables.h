@@ -14,6 +14,7 @@ struct DeviceExperts {
   bool usable = false;  // false: the experts' dtypes or shapes need the host path
   ExpertWeights weights;
   const float* correction_bias = nullptr;  // device copy, null without a bias
+  const int32_t* token_experts = nullptr;  // device copy of the hash-routing table, or null
   BackendMemory memory;
 };
 

@@ -119,7 +119,7 @@ __device__ void keep_best_groups(const ExpertRouting& routing, float* candidates
 
 // Block per token: route_token's choice (experts largest biased score first) and weights.
 __global__ void __launch_bounds__(kRouteThreads)
-    route_kernel(const float* logits, const float* correction_bias, const int32_t* fixed,
+    route_kernel(const float* logits, const float* correction_bias, FixedExperts fixed,
                  ExpertRouting routing, int32_t* experts, float* weights) {
   __shared__ float scores[kMaxRoutedExperts];
   __shared__ float candidates[kMaxRoutedExperts];
@@ -132,17 +132,19 @@ __global__ void __launch_bounds__(kRouteThreads)
     taken[e] = false;
   }
   __syncthreads();
-  if (fixed) {  // hash routing: the token's experts are given
+  const bool hashed = fixed.table != nullptr;
+  if (hashed) {  // hash routing: the token's experts are given
     if (threadIdx.x == 0) {
+      const int64_t row = fixed.token_ids ? fixed.token_ids[token] : token;
       for (int i = 0; i < routing.experts_per_token; ++i)
-        chosen[i] = fixed[token * routing.experts_per_token + i];
+        chosen[i] = fixed.table[row * routing.experts_per_token + i];
     }
     __syncthreads();
   } else if (routing.group_ranking != ExpertRouting::GroupRanking::kNone &&
              routing.num_groups > 1) {
     keep_best_groups(routing, candidates);
   }
-  for (int round = 0; !fixed && round < routing.experts_per_token; ++round) {
+  for (int round = 0; !hashed && round < routing.experts_per_token; ++round) {
     Best best{-FLT_MAX, routing.num_experts};
     for (int e = threadIdx.x; e < routing.num_experts; e += blockDim.x)
       if (!taken[e]) best = better(best, {candidates[e], e});
@@ -356,7 +358,7 @@ void launch_products(const float* x, int64_t k, int pairs_per_x_row, const Items
 }  // namespace
 
 void route_experts(const float* logits, int64_t tokens, const float* correction_bias,
-                   const int32_t* fixed, const ExpertRouting& routing, int32_t* experts,
+                   FixedExperts fixed, const ExpertRouting& routing, int32_t* experts,
                    float* weights, cudaStream_t stream) {
   if (routing.num_experts > kMaxRoutedExperts || routing.experts_per_token > kMaxExpertsPerToken ||
       routing.experts_per_token > routing.num_experts)
@@ -385,9 +387,9 @@ bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype) {
 }
 
 void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
-                    const float* correction_bias, const int32_t* fixed,
-                    const ExpertRouting& routing, const ExpertWeights& weights, void* workspace,
-                    float* out, cudaStream_t stream) {
+                    const float* correction_bias, FixedExperts fixed, const ExpertRouting& routing,
+                    const ExpertWeights& weights, void* workspace, float* out,
+                    cudaStream_t stream) {
   const int64_t pairs = tokens * routing.experts_per_token;
   if (pairs > kMaxRoutedPairs)
     fail("routed_experts: {} pairs (at most {})", pairs, kMaxRoutedPairs);
