@@ -29,11 +29,11 @@ StepTables StepTables::of(const ModelConfig& config, const ForwardBatch& batch, 
   main.compute(batch.positions.data(), tokens, t.rope[0].data(), t.rope[1].data());
   compress.compute(batch.positions.data(), tokens, t.rope[4].data(), t.rope[5].data());
   for (int turned : {kMainBack, kCompressBack}) {
-    const auto& forward_pair = turned == kMainBack ? t.rope[0] : t.rope[4];
-    const auto& forward_sin = turned == kMainBack ? t.rope[1] : t.rope[5];
-    t.rope[static_cast<size_t>(2 * turned)] = forward_pair;
-    for (size_t i = 0; i < forward_sin.size(); ++i)
-      t.rope[static_cast<size_t>(2 * turned + 1)][i] = -forward_sin[i];
+    const auto& turning_cos = turned == kMainBack ? t.rope[0] : t.rope[4];
+    const auto& turning_sin = turned == kMainBack ? t.rope[1] : t.rope[5];
+    t.rope[static_cast<size_t>(2 * turned)] = turning_cos;
+    for (size_t i = 0; i < turning_sin.size(); ++i)
+      t.rope[static_cast<size_t>(2 * turned + 1)][i] = -turning_sin[i];
   }
   for (int rate : rates(config)) {
     std::vector<int32_t> pairs, first_positions;

@@ -352,27 +352,7 @@ TEST_F(CudaDeepseekV4, RecordedDecodeStepsMatchEagerOnes) {
 TEST(CudaDeepseekV4Checkpoint, UnrecordableStepsRunOpByOp) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
   testing::TempDir dir;
-  MakeModelOptions o;
-  o.family = "deepseek_v4";
-  o.vocab_size = 300;
-  o.hidden_size = 128;
-  o.num_layers = 4;
-  o.num_heads = 4;
-  o.head_dim = 64;
-  o.q_lora_rank = 64;
-  o.qk_rope_head_dim = 16;
-  o.o_groups = 2;
-  o.o_lora_rank = 128;
-  o.index_heads = 2;
-  o.index_head_dim = 32;
-  o.index_topk = 3;
-  o.num_experts = 8;
-  o.experts_per_token = 2;
-  o.num_shared_experts = 1;
-  o.moe_intermediate_size = 136;
-  o.sliding_window = 16;
-  o.compress_ratios = {0, 4, 128, 4};
-  o.num_hash_layers = 1;
+  MakeModelOptions o = testing::small_deepseek_v4();
   o.dtype = DType::kF8E4M3;
   make_random_model(o, dir.path());
   auto gpu = cuda::make_cuda_ops(0, MatmulPrecision::kF32);

@@ -330,32 +330,6 @@ TEST_F(DeepseekV4, PreemptedRequestsRecomputeTheSameTokens) {
   EXPECT_GT(engine.stats().preemptions, 0);
 }
 
-MakeModelOptions small_v4() {
-  MakeModelOptions o;
-  o.family = "deepseek_v4";
-  o.vocab_size = 300;
-  o.hidden_size = 128;
-  o.num_layers = 4;
-  o.num_heads = 4;
-  o.head_dim = 64;
-  o.q_lora_rank = 64;
-  o.qk_rope_head_dim = 16;
-  o.o_groups = 2;
-  o.o_lora_rank = 128;  // FP8 scale blocks of 128 rows split cleanly per group
-  o.index_heads = 2;
-  o.index_head_dim = 32;
-  o.index_topk = 3;
-  o.num_experts = 8;
-  o.experts_per_token = 2;
-  o.num_shared_experts = 1;
-  o.moe_intermediate_size = 136;
-  o.sliding_window = 16;
-  o.compress_ratios = {0, 4, 128, 4};
-  o.num_hash_layers = 1;
-  o.seed = 3;
-  return o;
-}
-
 // The checkpoint at `fp8` with every FP8 weight replaced by its f32 value (e4m3 times its
 // block's scale), unquantized.
 void write_dequantized(const std::filesystem::path& fp8, const std::filesystem::path& out) {
@@ -391,7 +365,7 @@ void write_dequantized(const std::filesystem::path& fp8, const std::filesystem::
 
 TEST(DeepseekV4Checkpoint, Fp8BlockScaledWeightsComputeAsTheirValues) {
   TempDir dir;
-  MakeModelOptions o = small_v4();
+  MakeModelOptions o = testing::small_deepseek_v4();
   o.dtype = DType::kF8E4M3;
   make_random_model(o, dir.path() / "fp8");
   write_dequantized(dir.path() / "fp8", dir.path() / "f32");
@@ -409,7 +383,7 @@ TEST(DeepseekV4Checkpoint, Fp8BlockScaledWeightsComputeAsTheirValues) {
 // DeepSeek's own FP8 layout names a weight's scales "<prefix>.scale": the same model.
 TEST(DeepseekV4Checkpoint, Fp8ScalesUnderDeepSeeksNames) {
   TempDir dir;
-  MakeModelOptions o = small_v4();
+  MakeModelOptions o = testing::small_deepseek_v4();
   o.dtype = DType::kF8E4M3;
   make_random_model(o, dir.path() / "hf");
   TensorStore store(dir.path() / "hf", LoadMode::kRead);
@@ -433,7 +407,7 @@ TEST(DeepseekV4Checkpoint, Fp8ScalesUnderDeepSeeksNames) {
 
 TEST(DeepseekV4Checkpoint, MadeModelsLoadAndDecodeLikeTheirPrefill) {
   TempDir dir;
-  MakeModelOptions o = small_v4();
+  MakeModelOptions o = testing::small_deepseek_v4();
   o.sliding_window = 0;    // V4's default window (128)
   o.compress_ratios = {};  // transformers' default schedule
   make_random_model(o, dir.path());

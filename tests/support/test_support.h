@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/make_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 
@@ -80,5 +81,9 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command);
+
+// A small DeepSeek-V4 for make_random_model: 4 layers (window, CSA, HCA, CSA), one hash
+// layer, 8 experts of width 136 (FP8 scale blocks and the GPU's expert chunks do not divide it).
+MakeModelOptions small_deepseek_v4();
 
 }  // namespace deepinfer::testing
