@@ -44,17 +44,27 @@ void print_device_table(const nlohmann::json& r) {
              number("prefill_tflops"), 100.0 * number("prefill_fraction_of_peak"));
   fmt::print(
       "decode (batch 1) {:.1f} tokens/s after {} prompt tokens; roofline {:.1f} tokens/s "
-      "({:.1f} MB of weights/token): {:.0f}%; {:.0f}% counting the {:.1f} MB of K/V read too\n",
+      "({:.1f} MB of weights/token): {:.0f}%; {:.0f}% counting the {:.1f} MB of K/V read too; "
+      "{} of {} steps replayed a recording\n",
       number("decode_tokens_per_s"), r.at("decode_prompt_tokens").get<int>(),
       number("decode_roofline_tokens_per_s"), number("weight_bytes_per_token") / 1e6,
       100.0 * number("decode_fraction_of_roofline"), 100.0 * number("decode_fraction_with_kv"),
-      number("decode_kv_bytes_per_token") / 1e6);
+      number("decode_kv_bytes_per_token") / 1e6, r.at("decode_replayed_steps").get<int64_t>(),
+      r.at("decode_tokens").get<int>());
 }
 
 // One decode step of `batch` sequences that each hold `context` cached tokens (their K/V
 // contents do not matter for the time), with greedy draws on the device as the engine makes
-// them. Returns seconds per step.
-double time_decode_step(CausalLM& model, int batch, int context) {
+// them. `issue_seconds` is the host's part: the time until forward_into returns (the ops are
+// queued, not finished); `replayed` counts the timed steps that replayed a recording.
+struct DecodeStepTime {
+  double seconds = 0;
+  double issue_seconds = 0;
+  int64_t replayed = 0;
+  int steps = 0;
+};
+
+DecodeStepTime time_decode_step(CausalLM& model, int batch, int context) {
   const KvCacheShape shape = model.kv_shape(16);
   const int block_size = shape.block_size;  // a model may round it up
   const KvGroupLayout groups = shape.groups();
@@ -83,15 +93,22 @@ double time_decode_step(CausalLM& model, int batch, int context) {
   std::vector<TokenDraw> draws(static_cast<size_t>(batch));
   for (int s = 0; s < batch; ++s) draws[static_cast<size_t>(s)].row = s;
   std::vector<DrawnToken> drawn(draws.size());
+  DecodeStepTime time;
   auto run = [&] {
+    auto issue_start = Clock::now();
     model.forward_into(step, cache, view);
+    time.issue_seconds += seconds_since(issue_start);
     model.ops().sample_rows(view, draws, drawn.data());
   };
   for (int i = 0; i < 2; ++i) run();
-  const int steps = 10;
+  time = DecodeStepTime{.steps = 10};
+  int64_t replays_before = model.replayed_decode_steps();
   auto start = Clock::now();
-  for (int i = 0; i < steps; ++i) run();
-  return seconds_since(start) / steps;
+  for (int i = 0; i < time.steps; ++i) run();
+  time.seconds = seconds_since(start) / time.steps;
+  time.issue_seconds /= time.steps;
+  time.replayed = model.replayed_decode_steps() - replays_before;
+  return time;
 }
 
 nlohmann::json batched_decode(const BenchArgs& args, CausalLM& model, double copy_bytes_per_s) {
@@ -99,11 +116,15 @@ nlohmann::json batched_decode(const BenchArgs& args, CausalLM& model, double cop
   double weights = static_cast<double>(model.weight_bytes_per_token());
   double kv_per_sequence = model.kv_shape(16).bytes_at_context(args.decode_batch_context);
   for (int batch : args.decode_batches) {
-    double step = time_decode_step(model, batch, args.decode_batch_context);
+    DecodeStepTime time = time_decode_step(model, batch, args.decode_batch_context);
+    double step = time.seconds;
     double bytes = weights + static_cast<double>(batch) * kv_per_sequence;
     rows.push_back({{"batch", batch},
                     {"context", args.decode_batch_context},
                     {"step_ms", step * 1e3},
+                    {"issue_ms", time.issue_seconds * 1e3},
+                    {"replayed_steps", time.replayed},
+                    {"timed_steps", time.steps},
                     {"tokens_per_s", batch / step},
                     {"bytes_per_step", bytes},
                     {"fraction_of_copy", bytes / step / copy_bytes_per_s}});
@@ -115,11 +136,13 @@ void print_batched_decode(const nlohmann::json& rows) {
   for (const nlohmann::json& row : rows) {
     fmt::print(
         "decode (batch {}) {:.2f} ms/step, {:.0f} tokens/s at {} cached tokens each: {:.1f} GB "
-        "of weights and K/V per step, {:.0f}% of copy bandwidth\n",
+        "of weights and K/V per step, {:.0f}% of copy bandwidth; the host issues a step in "
+        "{:.2f} ms, {} of {} steps replayed a recording\n",
         row.at("batch").get<int>(), row.at("step_ms").get<double>(),
         row.at("tokens_per_s").get<double>(), row.at("context").get<int>(),
         row.at("bytes_per_step").get<double>() / 1e9,
-        100.0 * row.at("fraction_of_copy").get<double>());
+        100.0 * row.at("fraction_of_copy").get<double>(), row.at("issue_ms").get<double>(),
+        row.at("replayed_steps").get<int64_t>(), row.at("timed_steps").get<int>());
   }
 }
 
@@ -150,9 +173,11 @@ void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_se
   int32_t next = argmax(logits.data(), c.vocab_size);
   for (int i = 0; i < 4; ++i)  // the decode shapes' first launches stay out of the timing
     next = runner.feed_greedy(next);
+  int64_t replays_before = model.replayed_decode_steps();
   auto decode_start = Clock::now();
   for (int i = 0; i < args.decode_tokens; ++i) next = runner.feed_greedy(next);
   double decode_seconds = seconds_since(decode_start);
+  int64_t decode_replays = model.replayed_decode_steps() - replays_before;
   // K/V bytes one step reads on average, beside the weights.
   double mean_context = args.decode_prompt_tokens + 4 + args.decode_tokens / 2.0;
   double kv_bytes = model.kv_shape(16).bytes_at_context(static_cast<int64_t>(mean_context));
@@ -172,6 +197,7 @@ void run_device_bench(const BenchArgs& args, LoadedModel& loaded, double load_se
                            {"prefill_fraction_of_peak", prefill_rate / ceilings.bf16_flops_per_s},
                            {"decode_tokens", args.decode_tokens},
                            {"decode_tokens_per_s", decode_rate},
+                           {"decode_replayed_steps", decode_replays},
                            {"weight_bytes_per_token", bytes_per_token},
                            {"decode_prompt_tokens", args.decode_prompt_tokens},
                            {"decode_kv_bytes_per_token", kv_bytes},
