@@ -76,6 +76,7 @@ void BlockPool::unpublish(int32_t block) {
   if (!entry.published) return;
   published_.erase(entry.hash);
   entry.published = false;
+  entry.persisted = false;
   entry.tokens.clear();
 }
 

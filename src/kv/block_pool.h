@@ -41,6 +41,13 @@ class BlockPool {
   void release(int32_t block);
   int references(int32_t block) const { return blocks_[static_cast<size_t>(block)].references; }
   bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].published; }
+  // A published block whose content a lower tier (disk) holds or is writing: it is not
+  // offered again. Forgotten with the content.
+  bool is_persisted(int32_t block) const { return blocks_[static_cast<size_t>(block)].persisted; }
+  void mark_persisted(int32_t block) {
+    Block& entry = blocks_[static_cast<size_t>(block)];
+    entry.persisted = entry.published;
+  }
 
   // Prefix-cache hit rate: full prompt blocks looked up, and those found.
   void record_lookup(int64_t blocks, int64_t found) {
@@ -54,6 +61,7 @@ class BlockPool {
   struct Block {
     int references = 0;
     bool published = false;
+    bool persisted = false;
     BlockHash hash = 0;
     std::vector<int32_t> tokens;
     std::list<int32_t>::iterator idle_position;

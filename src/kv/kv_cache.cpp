@@ -233,17 +233,15 @@ int64_t SequenceBlocks::slot(int64_t position, int block_size) const {
          position % block_size;
 }
 
-namespace {
-
-// The first block a query at `position` reads in a group with `window` (0: all of them).
 int64_t first_block_read(int64_t position, int window, int block_size) {
   return window > 0 ? std::max<int64_t>(0, position - window + 1) / block_size : 0;
 }
 
-// Groups hold different layers, so their chains never share keys.
 uint64_t group_salt(uint64_t salt, int group) {
   return group == 0 ? salt : salt ^ (0xc2b2ae3d27d4eb4full * static_cast<uint64_t>(group));
 }
+
+namespace {
 
 std::span<const int32_t> block_tokens(std::span<const int32_t> tokens, size_t block,
                                       int block_size) {
@@ -252,37 +250,25 @@ std::span<const int32_t> block_tokens(std::span<const int32_t> tokens, size_t bl
 
 }  // namespace
 
-void SequenceKv::ensure_groups(const KvCache& cache) {
-  if (groups_.empty()) groups_.resize(static_cast<size_t>(cache.groups().num_groups()));
+PrefixKeys prefix_keys(const KvGroupLayout& layout, int block_size, std::span<const int32_t> tokens,
+                       uint64_t salt) {
+  size_t usable = tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(block_size);
+  PrefixKeys prefix;
+  prefix.keys.resize(static_cast<size_t>(layout.num_groups()));
+  for (size_t g = 0; g < prefix.keys.size(); ++g) {
+    BlockHash parent = 0;
+    for (size_t b = 0; b < usable; ++b) {
+      parent = block_hash(parent, block_tokens(tokens, b, block_size),
+                          group_salt(salt, static_cast<int>(g)));
+      prefix.keys[g].push_back(parent);
+    }
+  }
+  return prefix;
 }
 
-void SequenceKv::reserve(KvCache& cache, int64_t tokens) {
-  ensure_groups(cache);
-  for (SequenceBlocks& group : groups_) group.reserve(cache, tokens);
-}
-
-bool SequenceKv::try_reserve(KvCache& cache, int64_t tokens) {
-  ensure_groups(cache);
-  int64_t missing = 0;
-  for (const SequenceBlocks& group : groups_)
-    missing += group.blocks_missing(tokens, cache.shape().block_size);
-  if (missing > cache.free_blocks()) return false;
-  reserve(cache, tokens);
-  return true;
-}
-
-// How many leading blocks can be taken: every full-attention group has all of them, and every
-// sliding group has the ones its window reads from the first uncached position.
-int64_t SequenceKv::cached_blocks(const KvCache& cache, std::span<const int32_t> tokens,
-                                  const std::vector<std::vector<BlockHash>>& hashes) const {
-  const KvGroupLayout& layout = cache.groups();
-  const int block_size = cache.shape().block_size;
-  auto present = [&](int group, int64_t block) {
-    return cache.pool().find_cached(hashes[static_cast<size_t>(group)][static_cast<size_t>(block)],
-                                    block_tokens(tokens, static_cast<size_t>(block), block_size)) >=
-           0;
-  };
-  auto count = static_cast<int64_t>(hashes.front().size());
+int64_t usable_prefix_blocks(const KvGroupLayout& layout, int block_size, int64_t blocks,
+                             const std::function<bool(int group, int64_t block)>& present) {
+  int64_t count = blocks;
   for (int g = 0; g < layout.num_groups(); ++g) {
     if (layout.group_window[static_cast<size_t>(g)] > 0) continue;
     int64_t found = 0;
@@ -303,34 +289,49 @@ int64_t SequenceKv::cached_blocks(const KvCache& cache, std::span<const int32_t>
   return count;
 }
 
+void SequenceKv::ensure_groups(const KvCache& cache) {
+  if (groups_.empty()) groups_.resize(static_cast<size_t>(cache.groups().num_groups()));
+}
+
+void SequenceKv::reserve(KvCache& cache, int64_t tokens) {
+  ensure_groups(cache);
+  for (SequenceBlocks& group : groups_) group.reserve(cache, tokens);
+}
+
+bool SequenceKv::try_reserve(KvCache& cache, int64_t tokens) {
+  ensure_groups(cache);
+  int64_t missing = 0;
+  for (const SequenceBlocks& group : groups_)
+    missing += group.blocks_missing(tokens, cache.shape().block_size);
+  if (missing > cache.free_blocks()) return false;
+  reserve(cache, tokens);
+  return true;
+}
+
 int64_t SequenceKv::take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens,
                                        uint64_t salt) {
   ensure_groups(cache);
   DI_CHECK(empty(), "take_cached_prefix: the sequence already holds blocks");
   const KvGroupLayout& layout = cache.groups();
   const int block_size = cache.shape().block_size;
-  size_t usable = tokens.empty() ? 0 : (tokens.size() - 1) / static_cast<size_t>(block_size);
-  std::vector<std::vector<BlockHash>> hashes(groups_.size());
+  PrefixKeys prefix = prefix_keys(layout, block_size, tokens, salt);
+  auto in_memory = [&](int group, int64_t block) {
+    return cache.pool().find_cached(
+               prefix.keys[static_cast<size_t>(group)][static_cast<size_t>(block)],
+               block_tokens(tokens, static_cast<size_t>(block), block_size)) >= 0;
+  };
+  int64_t count = usable_prefix_blocks(layout, block_size, prefix.blocks(), in_memory);
+  cache.pool().record_lookup(prefix.blocks(), count);
   for (size_t g = 0; g < groups_.size(); ++g) {
-    BlockHash parent = 0;
-    for (size_t b = 0; b < usable; ++b) {
-      parent = block_hash(parent, block_tokens(tokens, b, block_size),
-                          group_salt(salt, static_cast<int>(g)));
-      hashes[g].push_back(parent);
-    }
-  }
-  int64_t count = usable ? cached_blocks(cache, tokens, hashes) : 0;
-  cache.pool().record_lookup(static_cast<int64_t>(usable), count);
-  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<BlockHash>& keys = prefix.keys[g];
     int64_t first = first_block_read(count * block_size, layout.group_window[g], block_size);
     std::vector<int32_t> blocks(static_cast<size_t>(count), BlockPool::kNullBlock);
     for (int64_t b = first; b < count; ++b) {
-      blocks[static_cast<size_t>(b)] =
-          cache.pool().take_cached(hashes[g][static_cast<size_t>(b)],
-                                   block_tokens(tokens, static_cast<size_t>(b), block_size));
+      blocks[static_cast<size_t>(b)] = cache.pool().take_cached(
+          keys[static_cast<size_t>(b)], block_tokens(tokens, static_cast<size_t>(b), block_size));
     }
-    hashes[g].resize(static_cast<size_t>(count));
-    groups_[g].adopt(std::move(blocks), std::move(hashes[g]));
+    keys.resize(static_cast<size_t>(count));
+    groups_[g].adopt(std::move(blocks), std::move(keys));
   }
   return count * block_size;
 }

@@ -96,6 +96,25 @@ class KvCache {
   BlockPool pool_;
 };
 
+// The chained keys of a token sequence's full blocks in every cache group, as every tier
+// files them: never the block of the last token (that token is computed for its logits).
+struct PrefixKeys {
+  std::vector<std::vector<BlockHash>> keys;  // [group][block]
+  int64_t blocks() const { return keys.empty() ? 0 : static_cast<int64_t>(keys.front().size()); }
+};
+PrefixKeys prefix_keys(const KvGroupLayout& layout, int block_size, std::span<const int32_t> tokens,
+                       uint64_t salt);
+// The salt a group's chain is keyed with: groups hold different layers, so their chains never
+// share keys.
+uint64_t group_salt(uint64_t salt, int group);
+// The first block a query at `position` reads in a group with `window` (0: all of them).
+int64_t first_block_read(int64_t position, int window, int block_size);
+// How many of the first `blocks` blocks a prefix hit can take, given which (group, block)
+// some tier holds: every full-attention group needs all of them, every sliding group the ones
+// its window reads from the first uncached position.
+int64_t usable_prefix_blocks(const KvGroupLayout& layout, int block_size, int64_t blocks,
+                             const std::function<bool(int group, int64_t block)>& present);
+
 // The blocks one sequence holds and how many tokens they contain.
 class SequenceBlocks {
  public:
@@ -113,6 +132,8 @@ class SequenceBlocks {
   void release_before(KvCache& cache, int64_t first_needed);
   void release_all(KvCache& cache);
   const std::vector<int32_t>& table() const { return blocks_; }
+  // Keys of the leading full blocks published or reused (table()'s first entries).
+  const std::vector<BlockHash>& keys() const { return hashes_; }
   // Cache slot of token `position`: block * block_size + offset.
   int64_t slot(int64_t position, int block_size) const;
   // Blocks try_reserve(tokens) would have to allocate.
@@ -149,8 +170,6 @@ class SequenceKv {
 
  private:
   void ensure_groups(const KvCache& cache);
-  int64_t cached_blocks(const KvCache& cache, std::span<const int32_t> tokens,
-                        const std::vector<std::vector<BlockHash>>& hashes) const;
   std::vector<SequenceBlocks> groups_;
 };
 
