@@ -29,6 +29,9 @@ struct Engine::Sequence {
   sampling::TokenHistory history;
   std::unique_ptr<structured::Matcher> matcher;  // the request's constraint, if any
   int64_t cached_prompt_tokens = -1;             // set at first admission
+  // The prefix's blocks below memory: a fetch in flight (its ticket), or looked for already.
+  uint64_t fetch = 0;
+  bool fetched = false;
   int preemptions = 0;
   bool stop_requested = false;
   bool finished = false;
@@ -65,15 +68,6 @@ struct Engine::StepWork {
   // Decode inputs that the step before samples: batch row and sequence.
   std::vector<std::pair<size_t, Sequence*>> placeholders;
 };
-
-void LatencyHistogram::observe(double seconds) {
-  for (size_t i = 0; i < std::size(kBounds); ++i) {
-    if (seconds <= kBounds[i]) ++cumulative[i];
-  }
-  ++cumulative.back();
-  sum += seconds;
-  ++count;
-}
 
 namespace {
 
@@ -117,6 +111,15 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
   limits_ = {sampled_vocab_,     c.max_position_embeddings,    cache_.num_blocks() - 1,
              config_.block_size, cache_.groups().group_window, config.max_batched_tokens};
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
+  if (!config.kv_cache_dir.empty()) {
+    DI_CHECK(config.kv_fingerprint != 0,
+             "engine: a KV cache directory needs the model's fingerprint");
+    DiskTierOptions disk;
+    disk.dir = config.kv_cache_dir;
+    disk.fingerprint = config.kv_fingerprint;
+    disk.capacity_bytes = config.kv_disk_bytes;
+    tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(disk));
+  }
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
   arrivals_ = (uint64_t{device()} << 20) ^ device();
@@ -172,8 +175,9 @@ void Engine::preempt_lowest(Sequence& needing) {
       running_.begin() + static_cast<std::ptrdiff_t>(choose_preemption_victim(keys, needing_index));
   std::unique_ptr<Sequence> sequence = std::move(*victim);
   running_.erase(victim);
-  sequence->blocks.release_all(cache_);
+  let_go(*sequence);
   sequence->computed = 0;
+  sequence->fetched = false;  // its blocks may be on disk only by the time it returns
   ++sequence->epoch;
   ++sequence->preemptions;
   ++stats_.preemptions;
@@ -196,9 +200,15 @@ void Engine::admit_waiting(StepWork& work, int64_t& budget) {
       continue;
     }
     // Prompt logprobs need every prompt row's logits, so such a prompt is computed in full.
+    std::vector<int32_t> installed;
     if (config_.prefix_caching && sequence.computed == 0 && !sequence.wants_prompt_logprobs()) {
+      if (prefix_loading(sequence, installed)) {
+        ++it;
+        continue;
+      }
       sequence.computed =
           sequence.blocks.take_cached_prefix(cache_, sequence.tokens, sequence.request.cache_salt);
+      for (int32_t block : installed) cache_.release(block);  // taken above, or evictable now
     }
     if (sequence.cached_prompt_tokens < 0) sequence.cached_prompt_tokens = sequence.computed;
     int64_t chunk = std::min<int64_t>(budget, sequence.length() - sequence.computed);
@@ -213,6 +223,33 @@ void Engine::admit_waiting(StepWork& work, int64_t& budget) {
     add_chunk(work, *running_.back(), chunk);
     budget -= chunk;
   }
+}
+
+// Whether `sequence` waits for its prefix's blocks from the disk tier: the first time it is
+// admitted a fetch starts (if memory lacks some of them); once it is ready its blocks go into
+// the pool (`installed`, referenced until the caller has taken its prefix) and it may run.
+bool Engine::prefix_loading(Sequence& sequence, std::vector<int32_t>& installed) {
+  if (!tiers_ || sequence.fetched) return false;
+  if (sequence.fetch == 0) {
+    sequence.fetch = tiers_->start_fetch(sequence.tokens, sequence.request.cache_salt);
+    if (sequence.fetch == 0) {
+      sequence.fetched = true;
+      return false;
+    }
+  }
+  if (!tiers_->ready(sequence.fetch)) return true;
+  installed = tiers_->install(sequence.fetch);
+  sequence.fetch = 0;
+  sequence.fetched = true;
+  return false;
+}
+
+// A sequence gives its blocks back (finished or preempted); what it published goes to the
+// disk tier first, so a later prompt finds it there once memory has reused the blocks.
+void Engine::let_go(Sequence& sequence) {
+  if (tiers_ && config_.prefix_caching && !sequence.blocks.empty())
+    tiers_->offload(sequence.blocks, sequence.tokens);
+  sequence.blocks.release_all(cache_);
 }
 
 void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count) {
@@ -472,7 +509,9 @@ void Engine::finish(Sequence& sequence, FinishReason reason,
   result.logprobs = std::move(sequence.logprobs);
   result.prompt_logprobs = std::move(sequence.prompt_logprobs);
   finished.push_back(std::move(result));
-  sequence.blocks.release_all(cache_);
+  let_go(sequence);
+  if (tiers_ && sequence.fetch != 0) tiers_->cancel(sequence.fetch);
+  sequence.fetch = 0;
   sequence.finished = true;
   *sequence.prompt_cached = true;  // siblings must not wait for a prompt that stopped early
   auto take = [&](auto& queue) {
@@ -536,7 +575,11 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEven
   if (done) commit(*done, finished, tokens);
   stats_.host_seconds +=
       seconds_between(host_start, std::chrono::steady_clock::now()) - forward_seconds;
-  return done || in_flight_ || finished.size() > already;
+  if (done || in_flight_ || finished.size() > already) return true;
+  // Nothing ran: requests wait only for their prefixes from the disk tier.
+  if (!tiers_ || !tiers_->fetching()) return false;
+  tiers_->wait(std::chrono::milliseconds(5));
+  return true;
 }
 
 std::vector<GenerationResult> Engine::run_to_completion() {
@@ -556,6 +599,8 @@ EngineStats Engine::stats() const {
   stats.prefix_lookups = cache_.pool().lookups();
   stats.prefix_hits = cache_.pool().hits();
   stats.seconds = seconds_between(started_, std::chrono::steady_clock::now());
+  stats.has_disk_tier = tiers_ != nullptr;
+  if (tiers_) stats.tiers = tiers_->stats();
   return stats;
 }
 

@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "core/latency_histogram.h"
 #include "engine/policies.h"
 #include "engine/request.h"
 #include "engine/step_runner.h"
 #include "kv/kv_cache.h"
+#include "kv/prefix_tiers.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -34,6 +36,12 @@ struct EngineConfig {
   bool prefix_caching = true;
   // Schedule step N+1 while step N runs (results are the same as without).
   bool async_scheduling = false;
+  // The prefix cache's disk tier (empty: none): full blocks of finished and preempted
+  // sequences are written under this directory, which other engines may share, and prompts
+  // look for their prefix there after memory.
+  std::string kv_cache_dir;
+  uint64_t kv_disk_bytes = 0;   // the directory's capacity for this model (0: unbounded)
+  uint64_t kv_fingerprint = 0;  // model_fingerprint of the checkpoint and KV layout
   // Token ids at or above this are never sampled and refused in prompts and logit_bias: a
   // model's vocabulary is often padded past its tokenizer's (Qwen3: 151,936 rows for 151,669
   // tokens), and a padded id cannot be decoded. 0: the model's whole vocabulary.
@@ -44,17 +52,6 @@ inline constexpr double kDefaultDeviceKvFraction = 0.9;
 
 // The KV bytes `config` asks for (kv_bytes, or the fraction of the memory available now).
 size_t kv_budget_bytes(const EngineConfig& config, const Ops& ops);
-
-// Counts of observations at or below each bound (seconds), Prometheus-style; the last bucket
-// is +Inf. sum and count as Prometheus histograms report them.
-struct LatencyHistogram {
-  static constexpr double kBounds[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25,
-                                       0.5,   1.0,   2.5,  5.0,   10.0, 30.0, 60.0};
-  std::vector<int64_t> cumulative = std::vector<int64_t>(std::size(kBounds) + 1, 0);
-  double sum = 0.0;
-  int64_t count = 0;
-  void observe(double seconds);
-};
 
 struct EngineStats {
   int64_t waiting = 0;
@@ -69,6 +66,8 @@ struct EngineStats {
   int64_t generated_tokens = 0;
   double seconds = 0.0;       // since the engine started, for tokens/s
   double host_seconds = 0.0;  // on the engine thread outside the forward: what overlap hides
+  bool has_disk_tier = false;
+  PrefixTierStats tiers;                 // with has_disk_tier
   LatencyHistogram time_to_first_token;  // from submit() to the first sampled token
   LatencyHistogram inter_token_latency;  // between consecutive tokens of one completion
 };
@@ -104,6 +103,8 @@ class Engine {
   bool ensure_blocks(Sequence& sequence, int64_t tokens);
   void preempt_lowest(Sequence& needing);
   void admit_waiting(StepWork& work, int64_t& budget);
+  bool prefix_loading(Sequence& sequence, std::vector<int32_t>& installed);
+  void let_go(Sequence& sequence);
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
   Tensor step_logits(size_t rows);
@@ -133,6 +134,7 @@ class Engine {
   BackendMemory host_logits_;  // rows of them sampled on the host
   size_t logits_floats_ = 0;
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<PrefixTiers> tiers_;
   uint64_t arrivals_ = 0;
   std::chrono::steady_clock::time_point started_;
   EngineStats stats_;

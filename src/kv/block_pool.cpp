@@ -28,6 +28,8 @@ BlockPool::BlockPool(int64_t num_blocks) : blocks_(static_cast<size_t>(num_block
 int32_t BlockPool::allocate() {
   if (idle_.empty()) return -1;
   int32_t block = idle_.front();
+  const Block& entry = blocks_[static_cast<size_t>(block)];
+  if (evicting_ && entry.published && !entry.persisted) evicting_(block);
   idle_.pop_front();
   unpublish(block);
   blocks_[static_cast<size_t>(block)].references = 1;
@@ -49,11 +51,13 @@ int32_t BlockPool::take_cached(BlockHash hash, std::span<const int32_t> tokens) 
   return block;
 }
 
-void BlockPool::publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens) {
+void BlockPool::publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens,
+                        uint64_t salt) {
   Block& entry = blocks_[static_cast<size_t>(block)];
   if (entry.published || published_.count(hash)) return;
   entry.published = true;
   entry.hash = hash;
+  entry.salt = salt;
   entry.tokens.assign(tokens.begin(), tokens.end());
   published_[hash] = block;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <span>
 #include <unordered_map>
@@ -34,8 +35,9 @@ class BlockPool {
   int32_t take_cached(BlockHash hash, std::span<const int32_t> tokens);
   // As take_cached, without taking anything.
   int32_t find_cached(BlockHash hash, std::span<const int32_t> tokens) const;
-  // Makes a full block findable. Content already published elsewhere keeps its first block.
-  void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens);
+  // Makes a full block findable; `salt` is the one its key was made with (a lower tier files
+  // it beside the block). Content already published elsewhere keeps its first block.
+  void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens, uint64_t salt = 0);
   void retain(int32_t block);
   // Drops a reference; at zero the block is idle and, if published, still findable.
   void release(int32_t block);
@@ -48,6 +50,15 @@ class BlockPool {
     Block& entry = blocks_[static_cast<size_t>(block)];
     entry.persisted = entry.published;
   }
+  // A published block's key, tokens and salt.
+  BlockHash key_of(int32_t block) const { return blocks_[static_cast<size_t>(block)].hash; }
+  const std::vector<int32_t>& tokens_of(int32_t block) const {
+    return blocks_[static_cast<size_t>(block)].tokens;
+  }
+  uint64_t salt_of(int32_t block) const { return blocks_[static_cast<size_t>(block)].salt; }
+  // Called by allocate() with a published block that no lower tier holds, just before its
+  // content is forgotten: the last moment to offload it.
+  void set_eviction_hook(std::function<void(int32_t block)> hook) { evicting_ = std::move(hook); }
 
   // Prefix-cache hit rate: full prompt blocks looked up, and those found.
   void record_lookup(int64_t blocks, int64_t found) {
@@ -63,6 +74,7 @@ class BlockPool {
     bool published = false;
     bool persisted = false;
     BlockHash hash = 0;
+    uint64_t salt = 0;
     std::vector<int32_t> tokens;
     std::list<int32_t>::iterator idle_position;
   };
@@ -71,6 +83,7 @@ class BlockPool {
   std::vector<Block> blocks_;
   std::list<int32_t> idle_;  // references == 0, least recently used first
   std::unordered_map<BlockHash, int32_t> published_;
+  std::function<void(int32_t)> evicting_;
   int64_t lookups_ = 0;
   int64_t hits_ = 0;
 };

@@ -67,6 +67,13 @@ void DiskTier::write_loop() {
     queue_.pop_front();
     ++busy_;
     lock.unlock();
+    if (contains(block.key)) {  // the same key means the same tokens, salt and model
+      lock.lock();
+      --busy_;
+      ++stats_.already_stored;
+      if (queue_.empty() && busy_ == 0) idle_.notify_all();
+      continue;
+    }
     bool written =
         write_block_file(options_.dir, {options_.fingerprint, block.key, block.salt_hash},
                          block.tokens, block.payload);
@@ -127,6 +134,12 @@ std::optional<std::vector<std::byte>> DiskTier::load(BlockHash key, uint64_t sal
   std::error_code error;
   std::filesystem::remove(file, error);
   return std::nullopt;
+}
+
+bool DiskTier::contains(BlockHash key) const {
+  std::error_code error;
+  return std::filesystem::is_regular_file(block_file_path(options_.dir, options_.fingerprint, key),
+                                          error);
 }
 
 void DiskTier::flush() {

@@ -37,6 +37,7 @@ struct DiskTierStats {
   int64_t missing = 0;
   int64_t rejected[5] = {};  // by BlockFileStatus: truncated, corrupt, foreign (others 0)
   int64_t evicted = 0;
+  int64_t already_stored = 0;  // offered blocks whose file another writer made first
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
 };
@@ -56,6 +57,8 @@ class DiskTier {
   // one is removed.
   std::optional<std::vector<std::byte>> load(BlockHash key, uint64_t salt_hash,
                                              std::span<const int32_t> tokens, size_t payload_bytes);
+  // Whether a file for the block is present (not whether it passes the checks: load() says).
+  bool contains(BlockHash key) const;
   // Waits until everything queued so far is written (or has failed).
   void flush();
   DiskTierStats stats() const;

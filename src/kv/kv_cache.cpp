@@ -196,7 +196,7 @@ void SequenceBlocks::publish_full_blocks(KvCache& cache, std::span<const int32_t
     auto content =
         tokens.subspan(i * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
     BlockHash hash = block_hash(hashes_.empty() ? 0 : hashes_.back(), content, salt);
-    cache.pool().publish(blocks_[i], hash, content);
+    cache.pool().publish(blocks_[i], hash, content, salt);
     hashes_.push_back(hash);
   }
 }

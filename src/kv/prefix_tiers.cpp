@@ -1,0 +1,214 @@
+#include "kv/prefix_tiers.h"
+
+#include <algorithm>
+
+namespace deepinfer {
+namespace {
+
+std::span<const int32_t> tokens_of_block(std::span<const int32_t> tokens, int64_t block,
+                                         int block_size) {
+  return tokens.subspan(static_cast<size_t>(block * block_size), static_cast<size_t>(block_size));
+}
+
+}  // namespace
+
+PrefixTiers::PrefixTiers(KvCache& cache, DiskTierOptions disk, int fetch_threads)
+    : cache_(cache), disk_(std::move(disk)) {
+  for (int i = 0; i < std::max(1, fetch_threads); ++i)
+    threads_.emplace_back([this] { fetch_loop(); });
+  cache_.pool().set_eviction_hook([this](int32_t block) { offer(block); });
+}
+
+PrefixTiers::~PrefixTiers() {
+  cache_.pool().set_eviction_hook(nullptr);
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  work_.notify_all();
+  for (std::thread& thread : threads_) thread.join();
+}
+
+bool PrefixTiers::offer(int32_t block) {
+  BlockPool& pool = cache_.pool();
+  std::vector<std::byte> payload(cache_.shape().bytes_per_block());
+  cache_.read_block(block, payload);
+  if (!disk_.offer(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
+                   std::move(payload)))
+    return false;
+  pool.mark_persisted(block);
+  std::lock_guard lock(mutex_);
+  ++stats_.offered_blocks;
+  return true;
+}
+
+void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens) {
+  const BlockPool& pool = cache_.pool();
+  const int block_size = cache_.shape().block_size;
+  for (int g = 0; g < kv.num_groups(); ++g) {
+    const SequenceBlocks& blocks = kv.group(g);
+    for (size_t i = 0; i < blocks.keys().size(); ++i) {
+      int32_t block = blocks.table()[i];
+      if (block == BlockPool::kNullBlock) {
+        block = pool.find_cached(blocks.keys()[i],
+                                 tokens_of_block(tokens, static_cast<int64_t>(i), block_size));
+      }
+      // A block whose content was published first elsewhere is that block's to offer.
+      if (block <= BlockPool::kNullBlock || !pool.is_cached(block) || pool.is_persisted(block))
+        continue;
+      if (!offer(block)) return;  // the queue is full: the rest would be dropped too
+    }
+  }
+}
+
+uint64_t PrefixTiers::start_fetch(std::span<const int32_t> tokens, uint64_t salt) {
+  const KvCache& cache = cache_;
+  auto fetch = std::make_shared<Fetch>();
+  fetch->layout = cache.groups();
+  fetch->block_size = cache.shape().block_size;
+  fetch->keys = prefix_keys(fetch->layout, fetch->block_size, tokens, salt);
+  const int64_t blocks = fetch->keys.blocks();
+  bool all_in_memory = true;
+  for (size_t g = 0; g < fetch->keys.keys.size(); ++g) {
+    std::vector<bool>& present = fetch->in_memory.emplace_back(static_cast<size_t>(blocks));
+    for (int64_t b = 0; b < blocks; ++b) {
+      present[static_cast<size_t>(b)] =
+          cache.pool().find_cached(fetch->keys.keys[g][static_cast<size_t>(b)],
+                                   tokens_of_block(tokens, b, fetch->block_size)) >= 0;
+      all_in_memory = all_in_memory && present[static_cast<size_t>(b)];
+    }
+  }
+  if (blocks == 0 || all_in_memory) return 0;
+  fetch->tokens.assign(tokens.begin(), tokens.end());
+  fetch->salt = salt;
+  fetch->payload_bytes = cache.shape().bytes_per_block();
+  std::lock_guard lock(mutex_);
+  uint64_t ticket = ++next_ticket_;
+  fetches_[ticket] = fetch;
+  queue_.push_back(fetch);
+  work_.notify_one();
+  return ticket;
+}
+
+void PrefixTiers::fetch_loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    work_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (stopping_) return;
+    std::shared_ptr<Fetch> fetch = queue_.front();
+    queue_.pop_front();
+    lock.unlock();
+    run(*fetch);
+    lock.lock();
+    fetch->done = true;
+    finished_.notify_all();
+  }
+}
+
+// The longest prefix memory and disk hold together, then the disk's part of it read and
+// checked in block order. A block that fails its checks ends the prefix there.
+void PrefixTiers::run(Fetch& fetch) {
+  auto start = std::chrono::steady_clock::now();
+  const int64_t blocks = fetch.keys.blocks();
+  const auto groups = static_cast<int>(fetch.keys.keys.size());
+  auto key = [&](int g, int64_t b) {
+    return fetch.keys.keys[static_cast<size_t>(g)][static_cast<size_t>(b)];
+  };
+  auto in_memory = [&](int g, int64_t b) {
+    return fetch.in_memory[static_cast<size_t>(g)][static_cast<size_t>(b)];
+  };
+  auto on_disk = [&](int g, int64_t b) { return in_memory(g, b) || disk_.contains(key(g, b)); };
+  int64_t count = usable_prefix_blocks(fetch.layout, fetch.block_size, blocks, on_disk);
+  std::vector<Block> wanted;
+  for (int g = 0; g < groups; ++g) {
+    int window = fetch.layout.group_window[static_cast<size_t>(g)];
+    for (int64_t b = first_block_read(count * fetch.block_size, window, fetch.block_size);
+         b < count; ++b) {
+      if (!in_memory(g, b)) wanted.push_back({g, b, key(g, b)});
+    }
+  }
+  std::stable_sort(wanted.begin(), wanted.end(),
+                   [](const Block& a, const Block& b) { return a.index < b.index; });
+  int64_t limit = count;
+  for (const Block& block : wanted) {
+    if (block.index >= limit) break;
+    auto payload = disk_.load(block.key, group_salt(fetch.salt, block.group),
+                              tokens_of_block(fetch.tokens, block.index, fetch.block_size),
+                              fetch.payload_bytes);
+    if (!payload) {
+      limit = block.index;
+      continue;
+    }
+    fetch.loaded.push_back(block);
+    fetch.payloads.push_back(std::move(*payload));
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard lock(mutex_);
+  stats_.queried_blocks += blocks;
+  stats_.found_blocks += static_cast<int64_t>(fetch.loaded.size());
+  if (!fetch.loaded.empty()) stats_.load_seconds.observe(seconds);
+}
+
+bool PrefixTiers::ready(uint64_t ticket) const {
+  std::lock_guard lock(mutex_);
+  auto found = fetches_.find(ticket);
+  return found == fetches_.end() || found->second->done;
+}
+
+std::vector<int32_t> PrefixTiers::install(uint64_t ticket) {
+  KvCache& cache = cache_;
+  std::shared_ptr<Fetch> fetch;
+  {
+    std::lock_guard lock(mutex_);
+    auto found = fetches_.find(ticket);
+    if (found == fetches_.end() || !found->second->done) return {};
+    fetch = found->second;
+    fetches_.erase(found);
+  }
+  std::vector<int32_t> installed;
+  BlockPool& pool = cache.pool();
+  for (size_t i = 0; i < fetch->loaded.size(); ++i) {
+    const Block& loaded = fetch->loaded[i];
+    auto content = tokens_of_block(fetch->tokens, loaded.index, fetch->block_size);
+    if (pool.find_cached(loaded.key, content) >= 0) continue;  // memory has it again
+    int32_t block = cache.allocate();
+    if (block < 0) break;
+    cache.write_block(block, fetch->payloads[i]);
+    pool.publish(block, loaded.key, content, group_salt(fetch->salt, loaded.group));
+    pool.mark_persisted(block);
+    installed.push_back(block);
+  }
+  std::lock_guard lock(mutex_);
+  stats_.installed_blocks += static_cast<int64_t>(installed.size());
+  return installed;
+}
+
+void PrefixTiers::cancel(uint64_t ticket) {
+  std::lock_guard lock(mutex_);
+  fetches_.erase(ticket);  // a fetch thread running it keeps it alive until it ends
+}
+
+bool PrefixTiers::fetching() const {
+  std::lock_guard lock(mutex_);
+  return !fetches_.empty();
+}
+
+void PrefixTiers::wait(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  finished_.wait_for(lock, timeout, [&] {
+    return std::any_of(fetches_.begin(), fetches_.end(),
+                       [](const auto& entry) { return entry.second->done; });
+  });
+}
+
+PrefixTierStats PrefixTiers::stats() const {
+  PrefixTierStats stats;
+  {
+    std::lock_guard lock(mutex_);
+    stats = stats_;
+  }
+  stats.disk = disk_.stats();
+  return stats;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,167 @@
+// The prefix cache's disk tier seen through the engine: an agent's growing context written by
+// one engine is served to another that shares the directory, with the cold run's tokens; bad,
+// foreign and other tenants' files are never served.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "engine/engine.h"
+#include "kv/block_file.h"
+#include "support/test_support.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::fixture_model;
+using testing::TempDir;
+
+constexpr uint64_t kFingerprint = 0x5eed;
+
+std::vector<int32_t> prompt_of(int64_t length, int salt, int32_t vocab) {
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < length; ++i)
+    ids.push_back(static_cast<int32_t>((i * 29 + salt * 71 + 2) % vocab));
+  return ids;
+}
+
+EngineConfig config_with(const std::filesystem::path& dir) {
+  EngineConfig config;
+  config.block_size = 4;
+  config.num_blocks = 512;
+  config.max_batched_tokens = 64;
+  config.kv_cache_dir = dir.string();
+  config.kv_fingerprint = kFingerprint;
+  return config;
+}
+
+GenerationRequest greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
+                         uint64_t salt = 0) {
+  GenerationRequest request;
+  request.id = id;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0.0f;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  request.cache_salt = salt;
+  return request;
+}
+
+struct Outcome {
+  std::map<std::string, GenerationResult> results;
+  EngineStats stats;
+};
+
+Outcome run(CausalLM& model, const EngineConfig& config,
+            const std::vector<GenerationRequest>& requests) {
+  Engine engine(model, config);
+  for (const GenerationRequest& request : requests) engine.submit(request);
+  Outcome outcome;
+  for (GenerationResult& result : engine.run_to_completion())
+    outcome.results[result.id] = std::move(result);
+  outcome.stats = engine.stats();
+  return outcome;  // the engine's end writes what it queued
+}
+
+class DiskTierOnFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DiskTierOnFixture, AnotherEngineContinuesTheConversationFromDisk) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model(GetParam()), LoadMode::kMmap, *ops);
+  const int block_size = model->kv_shape(4).block_size;  // a model may round it up
+  const int32_t vocab = model->config().vocab_size;
+  GenerationRequest first = greedy("first", prompt_of(3 * block_size + 5, 1, vocab), 8);
+  EngineConfig cold = config_with({});
+  std::vector<int32_t> answer = run(*model, cold, {first}).results.at("first").tokens;
+  std::vector<int32_t> next = first.prompt;
+  next.insert(next.end(), answer.begin(), answer.end());
+  for (int32_t token : prompt_of(5, 2, vocab)) next.push_back(token);
+  GenerationRequest second = greedy("second", next, 6);
+  GenerationRequest other = greedy("other", prompt_of(2 * block_size + 3, 3, vocab), 6);
+  Outcome cold_second = run(*model, cold, {second, other});
+
+  TempDir dir;
+  Outcome writer = run(*model, config_with(dir.path()), {first});
+  EXPECT_EQ(writer.results.at("first").tokens, answer);
+  EXPECT_GT(writer.stats.tiers.offered_blocks, 0);
+  // A fresh engine (nothing in memory) on the same directory, beside an unrelated request.
+  Outcome reader = run(*model, config_with(dir.path()), {second, other});
+  EXPECT_EQ(reader.results.at("second").tokens, cold_second.results.at("second").tokens);
+  EXPECT_EQ(reader.results.at("other").tokens, cold_second.results.at("other").tokens);
+  // Every block the first turn computed in full: its prompt and all but its last token.
+  const int64_t computed = static_cast<int64_t>(first.prompt.size() + answer.size()) - 1;
+  EXPECT_EQ(reader.results.at("second").cached_prompt_tokens, computed / block_size * block_size);
+  EXPECT_EQ(reader.results.at("other").cached_prompt_tokens, 0);
+  EXPECT_GT(reader.stats.tiers.found_blocks, 0);
+  EXPECT_EQ(reader.stats.tiers.installed_blocks, reader.stats.tiers.found_blocks);
+  EXPECT_EQ(reader.stats.tiers.load_seconds.count, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DiskTierOnFixture,
+                         ::testing::Values("llama-gqa", "qwen3-hybrid-swa", "mistral-swa",
+                                           "deepseek-v3-mla-moe", "deepseek-v4-flash-style"),
+                         testing::fixture_test_name);
+
+class DiskTierFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ops_ = make_cpu_ops();
+    model_ = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops_);
+    prompt_ = prompt_of(30, 4, model_->config().vocab_size);
+    cold_ = run(*model_, config_with({}), {greedy("a", prompt_, 6)}).results.at("a").tokens;
+    Outcome writer = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+    ASSERT_EQ(writer.results.at("a").tokens, cold_);
+  }
+
+  // The file of the prompt's `block`-th block (cache group 0, salt 0).
+  std::filesystem::path file_of(int64_t block) const {
+    PrefixKeys keys =
+        prefix_keys(KvGroupLayout::of({}, model_->config().num_layers), 4, prompt_, 0);
+    return block_file_path(dir_.path(), kFingerprint, keys.keys[0][static_cast<size_t>(block)]);
+  }
+
+  std::unique_ptr<Ops> ops_;
+  std::unique_ptr<CausalLM> model_;
+  TempDir dir_;
+  std::vector<int32_t> prompt_;
+  std::vector<int32_t> cold_;
+};
+
+TEST_F(DiskTierFiles, AFlippedByteEndsThePrefixThere) {
+  ASSERT_TRUE(std::filesystem::exists(file_of(3)));
+  std::fstream(file_of(3), std::ios::in | std::ios::out | std::ios::binary)
+      .seekp(-1, std::ios::end)
+      .put('\x7f');
+  Outcome reader = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  EXPECT_EQ(reader.results.at("a").tokens, cold_);
+  EXPECT_EQ(reader.results.at("a").cached_prompt_tokens, 3 * 4);
+  EXPECT_EQ(reader.stats.tiers.disk.rejected[static_cast<int>(BlockFileStatus::kCorrupt)], 1);
+  // Removed, and rewritten by the run that recomputed it.
+  Outcome again = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  EXPECT_EQ(again.results.at("a").cached_prompt_tokens, 28);
+  EXPECT_EQ(again.results.at("a").tokens, cold_);
+}
+
+TEST_F(DiskTierFiles, ATruncatedFileIsNeverServed) {
+  std::filesystem::resize_file(file_of(0), std::filesystem::file_size(file_of(0)) / 2);
+  Outcome reader = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  EXPECT_EQ(reader.results.at("a").tokens, cold_);
+  EXPECT_EQ(reader.results.at("a").cached_prompt_tokens, 0);
+  EXPECT_EQ(reader.stats.tiers.disk.rejected[static_cast<int>(BlockFileStatus::kTruncated)], 1);
+}
+
+TEST_F(DiskTierFiles, AnotherModelOrSaltFindsNothing) {
+  EngineConfig foreign = config_with(dir_.path());
+  foreign.kv_fingerprint = kFingerprint + 1;
+  Outcome other_model = run(*model_, foreign, {greedy("a", prompt_, 6)});
+  EXPECT_EQ(other_model.results.at("a").cached_prompt_tokens, 0);
+  EXPECT_EQ(other_model.stats.tiers.found_blocks, 0);
+  Outcome other_tenant = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6, 99)});
+  EXPECT_EQ(other_tenant.results.at("a").cached_prompt_tokens, 0);
+  EXPECT_EQ(other_tenant.results.at("a").tokens, cold_);
+  Outcome same = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  EXPECT_EQ(same.results.at("a").cached_prompt_tokens, 28);
+}
+
+}  // namespace
+}  // namespace deepinfer
