@@ -5,6 +5,7 @@
 
 #include <set>
 
+#include "kernels/cuda/deepseek_v4_kernels.h"
 #include "kernels/cuda_parity.h"
 #include "kv/kv_cache.h"
 
@@ -245,6 +246,39 @@ TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
                            sinks.device_view, 0.125f, out.device_view);
     EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
   }
+}
+
+// Decode rows (one query per sequence, at positions 42 and 299) give the tiled kernel too few
+// blocks, so their keys are split and the splits' states combined with the sinks: the short
+// sequence's keys leave some splits empty.
+TEST_F(CudaV4Records, DecodeRowsSplitTheirKeys) {
+  const int dim = 64, heads = 10, k = 6;
+  Both stripes = random({343, 16});
+  cpu_->write_records(stripes.host_view, batch_->host, records(false, 0, 0));
+  gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
+  KvCacheShape window_shape{1, 1, dim, dim, kBlock, true, {}, DType::kF32};
+  KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
+  Both rows = random({343, 1, dim});
+  cpu_->kv_write(rows.host_view, nullptr, batch_->host, cpu_window.layer(0));
+  gpu_->kv_write(rows.device_view, nullptr, batch_->device, gpu_window.layer(0));
+  auto decode = paged_batch({0, 1, 2}, {43, 300}, kBlock, kMaxBlocks);
+  std::vector<int32_t> chosen = {0, 9, -1, 3, 9, 1, 74, 0, 50, -1, 12, 33};
+  BackendMemory device_chosen = gpu_->allocate(chosen.size() * 4);
+  gpu_->to_backend(device_chosen.get(), chosen.data(), chosen.size() * 4);
+  Both q = random({2, heads, dim}), sinks = random({heads});
+  for (bool sparse : {true, false}) {
+    Both out = output({2, heads, dim});
+    cpu_->sparse_attention(q.host_view, decode->host, cpu_window.layer(0), 40,
+                           EntryStripes{records(false, 0, 0), 16, 4},
+                           sparse ? chosen.data() : nullptr, k, sinks.host_view, 0.125f,
+                           out.host_view);
+    gpu_->sparse_attention(q.device_view, decode->device, gpu_window.layer(0), 40,
+                           EntryStripes{records(true, 0, 0), 16, 4},
+                           sparse ? static_cast<const int32_t*>(device_chosen.get()) : nullptr, k,
+                           sinks.device_view, 0.125f, out.device_view);
+    EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
+  }
+  EXPECT_GT(sparse_attention_workspace_floats(2, heads, dim, 40 + 300 / 4), 0);
 }
 
 }  // namespace

@@ -490,12 +490,17 @@ class CudaOps final : public Ops {
     if (entries.rate > 0) device_entries = device_records(entries.records);
     const int64_t entry_keys =
         selected ? k : (entries.rate > 0 ? batch.max_context_len / entries.rate : 0);
+    const int64_t workspace_floats = cuda::sparse_attention_workspace_floats(
+        q.dim(0), static_cast<int>(q.dim(1)), static_cast<int>(q.dim(2)), window + entry_keys);
+    BackendMemory workspace;
+    if (workspace_floats > 0)
+      workspace = allocate_scratch(static_cast<size_t>(workspace_floats) * sizeof(float));
     cuda::sparse_attention(
         q.as<const float>(), q.dim(0), static_cast<int>(q.dim(1)), static_cast<int>(q.dim(2)),
         device_rows(batch), batch.block_tables, batch.max_blocks_per_seq, window_cache.key_floats(),
         window_cache.block_size, window, {device_entries.view, entries.stripe, entries.rate},
         selected, k, window + entry_keys, sinks.as<const float>(), scale, out.as<float>(),
-        stream());
+        static_cast<float*>(workspace.get()), stream());
   }
 
   void clamped_silu_mul(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override {

@@ -322,7 +322,8 @@ __global__ void index_topk_kernel(DeviceRows rows, int rate, int k, int64_t max_
   }
 }
 
-// One block per (row, head): logits over the window rows and entries (a warp per key), one
+// Head sizes the tiled kernel below does not take (not a multiple of 32, or above 512): one
+// block per (row, head), logits over the window rows and entries (a warp per key), one
 // softmax with the sink, then the weighted sum of the keys.
 __global__ void sparse_attention_kernel(const float* q, int heads, int dim, DeviceRows rows,
                                         const int32_t* window_tables, int max_blocks,
@@ -387,19 +388,27 @@ __global__ void sparse_attention_kernel(const float* q, int heads, int dim, Devi
 }
 
 constexpr int kKeysPerTile = 32;
-constexpr int kHeadsPerBlock = kWarps;    // a warp per head
-constexpr int kMaxTiledDim = 512;         // the accumulators a lane keeps: dim / 32
-constexpr int64_t kTiledMinBlocks = 128;  // about the H200's 132 SMs
+constexpr int kHeadsPerBlock = kWarps;  // a warp per head
+constexpr int kMaxTiledDim = 512;       // the accumulators a lane keeps: dim / 32
 
-// The same attention with keys shared by kHeadsPerBlock heads (grid: rows x head groups):
-// tiles of kKeysPerTile keys are gathered into shared memory once, and each warp runs one
-// head's online softmax over them (the sink starts it) with its output in registers.
+// Where a split of the keys leaves its unnormalised output and its softmax state, for
+// sparse_attention_combine_kernel: per (row, head, split) dim floats, then (max, sum).
+struct KeySplits {
+  int count = 1;  // 1: no split, the kernel writes the output itself
+  int keys_per_split = 0;
+  float* partial = nullptr;
+};
+
+// The same attention with keys shared by kHeadsPerBlock heads (grid: rows x head groups x key
+// splits): tiles of kKeysPerTile keys are gathered into shared memory once, and each warp runs
+// one head's online softmax over them with its output in registers. Unsplit, the sink starts
+// the softmax and the output is final; split, each split's state goes to `splits.partial`.
 __global__ void __launch_bounds__(kThreads)
     sparse_attention_tiled_kernel(const float* q, int heads, int dim, DeviceRows rows,
                                   const int32_t* window_tables, int max_blocks,
                                   const float* window_keys, int block_size, int window,
                                   DeviceStripes entries, const int32_t* selected, int k,
-                                  const float* sinks, float scale, float* out) {
+                                  const float* sinks, float scale, KeySplits splits, float* out) {
   extern __shared__ float shared[];
   float* tile = shared;                          // [kKeysPerTile][dim]
   float* queries = shared + kKeysPerTile * dim;  // [kHeadsPerBlock][dim]
@@ -422,13 +431,18 @@ __global__ void __launch_bounds__(kThreads)
   const int per_lane = dim / 32;
   float acc[kMaxTiledDim / 32];
   for (int r = 0; r < kMaxTiledDim / 32; ++r) acc[r] = 0.0f;
-  float top = h < heads ? sinks[h] : 0.0f, sum = 1.0f;  // the sink: exp(sink - top) = 1
-  for (int base = 0; base < total; base += kKeysPerTile) {
+  const bool split = splits.count > 1;
+  // Split: -FLT_MAX, not -inf, so that exp(top - next) stays 0 rather than NaN.
+  float top = split ? -FLT_MAX : (h < heads ? sinks[h] : 0.0f);
+  float sum = split ? 0.0f : 1.0f;  // unsplit, the sink: exp(sink - top) = 1
+  const int begin = split ? static_cast<int>(blockIdx.z) * splits.keys_per_split : 0;
+  const int end = split ? min(total, begin + splits.keys_per_split) : total;
+  for (int base = begin; base < end; base += kKeysPerTile) {
     __syncthreads();
     for (int i = threadIdx.x; i < kKeysPerTile * dim; i += blockDim.x) {
       const int j = base + i / dim, c = i % dim;
       float value = 0.0f;
-      bool present = j < total;
+      bool present = j < end;
       if (present && j < window_count) {
         const int64_t p = first + j;
         value = window_keys
@@ -444,7 +458,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (h >= heads) continue;
     const float* query = queries + warp * dim;
-    for (int j = 0; j < kKeysPerTile && base + j < total; ++j) {
+    for (int j = 0; j < kKeysPerTile && base + j < end; ++j) {
       if (!valid[j]) continue;
       const float* key = tile + j * dim;
       float d = 0.0f;
@@ -458,7 +472,64 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if (h >= heads) return;
-  for (int r = 0; r < per_lane; ++r) out[(t * heads + h) * dim + lane + 32 * r] = acc[r] / sum;
+  if (!split) {
+    for (int r = 0; r < per_lane; ++r) out[(t * heads + h) * dim + lane + 32 * r] = acc[r] / sum;
+    return;
+  }
+  float* state = splits.partial + ((t * heads + h) * splits.count + blockIdx.z) * (dim + 2);
+  for (int r = 0; r < per_lane; ++r) state[lane + 32 * r] = acc[r];
+  if (lane == 0) {
+    state[dim] = top;
+    state[dim + 1] = sum;
+  }
+}
+
+// One block per (row, head): the splits' states merged with the sink into the output.
+__global__ void sparse_attention_combine_kernel(int heads, int dim, const float* sinks,
+                                                KeySplits splits, float* out) {
+  const int64_t row_head = blockIdx.x;
+  const int h = static_cast<int>(row_head % heads);
+  const float* states = splits.partial + row_head * splits.count * (dim + 2);
+  float top = sinks[h];
+  for (int s = 0; s < splits.count; ++s) {
+    const float* state = states + s * (dim + 2);
+    if (state[dim + 1] > 0.0f) top = fmaxf(top, state[dim]);
+  }
+  float sum = expf(sinks[h] - top);
+  for (int s = 0; s < splits.count; ++s) {
+    const float* state = states + s * (dim + 2);
+    if (state[dim + 1] > 0.0f) sum += state[dim + 1] * expf(state[dim] - top);
+  }
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int s = 0; s < splits.count; ++s) {
+      const float* state = states + s * (dim + 2);
+      if (state[dim + 1] > 0.0f) acc += state[i] * expf(state[dim] - top);
+    }
+    out[row_head * dim + i] = acc / sum;
+  }
+}
+
+// Key splits for a grid of few blocks (a decode of a few rows): enough splits of whole tiles
+// to give the GPU about kSplitTargetBlocks blocks, none for grids already that large.
+constexpr int64_t kSplitTargetBlocks = 256;
+
+int64_t sparse_attention_split_count(int64_t tokens, int heads, int64_t max_keys) {
+  const int64_t blocks = tokens * ((heads + kHeadsPerBlock - 1) / kHeadsPerBlock);
+  if (blocks >= kSplitTargetBlocks / 2) return 1;
+  const int64_t tiles = (std::max<int64_t>(max_keys, 1) + kKeysPerTile - 1) / kKeysPerTile;
+  return std::clamp<int64_t>((kSplitTargetBlocks + blocks - 1) / blocks, 1, tiles);
+}
+
+KeySplits sparse_attention_splits(int64_t tokens, int heads, int64_t max_keys, float* workspace) {
+  KeySplits splits;
+  splits.count = static_cast<int>(sparse_attention_split_count(tokens, heads, max_keys));
+  if (splits.count == 1) return splits;
+  const int64_t tiles = (max_keys + kKeysPerTile - 1) / kKeysPerTile;
+  splits.keys_per_split =
+      static_cast<int>((tiles + splits.count - 1) / splits.count) * kKeysPerTile;
+  splits.partial = workspace;
+  return splits;
 }
 
 constexpr int kPointersPerLaunch = 256;  // 2 KiB of kernel parameters (4 KiB allowed)
@@ -551,26 +622,37 @@ void index_select(const float* queries, const float* head_weights, int64_t token
   check_launch("index_select");
 }
 
+int64_t sparse_attention_workspace_floats(int64_t tokens, int heads, int dim, int64_t max_keys) {
+  if (dim % 32 != 0 || dim > kMaxTiledDim) return 0;
+  const int64_t count = sparse_attention_split_count(tokens, heads, max_keys);
+  return count > 1 ? tokens * heads * count * (dim + 2) : 0;
+}
+
 void sparse_attention(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
                       const int32_t* window_tables, int max_blocks_per_seq,
                       const float* window_keys, int block_size, int window, DeviceStripes entries,
                       const int32_t* selected, int k, int64_t max_keys, const float* sinks,
-                      float scale, float* out, cudaStream_t stream) {
+                      float scale, float* out, float* workspace, cudaStream_t stream) {
   if (tokens == 0) return;
-  // Key tiles shared by a head group pay off once there are blocks enough for the GPU; a
-  // decode of a few rows gets more blocks with a block per (row, head).
   const int64_t groups = (heads + kHeadsPerBlock - 1) / kHeadsPerBlock;
-  if (dim % 32 == 0 && dim <= kMaxTiledDim && tokens * groups >= kTiledMinBlocks) {
+  if (dim % 32 == 0 && dim <= kMaxTiledDim) {
+    const KeySplits splits = sparse_attention_splits(tokens, heads, max_keys, workspace);
     const size_t shared = static_cast<size_t>(kKeysPerTile + kHeadsPerBlock) * dim * sizeof(float);
     if (shared > 48 * 1024) {
       cudaFuncSetAttribute(sparse_attention_tiled_kernel,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared));
     }
-    const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(groups));
+    const dim3 grid(static_cast<unsigned>(tokens), static_cast<unsigned>(groups),
+                    static_cast<unsigned>(splits.count));
     sparse_attention_tiled_kernel<<<grid, kThreads, shared, stream>>>(
         q, heads, dim, rows, window_tables, max_blocks_per_seq, window_keys, block_size, window,
-        entries, selected, k, sinks, scale, out);
+        entries, selected, k, sinks, scale, splits, out);
     check_launch("sparse_attention");
+    if (splits.count > 1) {
+      sparse_attention_combine_kernel<<<static_cast<unsigned>(tokens * heads), kThreads, 0,
+                                        stream>>>(heads, dim, sinks, splits, out);
+      check_launch("sparse_attention (combine)");
+    }
     return;
   }
   // Other head sizes: a block per (row, head), the logits of every key in shared memory.

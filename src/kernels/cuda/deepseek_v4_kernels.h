@@ -59,10 +59,13 @@ void index_select(const float* queries, const float* head_weights, int64_t token
                   int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
                   int k, int64_t max_visible, float* scores, int32_t* selected,
                   cudaStream_t stream);
+// Scratch floats sparse_attention needs for `max_keys` keys a query (0: none): a grid of few
+// blocks (a decode of a few rows) splits the keys, and the splits' states meet there.
+int64_t sparse_attention_workspace_floats(int64_t tokens, int heads, int dim, int64_t max_keys);
 void sparse_attention(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
                       const int32_t* window_tables, int max_blocks_per_seq,
                       const float* window_keys, int block_size, int window, DeviceStripes entries,
                       const int32_t* selected, int k, int64_t max_keys, const float* sinks,
-                      float scale, float* out, cudaStream_t stream);
+                      float scale, float* out, float* workspace, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda
