@@ -52,6 +52,11 @@ struct LoadedModel {
 };
 LoadedModel open_model(const ModelOptions& options);
 
+// With --kv-cache-dir: makes the directory (a clear error when it cannot be) and sets the
+// fingerprint its blocks are filed under: the checkpoint's architecture, every tensor's name,
+// dtype and shape, and the model's KV layout at the engine's block size.
+void prepare_kv_cache_dir(EngineConfig& engine, const ModelOptions& options, const CausalLM& model);
+
 // "1,2,3" -> {1, 2, 3}; throws Error naming the flag and the bad entry.
 std::vector<int32_t> parse_id_list(const std::string& text, const std::string& flag);
 

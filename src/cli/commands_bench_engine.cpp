@@ -105,9 +105,11 @@ nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args, 
           {"prefix_lookups", stats.prefix_lookups}};
 }
 
-void run_engine_bench(const EngineBenchArgs& args) {
-  LoadedModel loaded = open_model(args.model);
+void run_engine_bench(const EngineBenchArgs& given) {
+  LoadedModel loaded = open_model(given.model);
   CausalLM& model = *loaded.model;
+  EngineBenchArgs args = given;
+  prepare_kv_cache_dir(args.engine, args.model, model);
   nlohmann::json report = {{"model", args.model.model_dir},
                            {"backend", loaded.ops->name()},
                            {"batch_invariant", loaded.ops->batch_invariant()},

@@ -33,6 +33,7 @@ void run_serve(ServeArgs& args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   LoadedModel loaded = open_model(args.model);
+  prepare_kv_cache_dir(args.engine, args.model, *loaded.model);
   args.serve.http.port = static_cast<uint16_t>(args.port);
   args.serve.prompt_format = protocol::parse_prompt_format(args.prompt_format);
   server::ApiServer api(*loaded.model, args.model.model_dir, args.engine, args.serve);
@@ -92,6 +93,15 @@ void add_serve_command(CLI::App& app) {
          "Tokens per KV block (DeepSeek-V4 rounds it up to a multiple of its compression rates)",
          "DEEPINFER_BLOCK_SIZE")
       ->check(CLI::Range(1, 1024));
+  option("--kv-cache-dir", args->engine.kv_cache_dir,
+         "Directory for the prefix cache's disk tier: blocks of finished requests are kept "
+         "there and prompts find their prefix there after memory; several servers may share it "
+         "(empty: no disk tier)",
+         "DEEPINFER_KV_CACHE_DIR");
+  option("--kv-disk-bytes", args->engine.kv_disk_bytes,
+         "Bytes this model's blocks may take in --kv-cache-dir; the least recently used go "
+         "first (0: no bound)",
+         "DEEPINFER_KV_DISK_BYTES");
   command
       ->add_flag("!--no-enable-prefix-caching", args->engine.prefix_caching,
                  "Do not reuse cached prompt prefixes")

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "core/json.h"
+#include "kv/block_file.h"
 #include "protocol/openai.h"
 #include "protocol/prompt.h"
 #include "server/api_server.h"
@@ -81,6 +82,37 @@ class MetricsText {
   std::string last_;
 };
 
+// The prefix cache's disk tier (--kv-cache-dir).
+void disk_tier_metrics(MetricsText& metrics, const PrefixTierStats& tiers) {
+  auto count = [&](const char* name, const char* help, double value,
+                   const std::string& labels = "") {
+    metrics.value(name, "counter", help, value, labels);
+  };
+  count("deepinfer:prefix_cache_tier_queries_total", "Prompt blocks looked up, by tier.",
+        static_cast<double>(tiers.queried_blocks), ",tier=\"disk\"");
+  count("deepinfer:prefix_cache_tier_hits_total", "Prompt blocks found and loaded, by tier.",
+        static_cast<double>(tiers.found_blocks), ",tier=\"disk\"");
+  count("deepinfer:kv_disk_bytes_read_total", "Block bytes read from the disk tier.",
+        static_cast<double>(tiers.disk.bytes_read));
+  count("deepinfer:kv_disk_bytes_written_total", "Block bytes written to the disk tier.",
+        static_cast<double>(tiers.disk.bytes_written));
+  count("deepinfer:kv_disk_dropped_writes_total", "Blocks not written: the write queue was full.",
+        static_cast<double>(tiers.disk.dropped_writes));
+  count("deepinfer:kv_disk_write_failures_total", "Blocks the disk refused (full, unwritable).",
+        static_cast<double>(tiers.disk.write_failures));
+  for (BlockFileStatus status :
+       {BlockFileStatus::kTruncated, BlockFileStatus::kCorrupt, BlockFileStatus::kForeign}) {
+    count("deepinfer:kv_disk_rejected_files_total", "Block files found bad and removed, by fault.",
+          static_cast<double>(tiers.disk.rejected[static_cast<int>(status)]),
+          fmt::format(",reason=\"{}\"", block_file_status_name(status)));
+  }
+  count("deepinfer:kv_disk_evictions_total", "Block files removed, by cause.",
+        static_cast<double>(tiers.disk.evicted), ",cause=\"capacity\"");
+  metrics.histogram("deepinfer:kv_disk_load_seconds",
+                    "Time to look up and read a prompt's blocks from the disk tier.",
+                    tiers.load_seconds);
+}
+
 }  // namespace
 
 std::string ApiServer::metrics_text() const {
@@ -102,6 +134,7 @@ std::string ApiServer::metrics_text() const {
                 static_cast<double>(stats.prefix_lookups));
   metrics.value("vllm:prefix_cache_hits_total", "counter", "Prompt blocks found cached.",
                 static_cast<double>(stats.prefix_hits));
+  if (stats.has_disk_tier) disk_tier_metrics(metrics, stats.tiers);
   metrics.value("vllm:num_preemptions_total", "counter", "Preemptions.",
                 static_cast<double>(stats.preemptions));
   metrics.value("vllm:prompt_tokens_total", "counter", "Prompt tokens computed.",
