@@ -1,6 +1,7 @@
 // generate --input requests.jsonl --output results.jsonl: offline batches through the engine.
 #include <fmt/format.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <fstream>
@@ -110,6 +111,12 @@ OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* token
   read_field(line, "ignore_eos", r.ignore_eos, n);
   read_field(line, "stop_token_ids", r.stop_token_ids, n);
   read_field(line, "priority", r.priority, n);
+  read_field(line, "cache_retention", r.cache_retention, n);
+  if (line.contains("cache_salt")) {
+    std::string salt;
+    read_field(line, "cache_salt", salt, n);
+    r.cache_salt = XXH3_64bits(salt.data(), salt.size()) | 1;
+  }
   if (line.contains("stop")) {
     if (line["stop"].is_string()) {
       out.stop_strings.push_back(line["stop"].get<std::string>());

@@ -108,8 +108,19 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
   sampled_vocab_ = config.vocab_limit > 0 ? config.vocab_limit : c.vocab_size;
   // A model may need larger blocks than asked for (DeepSeek-V4: whole compression windows).
   config_.block_size = cache_.shape().block_size;
-  limits_ = {sampled_vocab_,     c.max_position_embeddings,    cache_.num_blocks() - 1,
-             config_.block_size, cache_.groups().group_window, config.max_batched_tokens};
+  limits_ = {sampled_vocab_,
+             c.max_position_embeddings,
+             cache_.num_blocks() - 1,
+             config_.block_size,
+             cache_.groups().group_window,
+             config.max_batched_tokens,
+             {}};
+  for (const auto& [name, seconds] : config.kv_retention_classes)
+    limits_.retention_classes.push_back(name);
+  DI_CHECK(config.kv_retention_default.empty() ||
+               config.kv_retention_classes.count(config.kv_retention_default),
+           "engine: the default retention class '{}' is not one of the classes",
+           config.kv_retention_default);
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   if (!config.kv_cache_dir.empty()) {
     DI_CHECK(config.kv_fingerprint != 0,
@@ -118,7 +129,8 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
     disk.dir = config.kv_cache_dir;
     disk.fingerprint = config.kv_fingerprint;
     disk.capacity_bytes = config.kv_disk_bytes;
-    tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(disk));
+    tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(disk),
+                                           retention_seconds(config.kv_retention_default));
   }
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
@@ -248,8 +260,15 @@ bool Engine::prefix_loading(Sequence& sequence, std::vector<int32_t>& installed)
 // disk tier first, so a later prompt finds it there once memory has reused the blocks.
 void Engine::let_go(Sequence& sequence) {
   if (tiers_ && config_.prefix_caching && !sequence.blocks.empty())
-    tiers_->offload(sequence.blocks, sequence.tokens);
+    tiers_->offload(sequence.blocks, sequence.tokens,
+                    retention_seconds(sequence.request.cache_retention));
   sequence.blocks.release_all(cache_);
+}
+
+uint32_t Engine::retention_seconds(const std::string& retention_class) const {
+  auto found = config_.kv_retention_classes.find(
+      retention_class.empty() ? config_.kv_retention_default : retention_class);
+  return found == config_.kv_retention_classes.end() ? 0 : found->second;
 }
 
 void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ struct EngineConfig {
   std::string kv_cache_dir;
   uint64_t kv_disk_bytes = 0;   // the directory's capacity for this model (0: unbounded)
   uint64_t kv_fingerprint = 0;  // model_fingerprint of the checkpoint and KV layout
+  // Retention classes: how long blocks of a class stay on disk after their last use, in
+  // seconds; requests name one (GenerationRequest::cache_retention) or get the default.
+  // Without classes blocks stay until capacity needs the space.
+  std::map<std::string, uint32_t> kv_retention_classes;
+  std::string kv_retention_default;
   // Token ids at or above this are never sampled and refused in prompts and logit_bias: a
   // model's vocabulary is often padded past its tokenizer's (Qwen3: 151,936 rows for 151,669
   // tokens), and a padded id cannot be decoded. 0: the model's whole vocabulary.
@@ -105,6 +111,7 @@ class Engine {
   void admit_waiting(StepWork& work, int64_t& budget);
   bool prefix_loading(Sequence& sequence, std::vector<int32_t>& installed);
   void let_go(Sequence& sequence);
+  uint32_t retention_seconds(const std::string& retention_class) const;
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
   Tensor step_logits(size_t rows);

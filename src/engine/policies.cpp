@@ -1,5 +1,7 @@
 #include "engine/policies.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -28,6 +30,12 @@ void check_admission(const GenerationRequest& request, const AdmissionLimits& li
          limits.usable_blocks);
   }
   sampling::validate(request.sampling, limits.vocab_size);
+  const std::vector<std::string>& classes = limits.retention_classes;
+  if (!request.cache_retention.empty() && !classes.empty() &&
+      std::find(classes.begin(), classes.end(), request.cache_retention) == classes.end()) {
+    fail("request {}: cache_retention '{}' is not a retention class (the classes: {})", request.id,
+         request.cache_retention, fmt::join(classes, ", "));
+  }
 }
 
 int64_t AdmissionLimits::peak_blocks(int64_t tokens) const {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/request.h"
@@ -20,6 +21,8 @@ struct AdmissionLimits {
   int block_size = 16;
   std::vector<int> group_windows = {0};  // per KV cache group: 0 full, else its window
   int64_t max_chunk = 2048;              // the most tokens one step adds to a sequence
+  // The retention classes a request may name (none configured: any name, to no effect).
+  std::vector<std::string> retention_classes = {};
 
   // The most blocks a sequence of `tokens` tokens holds at once over all cache groups: a
   // full group all of them, a sliding group its window plus one step's chunk.

@@ -20,7 +20,10 @@ struct GenerationRequest {
   bool ignore_eos = false;
   std::vector<int32_t> stop_token_ids;
   uint64_t cache_salt = 0;  // requests only share cached blocks with the same salt
-  int priority = 0;         // lower runs first and is preempted last (FCFS among equals)
+  // The retention class its blocks are kept on disk under (EngineConfig::kv_retention_classes;
+  // empty: the default class).
+  std::string cache_retention;
+  int priority = 0;  // lower runs first and is preempted last (FCFS among equals)
   // When set, every completion's output follows it (masked sampling); logprobs still
   // describe the model's own distribution.
   std::shared_ptr<const structured::Constraint> constraint;

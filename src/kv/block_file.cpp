@@ -16,7 +16,7 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "block files are little-endian");
 
 constexpr char kMagic[8] = {'D', 'I', 'K', 'V', 'B', 'L', 'K', '1'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 
 // The fixed part of the header, in file order.
 struct Header {
@@ -27,7 +27,7 @@ struct Header {
   uint64_t key;
   uint64_t salt_hash;
   uint32_t token_count;
-  uint32_t zero;
+  uint32_t retention_seconds;  // how long after its last use it may be deleted (0: never)
   uint64_t payload_bytes;
   uint64_t payload_checksum;
   uint64_t header_checksum;  // of the bytes above and the tokens
@@ -92,7 +92,8 @@ std::filesystem::path block_file_path(const std::filesystem::path& dir, uint64_t
 }
 
 bool write_block_file(const std::filesystem::path& dir, const BlockFileIdentity& identity,
-                      std::span<const int32_t> tokens, std::span<const std::byte> payload) {
+                      std::span<const int32_t> tokens, std::span<const std::byte> payload,
+                      uint32_t retention_seconds) {
   std::filesystem::path final_path = block_file_path(dir, identity.fingerprint, identity.key);
   std::error_code error;
   std::filesystem::create_directories(final_path.parent_path(), error);
@@ -105,6 +106,7 @@ bool write_block_file(const std::filesystem::path& dir, const BlockFileIdentity&
   header.key = identity.key;
   header.salt_hash = identity.salt_hash;
   header.token_count = static_cast<uint32_t>(tokens.size());
+  header.retention_seconds = retention_seconds;
   header.payload_bytes = payload.size();
   header.payload_checksum = XXH3_64bits(payload.data(), payload.size());
   header.header_checksum = header_checksum(header, tokens);
@@ -154,7 +156,7 @@ BlockFileContents parse_block_file(std::span<const std::byte> bytes,
   }
   std::memcpy(&header, bytes.data(), sizeof(Header));
   if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0 || header.version != kVersion ||
-      header.header_bytes != sizeof(Header) || header.zero != 0) {
+      header.header_bytes != sizeof(Header)) {
     result.status = BlockFileStatus::kCorrupt;
     return result;
   }
@@ -180,6 +182,7 @@ BlockFileContents parse_block_file(std::span<const std::byte> bytes,
     return result;
   }
   result.status = BlockFileStatus::kOk;
+  result.retention_seconds = header.retention_seconds;
   result.payload.assign(payload, payload + header.payload_bytes);
   return result;
 }
@@ -205,6 +208,25 @@ BlockFileContents read_block_file(const std::filesystem::path& file,
     return result;
   }
   return parse_block_file(bytes, identity, tokens, payload_bytes);
+}
+
+}  // namespace deepinfer
+
+namespace deepinfer {
+
+std::optional<uint32_t> block_file_retention(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  Header header{};
+  if (!in.read(reinterpret_cast<char*>(&header), sizeof(header))) return std::nullopt;
+  if (std::memcmp(header.magic, kMagic, sizeof(kMagic)) != 0 || header.version != kVersion ||
+      header.header_bytes != sizeof(Header) || header.token_count > (1u << 20))
+    return std::nullopt;
+  std::vector<int32_t> tokens(header.token_count);
+  if (!in.read(reinterpret_cast<char*>(tokens.data()),
+               static_cast<std::streamsize>(tokens.size() * sizeof(int32_t))) ||
+      header.header_checksum != header_checksum(header, tokens))
+    return std::nullopt;
+  return header.retention_seconds;
 }
 
 }  // namespace deepinfer

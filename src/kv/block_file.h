@@ -2,15 +2,17 @@
 // written atomically (temporary name, fsync, rename) and never trusted on read until its
 // header, its model fingerprint, its key, salt and tokens and its checksums all agree.
 //
-// Layout (little-endian): magic "DIKVBLK1", u32 format version, u32 header bytes, u64 model
-// fingerprint, u64 block key, u64 salt hash, u32 token count, u32 zero, u64 payload bytes,
-// u64 xxh3 of the payload, u64 xxh3 of everything before it and of the tokens; then the
+// Layout (little-endian): magic "DIKVBLK1", u32 format version (2), u32 header bytes, u64 model
+// fingerprint, u64 block key, u64 salt hash, u32 token count, u32 retention seconds (how long
+// after its last use, the file's modification time, it may be deleted; 0: never), u64 payload
+// bytes, u64 xxh3 of the payload, u64 xxh3 of everything before it and of the tokens; then the
 // token ids (i32) and the payload.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -50,7 +52,10 @@ struct BlockFileIdentity {
 // Concurrent writers of the same block are safe (each renames a whole file). Returns false,
 // leaving nothing behind, when the disk refuses (full, unwritable).
 bool write_block_file(const std::filesystem::path& dir, const BlockFileIdentity& identity,
-                      std::span<const int32_t> tokens, std::span<const std::byte> payload);
+                      std::span<const int32_t> tokens, std::span<const std::byte> payload,
+                      uint32_t retention_seconds = 0);
+// The retention a block file's header holds, when its header and tokens pass their checksum.
+std::optional<uint32_t> block_file_retention(const std::filesystem::path& file);
 
 enum class BlockFileStatus {
   kOk,
@@ -64,6 +69,7 @@ const char* block_file_status_name(BlockFileStatus status);
 struct BlockFileContents {
   BlockFileStatus status = BlockFileStatus::kMissing;
   std::vector<std::byte> payload;  // set when kOk
+  uint32_t retention_seconds = 0;
 };
 
 // Reads and checks a block file's bytes against what the caller expects: the identity, the

@@ -33,6 +33,7 @@ std::vector<StoredFile> stored_files(const std::filesystem::path& folder) {
 DiskTier::DiskTier(DiskTierOptions options) : options_(std::move(options)) {
   for (int i = 0; i < std::max(1, options_.io_threads); ++i)
     threads_.emplace_back([this] { write_loop(); });
+  if (options_.sweep_interval.count() > 0) threads_.emplace_back([this] { sweep_loop(); });
 }
 
 DiskTier::~DiskTier() {
@@ -41,18 +42,19 @@ DiskTier::~DiskTier() {
     stopping_ = true;
   }
   work_.notify_all();
+  sweep_wake_.notify_all();
   for (std::thread& thread : threads_) thread.join();
 }
 
 bool DiskTier::offer(BlockHash key, uint64_t salt_hash, std::vector<int32_t> tokens,
-                     std::vector<std::byte> payload) {
+                     std::vector<std::byte> payload, uint32_t retention_seconds) {
   {
     std::lock_guard lock(mutex_);
     if (queue_.size() >= options_.queue_limit) {
       ++stats_.dropped_writes;
       return false;
     }
-    queue_.push_back({key, salt_hash, std::move(tokens), std::move(payload)});
+    queue_.push_back({key, salt_hash, std::move(tokens), std::move(payload), retention_seconds});
   }
   work_.notify_one();
   return true;
@@ -76,7 +78,7 @@ void DiskTier::write_loop() {
     }
     bool written =
         write_block_file(options_.dir, {options_.fingerprint, block.key, block.salt_hash},
-                         block.tokens, block.payload);
+                         block.tokens, block.payload, block.retention_seconds);
     if (written && options_.capacity_bytes > 0) enforce_capacity();
     lock.lock();
     --busy_;
@@ -90,13 +92,61 @@ void DiskTier::write_loop() {
   }
 }
 
-void DiskTier::enforce_capacity() {
+std::filesystem::path DiskTier::model_folder() const {
+  return block_file_path(options_.dir, options_.fingerprint, 0).parent_path().parent_path();
+}
+
+void DiskTier::sweep_loop() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    sweep_wake_.wait_for(lock, options_.sweep_interval, [&] { return stopping_; });
+    if (stopping_) return;
+    lock.unlock();
+    sweep(std::filesystem::file_time_type::clock::now());
+    lock.lock();
+  }
+}
+
+void DiskTier::sweep(std::filesystem::file_time_type now) {
   std::lock_guard lock(eviction_);
-  std::filesystem::path folder =
-      block_file_path(options_.dir, options_.fingerprint, 0).parent_path().parent_path();
-  std::vector<StoredFile> files = stored_files(folder);
-  uint64_t total = 0;
-  for (const StoredFile& file : files) total += file.bytes;
+  int64_t expired = 0, stale = 0, bad = 0;
+  std::error_code error;
+  for (auto it = std::filesystem::recursive_directory_iterator(model_folder(), error);
+       !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
+    std::error_code file_error;
+    if (!it->is_regular_file(file_error)) continue;
+    auto unused = now - it->last_write_time(file_error);
+    if (file_error) continue;
+    const std::filesystem::path& path = it->path();
+    bool remove = false;
+    if (path.extension() == ".tmp") {
+      remove = unused > std::chrono::hours(1);
+      stale += remove;
+    } else if (path.extension() == ".kvb") {
+      std::optional<uint32_t> retention = block_file_retention(path);
+      remove = !retention || (*retention > 0 && unused > std::chrono::seconds(*retention));
+      (retention ? expired : bad) += remove;
+    }
+    if (remove) std::filesystem::remove(path, file_error);
+  }
+  std::lock_guard stats_lock(mutex_);
+  stats_.expired += expired;
+  stats_.stale_temporaries += stale;
+  stats_.rejected[static_cast<int>(BlockFileStatus::kCorrupt)] += bad;
+}
+
+// Expired blocks go first, then the least recently used.
+void DiskTier::enforce_capacity() {
+  auto total_bytes = [&](const std::vector<StoredFile>& files) {
+    uint64_t total = 0;
+    for (const StoredFile& file : files) total += file.bytes;
+    return total;
+  };
+  if (total_bytes(stored_files(model_folder())) <= options_.capacity_bytes) return;
+  sweep(std::filesystem::file_time_type::clock::now());
+  std::lock_guard lock(eviction_);
+  std::vector<StoredFile> files = stored_files(model_folder());
+  uint64_t total = total_bytes(files);
   if (total <= options_.capacity_bytes) return;
   // Least recently used first: loads refresh a file's time, so it is use, not age.
   std::sort(files.begin(), files.end(),

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -27,6 +28,8 @@ struct DiskTierOptions {
   uint64_t capacity_bytes = 0;  // 0: unbounded
   int io_threads = 2;
   size_t queue_limit = 256;  // blocks waiting to be written
+  // How often a background sweep deletes expired blocks (0: only when capacity needs it).
+  std::chrono::seconds sweep_interval{60};
 };
 
 struct DiskTierStats {
@@ -35,9 +38,11 @@ struct DiskTierStats {
   int64_t dropped_writes = 0;  // the queue was full
   int64_t loaded = 0;
   int64_t missing = 0;
-  int64_t rejected[5] = {};  // by BlockFileStatus: truncated, corrupt, foreign (others 0)
-  int64_t evicted = 0;
-  int64_t already_stored = 0;  // offered blocks whose file another writer made first
+  int64_t rejected[5] = {};       // by BlockFileStatus: truncated, corrupt, foreign (others 0)
+  int64_t evicted = 0;            // removed for capacity, least recently used first
+  int64_t expired = 0;            // removed by a sweep: unused for longer than their retention
+  int64_t stale_temporaries = 0;  // half-written files of writers that died
+  int64_t already_stored = 0;     // offered blocks whose file another writer made first
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
 };
@@ -50,15 +55,19 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  // Queues a full block for writing; false (and counted) when the queue is full.
+  // Queues a full block for writing, to be kept `retention_seconds` after its last use (0:
+  // until capacity needs the space); false (and counted) when the queue is full.
   bool offer(BlockHash key, uint64_t salt_hash, std::vector<int32_t> tokens,
-             std::vector<std::byte> payload);
+             std::vector<std::byte> payload, uint32_t retention_seconds = 0);
   // The block's payload when its file is present and passes every check; a file that fails
   // one is removed.
   std::optional<std::vector<std::byte>> load(BlockHash key, uint64_t salt_hash,
                                              std::span<const int32_t> tokens, size_t payload_bytes);
   // Whether a file for the block is present (not whether it passes the checks: load() says).
   bool contains(BlockHash key) const;
+  // Deletes this model's blocks unused for longer than their retention at `now`, files that
+  // fail their header checks, and temporary files older than an hour (a writer that died).
+  void sweep(std::filesystem::file_time_type now);
   // Waits until everything queued so far is written (or has failed).
   void flush();
   DiskTierStats stats() const;
@@ -69,13 +78,16 @@ class DiskTier {
     uint64_t salt_hash;
     std::vector<int32_t> tokens;
     std::vector<std::byte> payload;
+    uint32_t retention_seconds;
   };
   void write_loop();
+  void sweep_loop();
   void enforce_capacity();
+  std::filesystem::path model_folder() const;
 
   DiskTierOptions options_;
   mutable std::mutex mutex_;
-  std::condition_variable work_, idle_;
+  std::condition_variable work_, idle_, sweep_wake_;
   std::deque<Pending> queue_;
   int busy_ = 0;
   bool stopping_ = false;

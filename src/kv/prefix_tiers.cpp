@@ -12,11 +12,13 @@ std::span<const int32_t> tokens_of_block(std::span<const int32_t> tokens, int64_
 
 }  // namespace
 
-PrefixTiers::PrefixTiers(KvCache& cache, DiskTierOptions disk, int fetch_threads)
-    : cache_(cache), disk_(std::move(disk)) {
+PrefixTiers::PrefixTiers(KvCache& cache, DiskTierOptions disk, uint32_t evicted_retention_seconds,
+                         int fetch_threads)
+    : cache_(cache), disk_(std::move(disk)), evicted_retention_seconds_(evicted_retention_seconds) {
   for (int i = 0; i < std::max(1, fetch_threads); ++i)
     threads_.emplace_back([this] { fetch_loop(); });
-  cache_.pool().set_eviction_hook([this](int32_t block) { offer(block); });
+  cache_.pool().set_eviction_hook(
+      [this](int32_t block) { offer(block, evicted_retention_seconds_); });
 }
 
 PrefixTiers::~PrefixTiers() {
@@ -29,12 +31,12 @@ PrefixTiers::~PrefixTiers() {
   for (std::thread& thread : threads_) thread.join();
 }
 
-bool PrefixTiers::offer(int32_t block) {
+bool PrefixTiers::offer(int32_t block, uint32_t retention_seconds) {
   BlockPool& pool = cache_.pool();
   std::vector<std::byte> payload(cache_.shape().bytes_per_block());
   cache_.read_block(block, payload);
   if (!disk_.offer(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
-                   std::move(payload)))
+                   std::move(payload), retention_seconds))
     return false;
   pool.mark_persisted(block);
   std::lock_guard lock(mutex_);
@@ -42,7 +44,8 @@ bool PrefixTiers::offer(int32_t block) {
   return true;
 }
 
-void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens) {
+void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens,
+                          uint32_t retention_seconds) {
   const BlockPool& pool = cache_.pool();
   const int block_size = cache_.shape().block_size;
   for (int g = 0; g < kv.num_groups(); ++g) {
@@ -56,7 +59,8 @@ void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens)
       // A block whose content was published first elsewhere is that block's to offer.
       if (block <= BlockPool::kNullBlock || !pool.is_cached(block) || pool.is_persisted(block))
         continue;
-      if (!offer(block)) return;  // the queue is full: the rest would be dropped too
+      if (!offer(block, retention_seconds))
+        return;  // the queue is full: the rest would be dropped too
     }
   }
 }

@@ -34,8 +34,10 @@ struct PrefixTierStats {
 
 class PrefixTiers {
  public:
-  // Offloads `cache`'s blocks (it hooks the pool's evictions until destroyed).
-  PrefixTiers(KvCache& cache, DiskTierOptions disk, int fetch_threads = 2);
+  // Offloads `cache`'s blocks (it hooks the pool's evictions until destroyed); blocks the pool
+  // evicts are kept `evicted_retention_seconds`.
+  PrefixTiers(KvCache& cache, DiskTierOptions disk, uint32_t evicted_retention_seconds = 0,
+              int fetch_threads = 2);
   ~PrefixTiers();
   PrefixTiers(const PrefixTiers&) = delete;
   PrefixTiers& operator=(const PrefixTiers&) = delete;
@@ -43,7 +45,9 @@ class PrefixTiers {
   // Offers the published full blocks of `kv` (a sequence of `tokens`) that no lower tier
   // holds yet, also those a sliding window let go of that memory still has. Call before the
   // sequence releases its blocks.
-  void offload(const SequenceKv& kv, std::span<const int32_t> tokens);
+  // `retention_seconds`: how long the disk keeps them after their last use (0: until capacity
+  // needs the space).
+  void offload(const SequenceKv& kv, std::span<const int32_t> tokens, uint32_t retention_seconds);
 
   // Starts fetching the blocks of `tokens`' longest prefix (under `salt`) that memory lacks
   // and the disk may hold. Returns 0 when memory already holds every block worth looking for.
@@ -82,12 +86,13 @@ class PrefixTiers {
     std::vector<std::vector<std::byte>> payloads;
   };
   // Offers one published block; false when the queue is full.
-  bool offer(int32_t block);
+  bool offer(int32_t block, uint32_t retention_seconds);
   void fetch_loop();
   void run(Fetch& fetch);
 
   KvCache& cache_;
   DiskTier disk_;
+  uint32_t evicted_retention_seconds_;
   mutable std::mutex mutex_;
   mutable std::condition_variable work_, finished_;
   std::map<uint64_t, std::shared_ptr<Fetch>> fetches_;

@@ -128,7 +128,8 @@ MessagesRequest parse_messages(const std::string& body_text) {
   }
   // The sampling fields share OpenAI's names, except stop_sequences.
   Json common = Json::object();
-  for (const char* key : {"temperature", "top_p", "top_k", "stream", "max_tokens"})
+  for (const char* key :
+       {"temperature", "top_p", "top_k", "stream", "max_tokens", "cache_salt", "cache_retention"})
     if (body.contains(key)) common[key] = body[key];
   if (body.contains("stop_sequences")) common["stop"] = body["stop_sequences"];
   request.params = parse_generation_params(common, true);

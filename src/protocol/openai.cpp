@@ -296,6 +296,8 @@ GenerationParams parse_generation_params(const Json& body, bool chat) {
     }
   }
   read(body, "priority", params.priority);
+  params.cache_salt = string_field(body, "cache_salt", "");
+  params.cache_retention = string_field(body, "cache_retention", "");
   read(body, "stream", params.stream);
   params.stop = read_stop(body);
   if (auto options = body.find("stream_options"); options != body.end() && !options->is_null()) {

@@ -68,6 +68,10 @@ struct GenerationParams {
   bool include_usage = false;  // stream_options.include_usage
   int priority = 0;
   bool json_output = false;  // response_format json_object
+  // Requests share cached prefixes only with the same salt (vLLM's cache_salt).
+  std::string cache_salt;
+  // The retention class of the request's cached blocks on disk (empty: the server's default).
+  std::string cache_retention;
 };
 
 struct ChatCompletionRequest {

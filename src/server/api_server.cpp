@@ -1,6 +1,7 @@
 #include "server/api_server.h"
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
@@ -222,8 +223,17 @@ int check_lengths(int64_t prompt, const std::optional<int>& max_tokens, int64_t 
   return max_tokens ? *max_tokens : static_cast<int>(limit - prompt);
 }
 
+// Tenants never share cached blocks (nor learn from timing what another one sent): the API
+// key, when the server has one, salts every request beside the request's own cache_salt.
+uint64_t cache_salt_of(const std::string& api_key, const std::string& cache_salt) {
+  if (api_key.empty() && cache_salt.empty()) return 0;
+  std::string text = api_key + '\0' + cache_salt;
+  return XXH3_64bits(text.data(), text.size()) | 1;
+}
+
 GenerationRequest engine_request(const std::string& id, std::vector<int32_t> prompt,
-                                 const protocol::GenerationParams& params, int max_tokens) {
+                                 const protocol::GenerationParams& params, int max_tokens,
+                                 const std::string& api_key) {
   GenerationRequest request;
   request.id = id;
   request.prompt = std::move(prompt);
@@ -233,6 +243,8 @@ GenerationRequest engine_request(const std::string& id, std::vector<int32_t> pro
   request.ignore_eos = params.ignore_eos;
   request.stop_token_ids = params.stop_token_ids;
   request.priority = params.priority;
+  request.cache_salt = cache_salt_of(api_key, params.cache_salt);
+  request.cache_retention = params.cache_retention;
   return request;
 }
 
@@ -305,7 +317,8 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
     job->parser.emplace(prompt.syntax, "");
     job->parser->push(prompt.forced_output, 0);  // the call the prompt opened (as tokens)
   }
-  start_job(job, engine_request(job->id, std::move(ids), job->params, max_tokens));
+  start_job(job,
+            engine_request(job->id, std::move(ids), job->params, max_tokens, options_.api_key));
 }
 
 void ApiServer::completions(const HttpRequest& http_request,
@@ -334,7 +347,8 @@ void ApiServer::completions(const HttpRequest& http_request,
   auto job = new_job(writer, protocol::ApiFormat::kCompletions, parsed.params);
   if (parsed.echo)
     job->echo_prefix = parsed.prompt_text.value_or(tokenizer_->decode(prompt, false));
-  start_job(job, engine_request(job->id, std::move(prompt), parsed.params, max_tokens));
+  start_job(
+      job, engine_request(job->id, std::move(prompt), parsed.params, max_tokens, options_.api_key));
 }
 
 void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
