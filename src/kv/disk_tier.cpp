@@ -109,6 +109,7 @@ void DiskTier::sweep_loop() {
 
 void DiskTier::sweep(std::filesystem::file_time_type now) {
   std::lock_guard lock(eviction_);
+  last_sweep_ = std::chrono::steady_clock::now();
   int64_t expired = 0, stale = 0, bad = 0;
   std::error_code error;
   for (auto it = std::filesystem::recursive_directory_iterator(model_folder(), error);
@@ -143,7 +144,13 @@ void DiskTier::enforce_capacity() {
     return total;
   };
   if (total_bytes(stored_files(model_folder())) <= options_.capacity_bytes) return;
-  sweep(std::filesystem::file_time_type::clock::now());
+  // A sweep reads every file's header: at most one a minute on the write path.
+  bool swept_lately;
+  {
+    std::lock_guard lock(eviction_);
+    swept_lately = std::chrono::steady_clock::now() - last_sweep_ < std::chrono::minutes(1);
+  }
+  if (!swept_lately) sweep(std::filesystem::file_time_type::clock::now());
   std::lock_guard lock(eviction_);
   std::vector<StoredFile> files = stored_files(model_folder());
   uint64_t total = total_bytes(files);

@@ -93,6 +93,7 @@ class DiskTier {
   bool stopping_ = false;
   DiskTierStats stats_;
   std::mutex eviction_;
+  std::chrono::steady_clock::time_point last_sweep_{};  // under eviction_
   std::vector<std::thread> threads_;
 };
 

@@ -72,17 +72,20 @@ uint64_t PrefixTiers::start_fetch(std::span<const int32_t> tokens, uint64_t salt
   fetch->block_size = cache.shape().block_size;
   fetch->keys = prefix_keys(fetch->layout, fetch->block_size, tokens, salt);
   const int64_t blocks = fetch->keys.blocks();
-  bool all_in_memory = true;
   for (size_t g = 0; g < fetch->keys.keys.size(); ++g) {
     std::vector<bool>& present = fetch->in_memory.emplace_back(static_cast<size_t>(blocks));
     for (int64_t b = 0; b < blocks; ++b) {
       present[static_cast<size_t>(b)] =
           cache.pool().find_cached(fetch->keys.keys[g][static_cast<size_t>(b)],
                                    tokens_of_block(tokens, b, fetch->block_size)) >= 0;
-      all_in_memory = all_in_memory && present[static_cast<size_t>(b)];
     }
   }
-  if (blocks == 0 || all_in_memory) return 0;
+  // Nothing to fetch when memory alone holds the whole usable prefix (a sliding group's
+  // blocks before its window are not needed for that).
+  auto in_memory = [&](int g, int64_t b) {
+    return fetch->in_memory[static_cast<size_t>(g)][static_cast<size_t>(b)];
+  };
+  if (usable_prefix_blocks(fetch->layout, fetch->block_size, blocks, in_memory) == blocks) return 0;
   fetch->tokens.assign(tokens.begin(), tokens.end());
   fetch->salt = salt;
   fetch->payload_bytes = cache.shape().bytes_per_block();

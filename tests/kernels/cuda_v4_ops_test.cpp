@@ -72,6 +72,39 @@ class CudaV4Records : public CudaOpsParity {
       gpu_->to_backend(gpu_cache_->layer(l).keys, zeros.data(), zeros.size() * 4);
   }
 
+  static constexpr int kHeads = 10, kDim = 64;
+
+  // Attention of kHeads heads of kDim for the rows of `queries` over window rows (written for
+  // every token of batch_) and entries of 16 floats at rate 4: the `chosen` ones (k a row,
+  // -1 skipped) or every causal one, on both backends.
+  void expect_attention_matches(const PagedBatch& queries, int window,
+                                const std::vector<int32_t>& chosen, int k) {
+    const auto rows = static_cast<int64_t>(chosen.size()) / k;
+    Both stripes = random({343, 16});
+    cpu_->write_records(stripes.host_view, batch_->host, records(false, 0, 0));
+    gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
+    KvCacheShape window_shape{1, 1, kDim, kDim, kBlock, true, {}, DType::kF32};
+    KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
+    Both keys = random({343, 1, kDim});
+    cpu_->kv_write(keys.host_view, nullptr, batch_->host, cpu_window.layer(0));
+    gpu_->kv_write(keys.device_view, nullptr, batch_->device, gpu_window.layer(0));
+    BackendMemory device_chosen = gpu_->allocate(chosen.size() * 4);
+    gpu_->to_backend(device_chosen.get(), chosen.data(), chosen.size() * 4);
+    Both q = random({rows, kHeads, kDim}), sinks = random({kHeads});
+    for (bool sparse : {true, false}) {
+      Both out = output({rows, kHeads, kDim});
+      cpu_->sparse_attention(q.host_view, queries.host, cpu_window.layer(0), window,
+                             EntryStripes{records(false, 0, 0), 16, 4},
+                             sparse ? chosen.data() : nullptr, k, sinks.host_view, 0.125f,
+                             out.host_view);
+      gpu_->sparse_attention(q.device_view, queries.device, gpu_window.layer(0), window,
+                             EntryStripes{records(true, 0, 0), 16, 4},
+                             sparse ? static_cast<const int32_t*>(device_chosen.get()) : nullptr, k,
+                             sinks.device_view, 0.125f, out.device_view);
+      EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
+    }
+  }
+
   PagedRecords records(bool device, int first_layer, int64_t offset) const {
     KvCache& cache = device ? *gpu_cache_ : *cpu_cache_;
     PagedRecords r;
@@ -213,15 +246,7 @@ TEST_F(CudaV4Records, CompressionSelectionAndAttentionMatchTheCpu) {
 // or all causal ones.
 TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
   const int64_t tokens = 343;
-  const int dim = 64, heads = 10, k = 6;
-  Both stripes = random({tokens, 16});
-  cpu_->write_records(stripes.host_view, batch_->host, records(false, 0, 0));
-  gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
-  KvCacheShape window_shape{1, 1, dim, dim, kBlock, true, {}, DType::kF32};
-  KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
-  Both rows = random({tokens, 1, dim});
-  cpu_->kv_write(rows.host_view, nullptr, batch_->host, cpu_window.layer(0));
-  gpu_->kv_write(rows.device_view, nullptr, batch_->device, gpu_window.layer(0));
+  const int k = 6;
   std::vector<int32_t> chosen(static_cast<size_t>(tokens * k));
   std::uniform_int_distribution<int> pick(-1, 74);  // at most 75 entries (300 / 4)
   for (int64_t t = 0; t < tokens; ++t) {
@@ -231,54 +256,16 @@ TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
       chosen[static_cast<size_t>(t * k + i)] = w < (position + 1) / 4 ? w : -1;
     }
   }
-  BackendMemory device_chosen = gpu_->allocate(chosen.size() * 4);
-  gpu_->to_backend(device_chosen.get(), chosen.data(), chosen.size() * 4);
-  Both q = random({tokens, heads, dim}), sinks = random({heads});
-  for (bool sparse : {true, false}) {
-    Both out = output({tokens, heads, dim});
-    cpu_->sparse_attention(q.host_view, batch_->host, cpu_window.layer(0), 9,
-                           EntryStripes{records(false, 0, 0), 16, 4},
-                           sparse ? chosen.data() : nullptr, k, sinks.host_view, 0.125f,
-                           out.host_view);
-    gpu_->sparse_attention(q.device_view, batch_->device, gpu_window.layer(0), 9,
-                           EntryStripes{records(true, 0, 0), 16, 4},
-                           sparse ? static_cast<const int32_t*>(device_chosen.get()) : nullptr, k,
-                           sinks.device_view, 0.125f, out.device_view);
-    EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
-  }
+  expect_attention_matches(*batch_, 9, chosen, k);
 }
 
 // Decode rows (one query per sequence, at positions 42 and 299) give the tiled kernel too few
 // blocks, so their keys are split and the splits' states combined with the sinks: the short
 // sequence's keys leave some splits empty.
 TEST_F(CudaV4Records, DecodeRowsSplitTheirKeys) {
-  const int dim = 64, heads = 10, k = 6;
-  Both stripes = random({343, 16});
-  cpu_->write_records(stripes.host_view, batch_->host, records(false, 0, 0));
-  gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
-  KvCacheShape window_shape{1, 1, dim, dim, kBlock, true, {}, DType::kF32};
-  KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
-  Both rows = random({343, 1, dim});
-  cpu_->kv_write(rows.host_view, nullptr, batch_->host, cpu_window.layer(0));
-  gpu_->kv_write(rows.device_view, nullptr, batch_->device, gpu_window.layer(0));
   auto decode = paged_batch({0, 1, 2}, {43, 300}, kBlock, kMaxBlocks);
-  std::vector<int32_t> chosen = {0, 9, -1, 3, 9, 1, 74, 0, 50, -1, 12, 33};
-  BackendMemory device_chosen = gpu_->allocate(chosen.size() * 4);
-  gpu_->to_backend(device_chosen.get(), chosen.data(), chosen.size() * 4);
-  Both q = random({2, heads, dim}), sinks = random({heads});
-  for (bool sparse : {true, false}) {
-    Both out = output({2, heads, dim});
-    cpu_->sparse_attention(q.host_view, decode->host, cpu_window.layer(0), 40,
-                           EntryStripes{records(false, 0, 0), 16, 4},
-                           sparse ? chosen.data() : nullptr, k, sinks.host_view, 0.125f,
-                           out.host_view);
-    gpu_->sparse_attention(q.device_view, decode->device, gpu_window.layer(0), 40,
-                           EntryStripes{records(true, 0, 0), 16, 4},
-                           sparse ? static_cast<const int32_t*>(device_chosen.get()) : nullptr, k,
-                           sinks.device_view, 0.125f, out.device_view);
-    EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
-  }
-  EXPECT_GT(sparse_attention_workspace_floats(2, heads, dim, 40 + 300 / 4), 0);
+  expect_attention_matches(*decode, 40, {0, 9, -1, 3, 9, 1, 74, 0, 50, -1, 12, 33}, 6);
+  EXPECT_GT(sparse_attention_workspace_floats(2, kHeads, kDim, 40 + 300 / 4), 0);
 }
 
 }  // namespace
