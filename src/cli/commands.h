@@ -4,8 +4,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -20,6 +22,7 @@ void add_make_model_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_tokenizer_commands(CLI::App& app);
 void add_engine_bench_command(CLI::App& app);
+void add_replay_bench_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 
 // Flags every command that loads a model shares.
@@ -51,6 +54,19 @@ struct LoadedModel {
   std::unique_ptr<CausalLM> model;
 };
 LoadedModel open_model(const ModelOptions& options);
+
+// --kv-cache-dir, --kv-disk-bytes, --kv-retention-classes, --kv-retention-default and
+// --swa-replay-tokens; `prefix` starts each help text. Returns the options (serve names their
+// DEEPINFER_* variables).
+std::vector<CLI::Option*> add_kv_tier_options(CLI::App& command, EngineConfig& engine,
+                                              const std::string& prefix);
+// "72h" -> 259200: a whole number of s (the default unit), m, h or d; throws Error naming
+// `flag`.
+uint32_t parse_duration_seconds(std::string_view text, const std::string& flag);
+// "agent=72h,chat=168h" -> {agent: 259200, chat: 604800}.
+std::map<std::string, uint32_t> parse_retention_classes(const std::string& text);
+// "exact", "default" or a token count -> EngineConfig::swa_replay_tokens.
+int64_t parse_replay_tokens(const std::string& text);
 
 // With --kv-cache-dir: makes the directory (a clear error when it cannot be) and sets the
 // fingerprint its blocks are filed under: the checkpoint's architecture, every tensor's name,

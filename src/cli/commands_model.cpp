@@ -126,14 +126,7 @@ void add_engine_options(CLI::App& command, EngineConfig& engine, const std::stri
                    prefix + "do not reuse cached prompt prefixes");
   command.add_flag("--async-scheduling", engine.async_scheduling,
                    prefix + "schedule the next step while the model runs this one");
-  command.add_option("--kv-cache-dir", engine.kv_cache_dir,
-                     prefix +
-                         "directory for the prefix cache's disk tier, which several processes "
-                         "may share (empty: no disk tier)");
-  command
-      .add_option("--kv-disk-bytes", engine.kv_disk_bytes,
-                  prefix + "bytes this model's blocks may take in --kv-cache-dir (0: no bound)")
-      ->capture_default_str();
+  add_kv_tier_options(command, engine, prefix);
 }
 
 namespace {
@@ -173,26 +166,6 @@ LoadedModel open_model(const ModelOptions& options) {
   load.record_decode_steps = !options.enforce_eager;
   loaded.model = load_model(options.model_dir, load, *loaded.ops);
   return loaded;
-}
-
-void prepare_kv_cache_dir(EngineConfig& engine, const ModelOptions& options,
-                          const CausalLM& model) {
-  if (engine.kv_cache_dir.empty()) return;
-  std::error_code error;
-  std::filesystem::create_directories(engine.kv_cache_dir, error);
-  if (error || !std::filesystem::is_directory(engine.kv_cache_dir))
-    fail("--kv-cache-dir: cannot use {} as a directory ({})", engine.kv_cache_dir,
-         error ? error.message() : "not a directory");
-  TensorStore store(options.model_dir, LoadMode::kMmap);
-  std::vector<TensorDescription> tensors;
-  for (const std::string& name : store.names()) {
-    const Tensor& tensor = store.get(name);
-    tensors.push_back(
-        {name, std::string(dtype_name(tensor.dtype)),
-         std::vector<int64_t>(tensor.shape.begin(), tensor.shape.begin() + tensor.rank)});
-  }
-  engine.kv_fingerprint =
-      model_fingerprint(model.config().architecture, tensors, model.kv_shape(engine.block_size));
 }
 
 namespace {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <thread>
 
@@ -93,15 +95,13 @@ void add_serve_command(CLI::App& app) {
          "Tokens per KV block (DeepSeek-V4 rounds it up to a multiple of its compression rates)",
          "DEEPINFER_BLOCK_SIZE")
       ->check(CLI::Range(1, 1024));
-  option("--kv-cache-dir", args->engine.kv_cache_dir,
-         "Directory for the prefix cache's disk tier: blocks of finished requests are kept "
-         "there and prompts find their prefix there after memory; several servers may share it "
-         "(empty: no disk tier)",
-         "DEEPINFER_KV_CACHE_DIR");
-  option("--kv-disk-bytes", args->engine.kv_disk_bytes,
-         "Bytes this model's blocks may take in --kv-cache-dir; the least recently used go "
-         "first (0: no bound)",
-         "DEEPINFER_KV_DISK_BYTES");
+  for (CLI::Option* tier_option : add_kv_tier_options(*command, args->engine, "")) {
+    std::string variable = "DEEPINFER_" + tier_option->get_lnames().front();
+    std::replace(variable.begin(), variable.end(), '-', '_');
+    std::transform(variable.begin(), variable.end(), variable.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    tier_option->envname(variable);
+  }
   command
       ->add_flag("!--no-enable-prefix-caching", args->engine.prefix_caching,
                  "Do not reuse cached prompt prefixes")

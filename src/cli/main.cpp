@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   deepinfer::cli::add_bench_command(app);
   deepinfer::cli::add_tokenizer_commands(app);
   deepinfer::cli::add_engine_bench_command(app);
+  deepinfer::cli::add_replay_bench_command(app);
   deepinfer::cli::add_serve_command(app);
   try {
     app.parse(argc, argv);

@@ -122,6 +122,7 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
            "engine: the default retention class '{}' is not one of the classes",
            config.kv_retention_default);
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
+  replay_tokens_ = replay_tokens(model);
   if (!config.kv_cache_dir.empty()) {
     DI_CHECK(config.kv_fingerprint != 0,
              "engine: a KV cache directory needs the model's fingerprint");
@@ -130,7 +131,8 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
     disk.fingerprint = config.kv_fingerprint;
     disk.capacity_bytes = config.kv_disk_bytes;
     tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(disk),
-                                           retention_seconds(config.kv_retention_default));
+                                           retention_seconds(config.kv_retention_default),
+                                           /*keep_windows=*/replay_tokens_ == 0);
   }
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
@@ -218,8 +220,12 @@ void Engine::admit_waiting(StepWork& work, int64_t& budget) {
         ++it;
         continue;
       }
-      sequence.computed =
-          sequence.blocks.take_cached_prefix(cache_, sequence.tokens, sequence.request.cache_salt);
+      sequence.computed = sequence.blocks.take_cached_prefix(
+          cache_, sequence.tokens, sequence.request.cache_salt, replay_tokens_);
+      if (sequence.blocks.replay().restored_end > 0) {
+        stats_.replayed_tokens += sequence.blocks.replay().restored_end - sequence.computed;
+        ++stats_.replays;
+      }
       for (int32_t block : installed) cache_.release(block);  // taken above, or evictable now
     }
     if (sequence.cached_prompt_tokens < 0) sequence.cached_prompt_tokens = sequence.computed;
@@ -263,6 +269,19 @@ void Engine::let_go(Sequence& sequence) {
     tiers_->offload(sequence.blocks, sequence.tokens,
                     retention_seconds(sequence.request.cache_retention));
   sequence.blocks.release_all(cache_);
+}
+
+int64_t Engine::replay_tokens(const CausalLM& model) const {
+  const CausalLM::ReplayBounds bounds = model.replay_bounds();
+  int64_t tokens = config_.swa_replay_tokens;
+  DI_CHECK(tokens >= EngineConfig::kReplayExact,
+           "engine: swa_replay_tokens {} is neither a token count nor exact", tokens);
+  // Layers that all slide keep their windows: there is nothing a replay could start from.
+  if (bounds.exact == 0 || !has_full_attention_group(cache_.groups())) return 0;
+  if (tokens == EngineConfig::kReplayDefault)
+    tokens = config_.kv_cache_dir.empty() ? 0 : bounds.window + 12;
+  if (tokens == EngineConfig::kReplayExact) tokens = bounds.exact;
+  return tokens == 0 ? 0 : std::max(tokens, bounds.least);
 }
 
 uint32_t Engine::retention_seconds(const std::string& retention_class) const {

@@ -48,6 +48,15 @@ struct EngineConfig {
   // Without classes blocks stay until capacity needs the space.
   std::map<std::string, uint32_t> kv_retention_classes;
   std::string kv_retention_default;
+  // Bounded replay for models with sliding-window layers beside full-attention ones: a prompt
+  // whose prefix only the full-attention layers have cached (sliding windows' KV evicted, or
+  // never stored below memory) recomputes that prefix's last swa_replay_tokens tokens through
+  // every layer instead, and lower tiers then keep no sliding-window KV. kReplayDefault: the
+  // model's window + 12 with a disk tier, off without; kReplayExact: as many tokens as make the
+  // result the cold prefill's (CausalLM::replay_bounds); 0: off.
+  int64_t swa_replay_tokens = kReplayDefault;
+  static constexpr int64_t kReplayDefault = -1;
+  static constexpr int64_t kReplayExact = -2;
   // Token ids at or above this are never sampled and refused in prompts and logit_bias: a
   // model's vocabulary is often padded past its tokenizer's (Qwen3: 151,936 rows for 151,669
   // tokens), and a padded id cannot be decoded. 0: the model's whole vocabulary.
@@ -69,6 +78,9 @@ struct EngineStats {
   int64_t steps = 0;
   int64_t preemptions = 0;
   int64_t prompt_tokens = 0;  // prompt tokens computed (prefix hits excluded)
+  // Bounded replays (EngineConfig::swa_replay_tokens) and the cached tokens they recomputed.
+  int64_t replays = 0;
+  int64_t replayed_tokens = 0;
   int64_t generated_tokens = 0;
   double seconds = 0.0;       // since the engine started, for tokens/s
   double host_seconds = 0.0;  // on the engine thread outside the forward: what overlap hides
@@ -112,6 +124,8 @@ class Engine {
   bool prefix_loading(Sequence& sequence, std::vector<int32_t>& installed);
   void let_go(Sequence& sequence);
   uint32_t retention_seconds(const std::string& retention_class) const;
+  // The tokens a bounded replay recomputes (0: none), from swa_replay_tokens and the model.
+  int64_t replay_tokens(const CausalLM& model) const;
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
   Tensor step_logits(size_t rows);
@@ -132,6 +146,7 @@ class Engine {
   KvCache cache_;
   AdmissionLimits limits_;
   int32_t sampled_vocab_ = 0;  // ids below this can be sampled (EngineConfig::vocab_limit)
+  int64_t replay_tokens_ = 0;  // a bounded replay's length (EngineConfig::swa_replay_tokens)
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;
   // Finished sequences that a launched step may still read; freed once it is done.

@@ -51,6 +51,13 @@ struct AttentionBatch {
   // The longest context_lens entry, known on the host (a GPU backend sizes its launch by it
   // without reading context_lens back).
   int64_t max_context_len = 0;
+  // [num_seqs] or null (all 0): the first position a sequence's sliding-window layers hold.
+  // A replayed prefix (PrefixReplay) starts its windows there; keys before it are absent, so
+  // windowed attention never reads them.
+  const int32_t* first_positions = nullptr;
+
+  // Host-side read of first_positions (a CPU backend's batch).
+  int64_t window_start(int seq) const { return first_positions ? first_positions[seq] : 0; }
 };
 
 // One of several matmuls run as one parallel pass. They read the call's shared input unless

@@ -52,12 +52,13 @@ int32_t BlockPool::take_cached(BlockHash hash, std::span<const int32_t> tokens) 
 }
 
 void BlockPool::publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens,
-                        uint64_t salt) {
+                        uint64_t salt, int group) {
   Block& entry = blocks_[static_cast<size_t>(block)];
   if (entry.published || published_.count(hash)) return;
   entry.published = true;
   entry.hash = hash;
   entry.salt = salt;
+  entry.group = group;
   entry.tokens.assign(tokens.begin(), tokens.end());
   published_[hash] = block;
 }

@@ -36,8 +36,10 @@ class BlockPool {
   // As take_cached, without taking anything.
   int32_t find_cached(BlockHash hash, std::span<const int32_t> tokens) const;
   // Makes a full block findable; `salt` is the one its key was made with (a lower tier files
-  // it beside the block). Content already published elsewhere keeps its first block.
-  void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens, uint64_t salt = 0);
+  // it beside the block), `group` the cache group it belongs to. Content already published
+  // elsewhere keeps its first block.
+  void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens, uint64_t salt = 0,
+               int group = 0);
   void retain(int32_t block);
   // Drops a reference; at zero the block is idle and, if published, still findable.
   void release(int32_t block);
@@ -56,6 +58,7 @@ class BlockPool {
     return blocks_[static_cast<size_t>(block)].tokens;
   }
   uint64_t salt_of(int32_t block) const { return blocks_[static_cast<size_t>(block)].salt; }
+  int group_of(int32_t block) const { return blocks_[static_cast<size_t>(block)].group; }
   // Called by allocate() with a published block that no lower tier holds, just before its
   // content is forgotten: the last moment to offload it.
   void set_eviction_hook(std::function<void(int32_t block)> hook) { evicting_ = std::move(hook); }
@@ -75,6 +78,7 @@ class BlockPool {
     bool persisted = false;
     BlockHash hash = 0;
     uint64_t salt = 0;
+    int group = 0;
     std::vector<int32_t> tokens;
     std::list<int32_t>::iterator idle_position;
   };

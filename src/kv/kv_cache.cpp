@@ -186,7 +186,7 @@ bool SequenceBlocks::try_reserve(KvCache& cache, int64_t tokens) {
 }
 
 void SequenceBlocks::publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens,
-                                         int64_t computed, uint64_t salt) {
+                                         int64_t computed, uint64_t salt, int group) {
   int block_size = cache.shape().block_size;
   auto full = static_cast<size_t>(std::min<int64_t>(computed, static_cast<int64_t>(tokens.size())) /
                                   block_size);
@@ -196,7 +196,7 @@ void SequenceBlocks::publish_full_blocks(KvCache& cache, std::span<const int32_t
     auto content =
         tokens.subspan(i * static_cast<size_t>(block_size), static_cast<size_t>(block_size));
     BlockHash hash = block_hash(hashes_.empty() ? 0 : hashes_.back(), content, salt);
-    cache.pool().publish(blocks_[i], hash, content, salt);
+    cache.pool().publish(blocks_[i], hash, content, salt, group);
     hashes_.push_back(hash);
   }
 }
@@ -215,6 +215,7 @@ void SequenceBlocks::release_all(KvCache& cache) {
   for (int32_t block : blocks_) cache.release(block);
   blocks_.clear();
   hashes_.clear();
+  restored_end_ = 0;
 }
 
 int64_t SequenceBlocks::blocks_missing(int64_t tokens, int block_size) const {
@@ -222,13 +223,16 @@ int64_t SequenceBlocks::blocks_missing(int64_t tokens, int block_size) const {
   return std::max<int64_t>(0, needed - static_cast<int64_t>(blocks_.size()));
 }
 
-void SequenceBlocks::adopt(std::vector<int32_t> blocks, std::vector<BlockHash> hashes) {
+void SequenceBlocks::adopt(std::vector<int32_t> blocks, std::vector<BlockHash> hashes,
+                           int64_t restored_end) {
   DI_CHECK(blocks_.empty(), "adopt: the sequence already holds blocks");
   blocks_ = std::move(blocks);
   hashes_ = std::move(hashes);
+  restored_end_ = restored_end;
 }
 
 int64_t SequenceBlocks::slot(int64_t position, int block_size) const {
+  if (position < restored_end_) return -1;
   return static_cast<int64_t>(blocks_[static_cast<size_t>(position / block_size)]) * block_size +
          position % block_size;
 }
@@ -266,8 +270,8 @@ PrefixKeys prefix_keys(const KvGroupLayout& layout, int block_size, std::span<co
   return prefix;
 }
 
-int64_t usable_prefix_blocks(const KvGroupLayout& layout, int block_size, int64_t blocks,
-                             const std::function<bool(int group, int64_t block)>& present) {
+int64_t full_attention_prefix_blocks(const KvGroupLayout& layout, int64_t blocks,
+                                     const std::function<bool(int group, int64_t block)>& present) {
   int64_t count = blocks;
   for (int g = 0; g < layout.num_groups(); ++g) {
     if (layout.group_window[static_cast<size_t>(g)] > 0) continue;
@@ -275,6 +279,17 @@ int64_t usable_prefix_blocks(const KvGroupLayout& layout, int block_size, int64_
     while (found < count && present(g, found)) ++found;
     count = found;
   }
+  return count;
+}
+
+bool has_full_attention_group(const KvGroupLayout& layout) {
+  return std::find(layout.group_window.begin(), layout.group_window.end(), 0) !=
+         layout.group_window.end();
+}
+
+int64_t usable_prefix_blocks(const KvGroupLayout& layout, int block_size, int64_t blocks,
+                             const std::function<bool(int group, int64_t block)>& present) {
+  int64_t count = full_attention_prefix_blocks(layout, blocks, present);
   for (; count > 0; --count) {
     bool usable = true;
     for (int g = 0; g < layout.num_groups() && usable; ++g) {
@@ -309,7 +324,7 @@ bool SequenceKv::try_reserve(KvCache& cache, int64_t tokens) {
 }
 
 int64_t SequenceKv::take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens,
-                                       uint64_t salt) {
+                                       uint64_t salt, int64_t replay_tokens) {
   ensure_groups(cache);
   DI_CHECK(empty(), "take_cached_prefix: the sequence already holds blocks");
   const KvGroupLayout& layout = cache.groups();
@@ -321,25 +336,66 @@ int64_t SequenceKv::take_cached_prefix(KvCache& cache, std::span<const int32_t> 
                block_tokens(tokens, static_cast<size_t>(block), block_size)) >= 0;
   };
   int64_t count = usable_prefix_blocks(layout, block_size, prefix.blocks(), in_memory);
-  cache.pool().record_lookup(prefix.blocks(), count);
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    std::vector<BlockHash>& keys = prefix.keys[g];
-    int64_t first = first_block_read(count * block_size, layout.group_window[g], block_size);
-    std::vector<int32_t> blocks(static_cast<size_t>(count), BlockPool::kNullBlock);
-    for (int64_t b = first; b < count; ++b) {
-      blocks[static_cast<size_t>(b)] = cache.pool().take_cached(
-          keys[static_cast<size_t>(b)], block_tokens(tokens, static_cast<size_t>(b), block_size));
+  // A replay needs something restored: a layout of sliding groups only always has them kept.
+  int64_t restored = replay_tokens > 0 && has_full_attention_group(layout)
+                         ? full_attention_prefix_blocks(layout, prefix.blocks(), in_memory)
+                         : 0;
+  const int64_t replay_start = std::max<int64_t>(0, restored * block_size - replay_tokens);
+  const bool replay = replay_start > count * block_size;
+  cache.pool().record_lookup(prefix.blocks(), replay ? restored : count);
+  auto take = [&](size_t g, int64_t first, int64_t end) {
+    std::vector<int32_t> blocks(static_cast<size_t>(end), BlockPool::kNullBlock);
+    for (int64_t b = first; b < end; ++b) {
+      blocks[static_cast<size_t>(b)] =
+          cache.pool().take_cached(prefix.keys[g][static_cast<size_t>(b)],
+                                   block_tokens(tokens, static_cast<size_t>(b), block_size));
     }
-    keys.resize(static_cast<size_t>(count));
-    groups_[g].adopt(std::move(blocks), std::move(keys));
+    prefix.keys[g].resize(static_cast<size_t>(end));
+    return blocks;
+  };
+  if (replay) {
+    std::vector<std::vector<int32_t>> blocks(groups_.size());
+    for (size_t g = 0; g < groups_.size(); ++g)
+      if (layout.group_window[g] == 0) blocks[g] = take(g, 0, restored);
+    adopt_replay(cache, {replay_start, restored * block_size}, std::move(blocks),
+                 std::move(prefix.keys));
+    return replay_start;
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<int32_t> blocks =
+        take(g, first_block_read(count * block_size, layout.group_window[g], block_size), count);
+    groups_[g].adopt(std::move(blocks), std::move(prefix.keys[g]));
   }
   return count * block_size;
 }
 
+void SequenceKv::adopt_replay(const KvCache& cache, const PrefixReplay& replay,
+                              std::vector<std::vector<int32_t>> restored,
+                              std::vector<std::vector<BlockHash>> keys) {
+  ensure_groups(cache);
+  DI_CHECK(empty(), "adopt_replay: the sequence already holds blocks");
+  const KvGroupLayout& layout = cache.groups();
+  const int block_size = cache.shape().block_size;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (layout.group_window[g] == 0) {
+      keys[g].resize(restored[g].size());
+      groups_[g].adopt(std::move(restored[g]), std::move(keys[g]), replay.restored_end);
+    } else {
+      // Nothing before the replay's first block; it computes from there on.
+      groups_[g].adopt(std::vector<int32_t>(static_cast<size_t>(replay.start / block_size),
+                                            BlockPool::kNullBlock),
+                       {});
+    }
+  }
+  replay_ = replay;
+}
+
 void SequenceKv::publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens,
                                      int64_t computed, uint64_t salt) {
-  for (size_t g = 0; g < groups_.size(); ++g)
-    groups_[g].publish_full_blocks(cache, tokens, computed, group_salt(salt, static_cast<int>(g)));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    groups_[g].publish_full_blocks(cache, tokens, computed, group_salt(salt, static_cast<int>(g)),
+                                   static_cast<int>(g));
+  }
 }
 
 void SequenceKv::release_out_of_window(KvCache& cache, int64_t next_position) {
@@ -352,6 +408,7 @@ void SequenceKv::release_out_of_window(KvCache& cache, int64_t next_position) {
 
 void SequenceKv::release_all(KvCache& cache) {
   for (SequenceBlocks& group : groups_) group.release_all(cache);
+  replay_ = {};
 }
 
 }  // namespace deepinfer

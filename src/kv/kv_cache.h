@@ -114,6 +114,20 @@ int64_t first_block_read(int64_t position, int window, int block_size);
 // its window reads from the first uncached position.
 int64_t usable_prefix_blocks(const KvGroupLayout& layout, int block_size, int64_t blocks,
                              const std::function<bool(int group, int64_t block)>& present);
+// How many of the first `blocks` blocks every full-attention group holds (sliding groups
+// aside: a replay rebuilds them). All of them when the layout has no full-attention group.
+int64_t full_attention_prefix_blocks(const KvGroupLayout& layout, int64_t blocks,
+                                     const std::function<bool(int group, int64_t block)>& present);
+bool has_full_attention_group(const KvGroupLayout& layout);
+
+// A prefix rebuilt by bounded replay: the full-attention groups hold restored KV for the
+// positions before `restored_end`, which the replay recomputes from `start` on through every
+// layer without overwriting it; sliding groups hold nothing before `start`, so their windows
+// never reach back past it. A sequence without replay has start == restored_end == 0.
+struct PrefixReplay {
+  int64_t start = 0;
+  int64_t restored_end = 0;
+};
 
 // The blocks one sequence holds and how many tokens they contain.
 class SequenceBlocks {
@@ -124,9 +138,9 @@ class SequenceBlocks {
   // then preempts someone instead of failing.
   bool try_reserve(KvCache& cache, int64_t tokens);
   // Publishes the full blocks among the first `computed` tokens (chained keys under `salt`),
-  // so later requests with the same prefix reuse them.
+  // so later requests with the same prefix reuse them. `group`: the cache group they are in.
   void publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens, int64_t computed,
-                           uint64_t salt);
+                           uint64_t salt, int group = 0);
   // Gives back the blocks that hold only tokens before `first_needed` (they left every
   // attention window), leaving the null block in their table slots.
   void release_before(KvCache& cache, int64_t first_needed);
@@ -134,17 +148,20 @@ class SequenceBlocks {
   const std::vector<int32_t>& table() const { return blocks_; }
   // Keys of the leading full blocks published or reused (table()'s first entries).
   const std::vector<BlockHash>& keys() const { return hashes_; }
-  // Cache slot of token `position`: block * block_size + offset.
+  // Cache slot of token `position`: block * block_size + offset, or -1 (write nothing) for a
+  // position whose restored KV a replay must keep.
   int64_t slot(int64_t position, int block_size) const;
   // Blocks try_reserve(tokens) would have to allocate.
   int64_t blocks_missing(int64_t tokens, int block_size) const;
   // Takes the given cached blocks (already referenced) as the table's first entries; null
-  // blocks stand for ones outside a window. `hashes` are their chained keys.
-  void adopt(std::vector<int32_t> blocks, std::vector<BlockHash> hashes);
+  // blocks stand for ones outside a window. `hashes` are their chained keys. Positions before
+  // `restored_end` are never written (a replay recomputes them, see PrefixReplay).
+  void adopt(std::vector<int32_t> blocks, std::vector<BlockHash> hashes, int64_t restored_end = 0);
 
  private:
   std::vector<int32_t> blocks_;
   std::vector<BlockHash> hashes_;  // keys of the leading full blocks published or reused
+  int64_t restored_end_ = 0;
 };
 
 // A sequence's blocks in every cache group (see KvGroupLayout).
@@ -156,8 +173,19 @@ class SequenceKv {
   // On empty tables: the longest prefix of `tokens` every group has cached, in whole blocks
   // under `salt` and never the last token (it must be computed for logits); a sliding group
   // needs only the blocks its window still reads. Takes those blocks and returns their token
-  // count.
-  int64_t take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens, uint64_t salt);
+  // count, from which the sequence computes on.
+  // With `replay_tokens` > 0, a longer prefix that only the full-attention groups hold is
+  // taken instead when that computes fewer tokens: its last `replay_tokens` tokens are
+  // recomputed (see PrefixReplay) and the returned count is where the replay starts.
+  int64_t take_cached_prefix(KvCache& cache, std::span<const int32_t> tokens, uint64_t salt,
+                             int64_t replay_tokens = 0);
+  // Starts a replay on empty tables: the full-attention groups take `restored` (per group
+  // [group][block] referenced blocks and their keys, as many as the replay's restored_end
+  // covers), sliding groups start empty at `replay.start`.
+  void adopt_replay(const KvCache& cache, const PrefixReplay& replay,
+                    std::vector<std::vector<int32_t>> restored,
+                    std::vector<std::vector<BlockHash>> keys);
+  const PrefixReplay& replay() const { return replay_; }
   void publish_full_blocks(KvCache& cache, std::span<const int32_t> tokens, int64_t computed,
                            uint64_t salt);
   // Gives back blocks a sliding-window group no longer reads once the next query sits at
@@ -171,6 +199,7 @@ class SequenceKv {
  private:
   void ensure_groups(const KvCache& cache);
   std::vector<SequenceBlocks> groups_;
+  PrefixReplay replay_;
 };
 
 }  // namespace deepinfer

@@ -13,12 +13,27 @@ std::span<const int32_t> tokens_of_block(std::span<const int32_t> tokens, int64_
 }  // namespace
 
 PrefixTiers::PrefixTiers(KvCache& cache, DiskTierOptions disk, uint32_t evicted_retention_seconds,
-                         int fetch_threads)
-    : cache_(cache), disk_(std::move(disk)), evicted_retention_seconds_(evicted_retention_seconds) {
+                         bool keep_windows, int fetch_threads)
+    : cache_(cache),
+      disk_(std::move(disk)),
+      evicted_retention_seconds_(evicted_retention_seconds),
+      keep_windows_(keep_windows) {
   for (int i = 0; i < std::max(1, fetch_threads); ++i)
     threads_.emplace_back([this] { fetch_loop(); });
-  cache_.pool().set_eviction_hook(
-      [this](int32_t block) { offer(block, evicted_retention_seconds_); });
+  cache_.pool().set_eviction_hook([this](int32_t block) {
+    if (stored(cache_.pool().group_of(block))) offer(block, evicted_retention_seconds_);
+  });
+}
+
+bool PrefixTiers::stored(int group) const {
+  return keep_windows_ || cache_.groups().group_window[static_cast<size_t>(group)] == 0;
+}
+
+int64_t PrefixTiers::usable(int64_t blocks,
+                            const std::function<bool(int group, int64_t block)>& present) const {
+  if (keep_windows_)
+    return usable_prefix_blocks(cache_.groups(), cache_.shape().block_size, blocks, present);
+  return full_attention_prefix_blocks(cache_.groups(), blocks, present);
 }
 
 PrefixTiers::~PrefixTiers() {
@@ -49,6 +64,7 @@ void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens,
   const BlockPool& pool = cache_.pool();
   const int block_size = cache_.shape().block_size;
   for (int g = 0; g < kv.num_groups(); ++g) {
+    if (!stored(g)) continue;
     const SequenceBlocks& blocks = kv.group(g);
     for (size_t i = 0; i < blocks.keys().size(); ++i) {
       int32_t block = blocks.table()[i];
@@ -85,7 +101,7 @@ uint64_t PrefixTiers::start_fetch(std::span<const int32_t> tokens, uint64_t salt
   auto in_memory = [&](int g, int64_t b) {
     return fetch->in_memory[static_cast<size_t>(g)][static_cast<size_t>(b)];
   };
-  if (usable_prefix_blocks(fetch->layout, fetch->block_size, blocks, in_memory) == blocks) return 0;
+  if (usable(blocks, in_memory) == blocks) return 0;
   fetch->tokens.assign(tokens.begin(), tokens.end());
   fetch->salt = salt;
   fetch->payload_bytes = cache.shape().bytes_per_block();
@@ -125,9 +141,10 @@ void PrefixTiers::run(Fetch& fetch) {
     return fetch.in_memory[static_cast<size_t>(g)][static_cast<size_t>(b)];
   };
   auto on_disk = [&](int g, int64_t b) { return in_memory(g, b) || disk_.contains(key(g, b)); };
-  int64_t count = usable_prefix_blocks(fetch.layout, fetch.block_size, blocks, on_disk);
+  int64_t count = usable(blocks, on_disk);
   std::vector<Block> wanted;
   for (int g = 0; g < groups; ++g) {
+    if (!stored(g)) continue;
     int window = fetch.layout.group_window[static_cast<size_t>(g)];
     for (int64_t b = first_block_read(count * fetch.block_size, window, fetch.block_size);
          b < count; ++b) {
@@ -181,7 +198,7 @@ std::vector<int32_t> PrefixTiers::install(uint64_t ticket) {
     int32_t block = cache.allocate();
     if (block < 0) break;
     cache.write_block(block, fetch->payloads[i]);
-    pool.publish(block, loaded.key, content, group_salt(fetch->salt, loaded.group));
+    pool.publish(block, loaded.key, content, group_salt(fetch->salt, loaded.group), loaded.group);
     pool.mark_persisted(block);
     installed.push_back(block);
   }

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -35,9 +36,10 @@ struct PrefixTierStats {
 class PrefixTiers {
  public:
   // Offloads `cache`'s blocks (it hooks the pool's evictions until destroyed); blocks the pool
-  // evicts are kept `evicted_retention_seconds`.
+  // evicts are kept `evicted_retention_seconds`. Without `keep_windows` sliding groups' blocks
+  // are neither stored nor fetched: a bounded replay rebuilds them (PrefixReplay).
   PrefixTiers(KvCache& cache, DiskTierOptions disk, uint32_t evicted_retention_seconds = 0,
-              int fetch_threads = 2);
+              bool keep_windows = true, int fetch_threads = 2);
   ~PrefixTiers();
   PrefixTiers(const PrefixTiers&) = delete;
   PrefixTiers& operator=(const PrefixTiers&) = delete;
@@ -87,12 +89,18 @@ class PrefixTiers {
   };
   // Offers one published block; false when the queue is full.
   bool offer(int32_t block, uint32_t retention_seconds);
+  // Whether blocks of cache group `group` go below memory.
+  bool stored(int group) const;
+  // How many of the first `blocks` blocks a hit can take from what `present` says is held.
+  int64_t usable(int64_t blocks,
+                 const std::function<bool(int group, int64_t block)>& present) const;
   void fetch_loop();
   void run(Fetch& fetch);
 
   KvCache& cache_;
   DiskTier disk_;
   uint32_t evicted_retention_seconds_;
+  bool keep_windows_;
   mutable std::mutex mutex_;
   mutable std::condition_variable work_, finished_;
   std::map<uint64_t, std::shared_ptr<Fetch>> fetches_;

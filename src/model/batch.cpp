@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -25,6 +26,8 @@ void ForwardBatch::add_sequence(const std::vector<int32_t>& new_tokens, int64_t 
       logit_rows.push_back(first_row + static_cast<int32_t>(i));
   }
   query_start.push_back(first_row + static_cast<int32_t>(new_tokens.size()));
+  first_positions.push_back(static_cast<int32_t>(kv.replay().start));
+  restored_ends.push_back(static_cast<int32_t>(kv.replay().restored_end));
   context_lens.push_back(static_cast<int32_t>(cached + static_cast<int64_t>(new_tokens.size())));
   // Every group's tables are as wide as the widest table; re-pad when this one is wider.
   int width = max_blocks_per_seq;
@@ -65,6 +68,16 @@ void CausalLM::forward(const ForwardBatch& batch, KvCache& cache, float* logits,
   ops().to_host(logits, device_logits.data(), static_cast<size_t>(rows * vocab) * sizeof(float));
 }
 
+CausalLM::ReplayBounds CausalLM::replay_bounds() const {
+  ReplayBounds bounds;
+  for (int window : kv_shape(16).layer_window) {
+    bounds.exact += window;
+    bounds.window = std::max<int64_t>(bounds.window, window);
+    if (window > 0) bounds.least = 1;
+  }
+  return bounds;
+}
+
 size_t CausalLM::weight_bytes_per_token() const {
   size_t bytes = 0;
   for (const Tensor* tensor : weights_read_per_token()) {
@@ -87,13 +100,20 @@ AttentionBatch ForwardBatch::attention_view(int group) const {
   view.slot_mapping = slot_mapping[static_cast<size_t>(group)].data();
   for (int32_t length : context_lens)
     view.max_context_len = std::max<int64_t>(view.max_context_len, length);
+  if (replays()) view.first_positions = first_positions.data();
   return view;
+}
+
+bool ForwardBatch::replays() const {
+  return std::any_of(first_positions.begin(), first_positions.end(),
+                     [](int32_t first) { return first > 0; });
 }
 
 PackedBatch::PackedBatch(const ForwardBatch& batch) : batch_(batch) {
   tokens_ = append(batch.tokens);
   query_start_ = append(batch.query_start);
   context_lens_ = append(batch.context_lens);
+  first_positions_ = append(batch.first_positions);
   for (size_t g = 0; g < batch.block_tables.size(); ++g) {
     block_tables_.push_back(append(batch.block_tables[g]));
     slot_mapping_.push_back(append(batch.slot_mapping[g]));
@@ -111,6 +131,8 @@ AttentionBatch PackedBatch::attention(const std::byte* base, int group) const {
   view.context_lens = reinterpret_cast<const int32_t*>(base + context_lens_);
   view.block_tables = reinterpret_cast<const int32_t*>(base + block_tables_[g]);
   view.slot_mapping = reinterpret_cast<const int64_t*>(base + slot_mapping_[g]);
+  if (view.first_positions)
+    view.first_positions = reinterpret_cast<const int32_t*>(base + first_positions_);
   return view;
 }
 

@@ -21,6 +21,7 @@ constexpr int64_t kMaxBuckets = 64;
 bool DecodeGraphs::eligible(const ForwardBatch& batch) const {
   int64_t rows = batch.num_tokens();
   if (rows == 0 || rows > kMaxRows || rows != batch.num_seqs()) return false;
+  if (batch.replays()) return false;  // recordings keep no first positions
   if (static_cast<int64_t>(batch.logit_rows.size()) != rows) return false;
   for (int64_t i = 0; i < rows; ++i) {
     if (batch.logit_rows[static_cast<size_t>(i)] != i) return false;

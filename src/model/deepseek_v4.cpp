@@ -107,6 +107,15 @@ class DeepseekV4Model final : public CausalLM {
   }
 
   int64_t replayed_decode_steps() const override { return graphs_ ? graphs_->replays() : 0; }
+  // Every layer keeps a window of K=V rows; a CSA compressor's overlapping windows also read
+  // the `rate` inputs before a block boundary, which a replay must rebuild.
+  ReplayBounds replay_bounds() const override {
+    const int64_t window = config_.v4.window;
+    int64_t overlap = 1;
+    for (const LayerWeights& layer : layers_)
+      if (layer.attention.compressor.overlapping) overlap = std::max<int64_t>(overlap, layer.rate);
+    return {window, overlap, std::max(window, overlap) * static_cast<int64_t>(layers_.size())};
+  }
   std::vector<const Tensor*> weights_read_per_token() const override;
   double attention_flops_per_token(double context) const override;
   void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,

@@ -42,8 +42,10 @@ StepTables StepTables::of(const ModelConfig& config, const ForwardBatch& batch, 
       const int64_t first = end - (batch.query_start[static_cast<size_t>(s) + 1] -
                                    batch.query_start[static_cast<size_t>(s)]);
       const size_t before = pairs.size();
-      // Window w completes at its last token (w + 1) * rate - 1.
-      for (int64_t w = first / rate; (w + 1) * rate <= end; ++w) {
+      // Window w completes at its last token (w + 1) * rate - 1. A replay pools none that
+      // ends before its restored entries do (they hold those windows already).
+      const int64_t restored_end = batch.restored_ends[static_cast<size_t>(s)];
+      for (int64_t w = std::max(first, restored_end) / rate; (w + 1) * rate <= end; ++w) {
         pairs.insert(pairs.end(), {s, static_cast<int32_t>(w)});
         first_positions.push_back(static_cast<int32_t>(w * rate));
       }

@@ -69,7 +69,7 @@ class PackedBatch {
  private:
   const ForwardBatch& batch_;
   std::vector<std::byte> bytes_;
-  size_t tokens_ = 0, query_start_ = 0, context_lens_ = 0;
+  size_t tokens_ = 0, query_start_ = 0, context_lens_ = 0, first_positions_ = 0;
   std::vector<size_t> block_tables_, slot_mapping_;
 };
 

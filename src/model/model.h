@@ -25,6 +25,10 @@ struct ForwardBatch {
   std::vector<std::vector<int32_t>> block_tables;
   int max_blocks_per_seq = 0;
   std::vector<std::vector<int64_t>> slot_mapping;
+  // Per sequence, from its PrefixReplay: where its sliding windows start, and the end of the
+  // restored KV the forward must not write (DeepSeek-V4 pools no window that ends before it).
+  std::vector<int32_t> first_positions;
+  std::vector<int32_t> restored_ends;
   // Rows of the batch whose logits are wanted, in output order.
   std::vector<int32_t> logit_rows;
 
@@ -37,6 +41,8 @@ struct ForwardBatch {
   int num_seqs() const { return static_cast<int>(context_lens.size()); }
   // What the kernels need for the layers of cache group `group`.
   AttentionBatch attention_view(int group = 0) const;
+  // Whether some sequence replays a prefix (see PrefixReplay).
+  bool replays() const;
 };
 
 // Receives hidden states: index 0 the embeddings, i the output of layer i, and the last
@@ -86,6 +92,16 @@ class CausalLM {
                const HiddenStateSink& hidden_sink = nullptr);
   // Decode steps replayed from recorded ops so far (ModelLoadOptions::record_decode_steps).
   virtual int64_t replayed_decode_steps() const { return 0; }
+  // Bounded replay of a restored prefix (PrefixReplay): the widest attention window, the
+  // fewest tokens a replay may recompute (state the next tokens read must be rebuilt), and
+  // the number that makes its result the cold prefill's: every sliding layer's window, as
+  // stacked windows reach back one window per layer. All 0 without sliding-window layers.
+  struct ReplayBounds {
+    int64_t window = 0;
+    int64_t least = 0;
+    int64_t exact = 0;
+  };
+  virtual ReplayBounds replay_bounds() const;
   // Multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers), loaded for
   // speculative decoding: each module's tensors by their name inside the module
   // ("eh_proj.weight", "self_attn.kv_b_proj.weight", ...).

@@ -134,6 +134,12 @@ std::string ApiServer::metrics_text() const {
                 static_cast<double>(stats.prefix_lookups));
   metrics.value("vllm:prefix_cache_hits_total", "counter", "Prompt blocks found cached.",
                 static_cast<double>(stats.prefix_hits));
+  metrics.value("deepinfer:prefix_cache_replays_total", "counter",
+                "Prefix hits whose sliding-window layers were rebuilt by a bounded replay.",
+                static_cast<double>(stats.replays));
+  metrics.value("deepinfer:prefix_cache_replayed_tokens_total", "counter",
+                "Cached prompt tokens recomputed by bounded replays.",
+                static_cast<double>(stats.replayed_tokens));
   if (stats.has_disk_tier) disk_tier_metrics(metrics, stats.tiers);
   metrics.value("vllm:num_preemptions_total", "counter", "Preemptions.",
                 static_cast<double>(stats.preemptions));

@@ -32,6 +32,7 @@ EngineConfig config_with(const std::filesystem::path& dir) {
   config.max_batched_tokens = 64;
   config.kv_cache_dir = dir.string();
   config.kv_fingerprint = kFingerprint;
+  config.swa_replay_tokens = 0;  // windows are stored: every restore is exact
   return config;
 }
 

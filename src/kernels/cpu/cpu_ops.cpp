@@ -406,6 +406,7 @@ class CpuOps final : public Ops {
     int64_t tokens = k.dim(0);
     for (int64_t t = 0; t < tokens; ++t) {
       int64_t slot = batch.slot_mapping[t];
+      if (slot < 0) continue;  // restored KV a replay keeps
       std::copy_n(k.as<const float>() + t * key_width, key_width,
                   cache.key_floats() + slot * key_width);
       if (v) {
@@ -583,7 +584,8 @@ void CpuOps::paged_attention(const Tensor& q, const AttentionBatch& batch, const
       task.key_offset = int64_t{kv_head} * cache.key_dim;
       task.value_offset =
           cache.values_in_keys ? task.key_offset : int64_t{kv_head} * cache.value_dim;
-      task.first = window > 0 ? std::max<int64_t>(0, position - window + 1) : 0;
+      task.first =
+          window > 0 ? std::max<int64_t>(batch.window_start(seq), position - window + 1) : 0;
       task.last = position;
       task.scale = scale;
       task.out = out.as<float>() + (row * heads + first_head) * cache.value_dim;

@@ -322,7 +322,8 @@ void sparse_attention(ThreadPool& pool, const Tensor& q, const AttentionBatch& b
         int64_t t = first + item / heads, h = item % heads;
         int64_t position = places[static_cast<size_t>(t)].position;
         keys.clear();
-        for (int64_t j = std::max<int64_t>(0, position - window + 1); j <= position; ++j) {
+        for (int64_t j = std::max<int64_t>(batch.window_start(s), position - window + 1);
+             j <= position; ++j) {
           int64_t slot = int64_t{table[j / window_cache.block_size]} * window_cache.block_size +
                          j % window_cache.block_size;
           keys.push_back(window_cache.key_floats() + slot * dim);

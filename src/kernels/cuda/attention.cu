@@ -28,6 +28,7 @@ __global__ void kv_write_kernel(const float* k, const float* v, const int64_t* s
                                 PagedKvView cache) {
   const int64_t token = blockIdx.x;
   const int64_t slot = slot_mapping[token];
+  if (slot < 0) return;  // restored KV a replay keeps
   const int64_t key_width = key_stride(cache);
   T* keys = static_cast<T*>(cache.keys);
   for (int64_t i = threadIdx.x; i < key_width; i += blockDim.x)
@@ -67,20 +68,31 @@ __global__ void rope_kv_write_kernel(float* q, int heads, float* k, const float*
   const int64_t width = int64_t{cache.num_kv_heads} * dim;
   const int64_t offset = int64_t{head} * dim;
   const int64_t slot = slot_mapping[token];
+  const bool stored = slot >= 0;  // < 0: restored KV a replay keeps (k is still rotated)
   float* key = k + token * width + offset;
   T* keys = static_cast<T*>(cache.keys) + slot * width + offset;
   for (int d = threadIdx.x; d < dim; d += blockDim.x) {
     if (d < half) {
       rotate(key, d, half, c[d], s[d]);
+      if (!stored) continue;
       store_kv(keys, d, key[d]);
       store_kv(keys, d + half, key[d + half]);
-    } else if (d >= rotary_dim) {
+    } else if (d >= rotary_dim && stored) {
       store_kv(keys, d, key[d]);
     }
   }
+  if (!stored) return;
   T* values = static_cast<T*>(cache.values) + slot * width + offset;
   for (int d = threadIdx.x; d < dim; d += blockDim.x)
     store_kv(values, d, v[token * width + offset + d]);
+}
+
+// The first key a query at `position` reads: all of them without a window, else the window's
+// (a replayed prefix's windows start at its first position).
+__device__ int64_t first_key(const AttentionBatch& batch, int seq, int64_t position, int window) {
+  if (window <= 0) return 0;
+  const int64_t start = batch.first_positions ? batch.first_positions[seq] : 0;
+  return max(start, position - window + 1);
 }
 
 __device__ int sequence_of(const int32_t* query_start, int num_seqs, int64_t row) {
@@ -114,7 +126,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
   const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
   const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
-  const int64_t first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int64_t first = first_key(batch, seq, position, window);
   const int kv_head = head / (heads / cache.num_kv_heads);
   const int32_t* table = batch.block_tables + int64_t{seq} * batch.max_blocks_per_seq;
   const float* query = q + (row * heads + head) * cache.key_dim;
@@ -462,7 +474,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int seq = sequence_of(batch.query_start, batch.num_seqs, row);
   const int64_t new_tokens = batch.query_start[seq + 1] - batch.query_start[seq];
   const int64_t position = batch.context_lens[seq] - new_tokens + (row - batch.query_start[seq]);
-  const int64_t window_first = window > 0 ? max(int64_t{0}, position - window + 1) : 0;
+  const int64_t window_first = first_key(batch, seq, position, window);
   const int64_t share = (position - window_first + splits) / splits;
   const int64_t first = window_first + split * share;
   const int64_t last = min(position, first + share - 1);

@@ -652,7 +652,7 @@ class CudaOps final : public Ops {
     return device;
   }
   static cuda::DeviceRows device_rows(const AttentionBatch& batch) {
-    return {batch.query_start, batch.context_lens, batch.num_seqs};
+    return {batch.query_start, batch.context_lens, batch.num_seqs, batch.first_positions};
   }
 
   template <typename T>

@@ -47,6 +47,13 @@ __device__ float* entry_at(const DeviceStripes& s, int seq, int64_t w, int64_t c
 }
 
 // The sequence and position of batch row t.
+// The first window row a query at `position` reads (a replayed prefix's windows start at its
+// first position).
+__device__ int64_t window_first(const DeviceRows& rows, int seq, int64_t position, int window) {
+  const int64_t start = rows.first_positions ? rows.first_positions[seq] : 0;
+  return max(start, position - window + 1);
+}
+
 __device__ void place_of(const DeviceRows& rows, int64_t t, int& seq, int64_t& position) {
   int lo = 0, hi = rows.num_seqs - 1;
   while (lo < hi) {  // the last sequence whose first row is at or before t
@@ -337,7 +344,7 @@ __global__ void sparse_attention_kernel(const float* q, int heads, int dim, Devi
   int seq;
   int64_t position;
   place_of(rows, t, seq, position);
-  const int64_t first = position - window + 1 > 0 ? position - window + 1 : 0;
+  const int64_t first = window_first(rows, seq, position, window);
   const int window_count = static_cast<int>(position - first + 1);
   const int64_t visible = entries.rate > 0 ? (position + 1) / entries.rate : 0;
   const int entry_count = selected ? k : static_cast<int>(visible);
@@ -419,7 +426,7 @@ __global__ void __launch_bounds__(kThreads)
   int seq;
   int64_t position;
   place_of(rows, t, seq, position);
-  const int64_t first = position - window + 1 > 0 ? position - window + 1 : 0;
+  const int64_t first = window_first(rows, seq, position, window);
   const int window_count = static_cast<int>(position - first + 1);
   const int64_t visible = entries.rate > 0 ? (position + 1) / entries.rate : 0;
   const int total = window_count + (selected ? k : static_cast<int>(visible));

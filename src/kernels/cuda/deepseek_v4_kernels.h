@@ -33,6 +33,7 @@ struct DeviceRows {
   const int32_t* query_start = nullptr;
   const int32_t* context_lens = nullptr;
   int num_seqs = 0;
+  const int32_t* first_positions = nullptr;  // AttentionBatch::first_positions
 };
 
 // Writes `count` addresses into device memory `out` by launches whose parameters carry them,

@@ -178,6 +178,7 @@ struct WarpRows {
   float sum[2] = {0.0f, 0.0f};  // this thread's columns only; the quad adds them at the end
   int64_t position[2];
   bool valid[2];
+  int64_t first_key = 0;  // keys before it are absent (a replayed prefix's window start)
 };
 
 // S = Q K^T for the warp's rows: K's B fragments for two 16-dim chunks of an 8-key tile in
@@ -202,7 +203,7 @@ __device__ void scores(const WarpRows& w, const __nv_bfloat16* k, int lane,
 // Whether row r of this thread sees every key of the tile starting at key0.
 __device__ inline bool sees_whole_tile(const WarpRows& w, int r, int64_t key0, int window) {
   return w.valid[r] && key0 + kKeys - 1 <= w.position[r] &&
-         (window <= 0 || key0 > w.position[r] - window);
+         (window <= 0 || (key0 > w.position[r] - window && key0 >= w.first_key));
 }
 
 // Scores of keys a row may not see (past its position, outside its window, or a row past
@@ -215,8 +216,8 @@ __device__ void mask_scores(const WarpRows& w, float (&s)[kKeys / 8][4], int64_t
     for (int e = 0; e < 4; ++e) {
       const int r = e / 2;
       const int64_t key = key0 + j * 8 + 2 * t + e % 2;
-      const bool visible =
-          w.valid[r] && key <= w.position[r] && (window <= 0 || key > w.position[r] - window);
+      const bool visible = w.valid[r] && key <= w.position[r] &&
+                           (window <= 0 || (key > w.position[r] - window && key >= w.first_key));
       s[j][e] = visible ? s[j][e] : -FLT_MAX;
     }
   }
@@ -308,14 +309,17 @@ __global__ void __launch_bounds__(kThreads)
   // Keys any row of the tile may see: up to the last row's position, from the first row's
   // window start.
   const int64_t last_position = base_position + last;
+  const int64_t first_key =
+      window > 0 && batch.first_positions ? int64_t{batch.first_positions[seq]} : 0;
   const int64_t key_begin =
-      (window > 0 ? max(int64_t{0}, base_position + first - window + 1) : 0) / kKeys * kKeys;
+      (window > 0 ? max(first_key, base_position + first - window + 1) : 0) / kKeys * kKeys;
 
   fetch_tile<T>(cache, table, key_begin, context, kv_head, sh.k[0], sh.v[0]);
   load_queries(sh, q + (row_base + first) * heads * kDim, heads, kv_head, group, last - first,
                scale);
   __syncthreads();
   WarpRows w;
+  w.first_key = first_key;
   const int rows[2] = {warp * 16 + g, warp * 16 + g + 8};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {

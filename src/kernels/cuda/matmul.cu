@@ -307,7 +307,7 @@ __device__ void store_qkv(const Products<Bf16Chunks>& products, const RopeWrite&
                                   : product == 1 ? q_columns
                                                  : q_columns + kv_columns);
   products.y[product][r * products.n[product] + index] = value;
-  if (product == 0) return;
+  if (product == 0 || rope.slot_mapping[r] < 0) return;  // < 0: restored KV a replay keeps
   T* base = static_cast<T*>(product == 1 ? rope.cache.keys : rope.cache.values);
   store_kv(base, rope.slot_mapping[r] * kv_columns + index, value);
 }
@@ -434,8 +434,8 @@ unsigned staged_grid(int64_t groups, int by_registers, size_t staged_bytes) {
 // kernel may take.
 bool choose_stream_ring(int rows, int64_t k, const FewRowsNorm& norm, int64_t job_bytes,
                         StreamRing& ring) {
-  const int64_t room = staged_limits.stream_shared -
-                       static_cast<int64_t>(stream_staging_bytes(rows, k, norm));
+  const int64_t room =
+      staged_limits.stream_shared - static_cast<int64_t>(stream_staging_bytes(rows, k, norm));
   return choose_ring(room, job_bytes, ring);
 }
 
