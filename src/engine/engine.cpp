@@ -130,6 +130,7 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
     disk.dir = config.kv_cache_dir;
     disk.fingerprint = config.kv_fingerprint;
     disk.capacity_bytes = config.kv_disk_bytes;
+    disk.queue_limit = config.kv_disk_queue_blocks;
     tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(disk),
                                            retention_seconds(config.kv_retention_default),
                                            /*keep_windows=*/replay_tokens_ == 0);

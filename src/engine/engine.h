@@ -43,6 +43,8 @@ struct EngineConfig {
   std::string kv_cache_dir;
   uint64_t kv_disk_bytes = 0;   // the directory's capacity for this model (0: unbounded)
   uint64_t kv_fingerprint = 0;  // model_fingerprint of the checkpoint and KV layout
+  // Blocks waiting for the disk at most; more are dropped (counted), never waited for.
+  size_t kv_disk_queue_blocks = 256;
   // Retention classes: how long blocks of a class stay on disk after their last use, in
   // seconds; requests name one (GenerationRequest::cache_retention) or get the default.
   // Without classes blocks stay until capacity needs the space.

@@ -103,6 +103,27 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DiskTierOnFixture,
                                            "deepseek-v3-mla-moe", "deepseek-v4-flash-style"),
                          testing::fixture_test_name);
 
+// A disk that cannot keep up: the queue is full (here it holds nothing), so every block is
+// dropped and counted, and the engine's results are those of a run without a disk tier.
+TEST(DiskTierQueue, AFullQueueDropsWritesAndTheEngineGoesOn) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
+  std::vector<GenerationRequest> requests;
+  for (int r = 0; r < 6; ++r)
+    requests.push_back(
+        greedy(std::to_string(r), prompt_of(21 + r, r, model->config().vocab_size), 5));
+  Outcome cold = run(*model, config_with({}), requests);
+  TempDir dir;
+  EngineConfig config = config_with(dir.path());
+  config.kv_disk_queue_blocks = 0;
+  Outcome full = run(*model, config, requests);
+  for (const auto& [id, result] : cold.results)
+    EXPECT_EQ(full.results.at(id).tokens, result.tokens) << id;
+  EXPECT_EQ(full.stats.tiers.offered_blocks, 0);
+  EXPECT_GE(full.stats.tiers.disk.dropped_writes, static_cast<int64_t>(requests.size()));
+  EXPECT_EQ(full.stats.tiers.disk.written, 0);
+}
+
 class DiskTierFiles : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -101,6 +101,45 @@ TEST(DiskTier, CapacityEvictsTheLeastRecentlyUsed) {
   EXPECT_TRUE(std::filesystem::exists(block_file_path(dir.path(), 42, 4)));
 }
 
+// The sweep takes its clock as an argument: "now" moves without waiting days.
+TEST(DiskTier, ASweepDeletesWhatOutlivedItsRetentionAndStaleTemporaries) {
+  TempDir dir;
+  DiskTierOptions options = options_for(dir);
+  options.sweep_interval = std::chrono::seconds(0);  // no background sweep in this test
+  DiskTier tier(options);
+  constexpr uint32_t kAgent = 72 * 3600, kChat = 168 * 3600;
+  ASSERT_TRUE(tier.offer(1, 7, tokens_of(1), payload_of(1), kAgent));
+  ASSERT_TRUE(tier.offer(2, 7, tokens_of(2), payload_of(2), kChat));
+  ASSERT_TRUE(tier.offer(3, 7, tokens_of(3), payload_of(3), 0));  // until space runs out
+  tier.flush();
+  const auto written = std::filesystem::file_time_type::clock::now();
+  std::filesystem::create_directories(block_file_path(dir.path(), 42, 1).parent_path());
+  const std::filesystem::path stale =
+      block_file_path(dir.path(), 42, 1).parent_path() / "dead-writer.tmp";
+  std::ofstream(stale) << "partial";
+  std::filesystem::last_write_time(stale, written - std::chrono::hours(2));
+
+  tier.sweep(written + std::chrono::hours(71));
+  EXPECT_EQ(tier.stats().expired, 0);
+  EXPECT_EQ(tier.stats().stale_temporaries, 1);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  // Block 1 is used at hour 71 (a load stamps the file): its 72 hours count from then.
+  std::filesystem::last_write_time(block_file_path(dir.path(), 42, 1),
+                                   written + std::chrono::hours(71));
+  tier.sweep(written + std::chrono::hours(142));
+  EXPECT_EQ(tier.stats().expired, 0);
+  tier.sweep(written + std::chrono::hours(144));
+  EXPECT_EQ(tier.stats().expired, 1);
+  EXPECT_FALSE(std::filesystem::exists(block_file_path(dir.path(), 42, 1)));
+  EXPECT_TRUE(std::filesystem::exists(block_file_path(dir.path(), 42, 2)));
+  tier.sweep(written + std::chrono::hours(169));
+  EXPECT_EQ(tier.stats().expired, 2);  // block 2, unused for a week
+  EXPECT_FALSE(std::filesystem::exists(block_file_path(dir.path(), 42, 2)));
+  tier.sweep(written + std::chrono::hours(24 * 365));
+  EXPECT_EQ(tier.stats().expired, 2);  // block 3 stays until space runs out
+  EXPECT_TRUE(tier.load(3, 7, tokens_of(3), 512));
+}
+
 TEST(DiskTier, TwoTiersShareOneDirectoryButNotAnotherModelsBlocks) {
   TempDir dir;
   DiskTier writer(options_for(dir));
