@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "engine/engine.h"
+#include "kv/block_file.h"
+#include "kv/disk_tier.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -75,34 +78,93 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
            static_cast<double>(output + int64_t{concurrency} * args.prompt_tokens) / seconds}};
 }
 
+// Where a shared prefix comes from: recomputed (no prefix caching), the memory tier, or the
+// disk tier (each measured request on a fresh engine whose memory is empty).
+enum class PrefixSource { kNone, kMemory, kDisk };
+
+const char* source_name(PrefixSource source) {
+  return source == PrefixSource::kNone     ? "absent"
+         : source == PrefixSource::kMemory ? "memory"
+                                           : "disk";
+}
+
 // Requests that share a long prefix, one after another; mean time to their first token
 // (the first request, which fills the cache, is not counted).
-nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args, bool caching) {
+nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args,
+                                  PrefixSource source) {
   EngineConfig config = args.engine;
-  config.prefix_caching = caching;
-  Engine engine(model, config);
+  config.prefix_caching = source != PrefixSource::kNone;
+  if (source != PrefixSource::kDisk) config.kv_cache_dir.clear();
+  auto engine = std::make_unique<Engine>(model, config);
   int32_t vocab = model.config().vocab_size;
   std::vector<int32_t> prefix = synthetic_tokens(args.shared_prefix_tokens, 99, vocab);
   std::vector<double> ttft;
+  int64_t cached_tokens = 0;
   for (int r = 0; r <= args.prefix_requests; ++r) {
+    // The previous engine's end writes what it queued.
+    if (source == PrefixSource::kDisk && r > 0) {
+      engine.reset();
+      engine = std::make_unique<Engine>(model, config);
+    }
     std::vector<int32_t> prompt = prefix;
     std::vector<int32_t> unique = synthetic_tokens(args.unique_tokens, 1000 + r, vocab);
     prompt.insert(prompt.end(), unique.begin(), unique.end());
-    engine.submit(request_of("p" + std::to_string(r), prompt, 1));
+    engine->submit(request_of("p" + std::to_string(r), prompt, 1));
     auto start = Clock::now();
     std::vector<GenerationResult> finished;
-    while (finished.empty() && engine.step(finished)) {
+    while (finished.empty() && engine->step(finished)) {
     }
-    if (r > 0) ttft.push_back(seconds_since(start));
+    if (r == 0) continue;
+    ttft.push_back(seconds_since(start));
+    if (!finished.empty()) cached_tokens += finished.front().cached_prompt_tokens;
   }
   double mean = 0.0;
   for (double value : ttft) mean += value / static_cast<double>(ttft.size());
-  EngineStats stats = engine.stats();
-  return {{"prefix_caching", caching},
+  return {{"prefix_from", source_name(source)},
           {"mean_ttft_s", mean},
           {"requests_measured", ttft.size()},
-          {"prefix_hits", stats.prefix_hits},
-          {"prefix_lookups", stats.prefix_lookups}};
+          {"mean_cached_tokens",
+           static_cast<double>(cached_tokens) / static_cast<double>(ttft.size())}};
+}
+
+// The disk tier's own throughput on --kv-cache-dir: blocks of this model's size written
+// through the tier (from the first offer until all are on disk, fsync included), then read
+// back and checked one after another. Uses a folder of its own, removed afterwards.
+nlohmann::json disk_throughput(const CausalLM& model, const EngineBenchArgs& args) {
+  DiskTierOptions options;
+  options.dir = args.engine.kv_cache_dir;
+  options.fingerprint = args.engine.kv_fingerprint ^ 0x6265'6e63'6800'0000ull;
+  options.queue_limit = 1 << 20;
+  const size_t block_bytes = model.kv_shape(args.engine.block_size).bytes_per_block();
+  const int64_t blocks =
+      std::max<int64_t>(16, (int64_t{512} << 20) / static_cast<int64_t>(block_bytes));
+  std::vector<std::byte> payload(block_bytes);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 131 + 7);
+  const std::vector<int32_t> tokens(static_cast<size_t>(args.engine.block_size), 1);
+  double write_seconds = 0.0, read_seconds = 0.0;
+  {
+    DiskTier tier(options);
+    auto start = Clock::now();
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (!tier.offer(static_cast<BlockHash>(b + 1), 0, tokens, payload))
+        fail("bench-engine: the disk tier's queue refused a block");
+    }
+    tier.flush();
+    write_seconds = seconds_since(start);
+    start = Clock::now();
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (!tier.load(static_cast<BlockHash>(b + 1), 0, tokens, block_bytes))
+        fail("bench-engine: block {} did not read back from {}", b, options.dir.string());
+    }
+    read_seconds = seconds_since(start);
+  }
+  std::filesystem::remove_all(
+      block_file_path(options.dir, options.fingerprint, 0).parent_path().parent_path());
+  const double bytes = static_cast<double>(blocks) * static_cast<double>(block_bytes);
+  return {{"blocks", blocks},
+          {"block_bytes", block_bytes},
+          {"write_gb_per_s", bytes / write_seconds / 1e9},
+          {"read_gb_per_s", bytes / read_seconds / 1e9}};
 }
 
 void run_engine_bench(const EngineBenchArgs& given) {
@@ -131,14 +193,29 @@ void run_engine_bench(const EngineBenchArgs& given) {
     }
   }
   if (args.shared_prefix_tokens > 0) {
-    for (bool caching : {false, true}) {
-      nlohmann::json run = shared_prefix_ttft(model, args, caching);
+    std::vector<PrefixSource> sources{PrefixSource::kNone, PrefixSource::kMemory};
+    if (!args.engine.kv_cache_dir.empty()) sources.push_back(PrefixSource::kDisk);
+    for (PrefixSource source : sources) {
+      nlohmann::json run = shared_prefix_ttft(model, args, source);
       report["shared_prefix"].push_back(run);
       if (!args.json) {
-        fmt::print("shared prefix {} + {} tokens, prefix caching {}: mean TTFT {:.2f} s\n",
-                   args.shared_prefix_tokens, args.unique_tokens, caching ? "on " : "off",
-                   run["mean_ttft_s"].get<double>());
+        fmt::print(
+            "shared prefix {} + {} tokens, prefix from {:<6}: mean TTFT {:.3f} s ({:.0f} "
+            "tokens cached)\n",
+            args.shared_prefix_tokens, args.unique_tokens, source_name(source),
+            run["mean_ttft_s"].get<double>(), run["mean_cached_tokens"].get<double>());
       }
+    }
+  }
+  if (!args.engine.kv_cache_dir.empty()) {
+    nlohmann::json disk = disk_throughput(model, args);
+    report["disk_tier"] = disk;
+    if (!args.json) {
+      fmt::print(
+          "disk tier: {} blocks of {} bytes: write {:.2f} GB/s (fsync each), read {:.2f} "
+          "GB/s (checked)\n",
+          disk["blocks"].get<int64_t>(), disk["block_bytes"].get<size_t>(),
+          disk["write_gb_per_s"].get<double>(), disk["read_gb_per_s"].get<double>());
     }
   }
   if (args.json) fmt::print("{}\n", report.dump());
