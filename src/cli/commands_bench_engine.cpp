@@ -2,6 +2,7 @@
 // time-to-first-token with and without prefix caching when requests share a long prefix.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -137,7 +138,7 @@ nlohmann::json disk_throughput(const CausalLM& model, const EngineBenchArgs& arg
   options.queue_limit = 1 << 20;
   const size_t block_bytes = model.kv_shape(args.engine.block_size).bytes_per_block();
   const int64_t blocks =
-      std::max<int64_t>(16, (int64_t{512} << 20) / static_cast<int64_t>(block_bytes));
+      std::clamp<int64_t>((int64_t{512} << 20) / static_cast<int64_t>(block_bytes), 16, 4096);
   std::vector<std::byte> payload(block_bytes);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 131 + 7);
   const std::vector<int32_t> tokens(static_cast<size_t>(args.engine.block_size), 1);
