@@ -12,13 +12,14 @@
 # throughput at 1, 8 and 32 concurrent requests (default, --batch-invariant,
 # --async-scheduling) and the shared-prefix TTFT; server = the same 8 x 64-token work through
 # `deepinfer serve` and 8 streaming HTTP clients; micro = the kernel, tokenizer and
-# JSON-mask micro-benchmarks.
+# JSON-mask micro-benchmarks; tiers = the prefix cache's memory and disk tiers (TTFT, disk
+# GB/s next to dd); replay = bounded replay's error on the sliding-window fixtures.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 MODELS=${MODELS:-/tmp/deepinfer-models}
 OUT=${OUT:-/tmp/deepinfer-bench}
-STAGES=${1:-dense,deepseek,engine,server,micro}
+STAGES=${1:-dense,deepseek,engine,server,micro,tiers,replay}
 BIN="$BUILD_DIR/deepinfer"
 mkdir -p "$MODELS" "$OUT"
 
@@ -62,6 +63,32 @@ stage_engine() {
     tee "$OUT/engine-batch-invariant.txt"
   "$BIN" bench-engine "$MODELS/llama-1b" "${common[@]}" --async-scheduling |
     tee "$OUT/engine-async.txt"
+}
+
+# The prefix cache's tiers: TTFT of a 4,096-token shared prefix from memory, from the disk
+# tier and absent; the disk tier's write and read GB/s next to dd's on the same directory
+# (both read through the page cache, as the tier does).
+stage_tiers() {
+  make_dense
+  local dir="$OUT/kv-cache"
+  rm -rf "$dir"
+  "$BIN" bench-engine "$MODELS/llama-1b" --concurrency 1 --prompt-tokens 16 --output-tokens 4 \
+    --shared-prefix-tokens 4096 --unique-tokens 100 --prefix-requests 2 --kv-cache-dir "$dir" |
+    tee "$OUT/tiers.txt"
+  dd if=/dev/zero of="$dir/dd.bin" bs=1M count=512 conv=fsync 2>&1 | tail -1 |
+    sed 's/^/dd write: /' | tee -a "$OUT/tiers.txt"
+  dd if="$dir/dd.bin" of=/dev/null bs=1M 2>&1 | tail -1 | sed 's/^/dd read: /' |
+    tee -a "$OUT/tiers.txt"
+  rm -rf "$dir"
+}
+
+# Bounded replay's logit error against the cold prefill on the fixtures with sliding windows.
+stage_replay() {
+  local model
+  for model in mistral-swa qwen3-hybrid-swa deepseek-v4-flash-style; do
+    "$BIN" bench-replay "tests/fixtures/models/$model" --batch-invariant --block-size 4 \
+      --prefix-tokens 128,256,512 | sed "s/^/$model: /" | tee -a "$OUT/replay.txt"
+  done
 }
 
 # 8 streaming clients at once, each 128 prompt ids and 64 output tokens (bench-engine's
@@ -120,7 +147,7 @@ echo "== summary =="
 for file in dense dense-short v2lite-bf16 v2lite-fp8; do
   [[ -f $OUT/$file.txt ]] && grep -E "roofline|decode|prompt" "$OUT/$file.txt" | sed "s/^/$file: /"
 done
-for file in engine engine-batch-invariant engine-async server; do
+for file in engine engine-batch-invariant engine-async server tiers replay; do
   [[ -f $OUT/$file.txt ]] && sed "s/^/$file: /" "$OUT/$file.txt"
 done
 exit 0

@@ -55,7 +55,7 @@ struct LoadedModel {
 };
 LoadedModel open_model(const ModelOptions& options);
 
-// --kv-cache-dir, --kv-disk-bytes, --kv-retention-classes, --kv-retention-default and
+// --kv-cache-dir, --kv-disk-bytes, --kv-host-bytes, --kv-retention-classes, --kv-retention-default and
 // --swa-replay-tokens; `prefix` starts each help text. Returns the options (serve names their
 // DEEPINFER_* variables).
 std::vector<CLI::Option*> add_kv_tier_options(CLI::App& command, EngineConfig& engine,

@@ -86,6 +86,14 @@ std::vector<CLI::Option*> add_kv_tier_options(CLI::App& command, EngineConfig& e
                       prefix("bytes this model's blocks may take in --kv-cache-dir; expired "
                              "blocks go first, then the least recently used (0: no bound)"))
           ->capture_default_str());
+  options.push_back(
+      command
+          .add_option("--kv-host-bytes", engine.kv_host_bytes,
+                      prefix("bytes of host memory for the prefix cache's tier between a GPU's "
+                             "KV pool and the disk: blocks the pool lets go of are copied back "
+                             "from there (0: none; the CPU backend's pool is host memory "
+                             "already)"))
+          ->capture_default_str());
   options.push_back(command.add_option_function<std::string>(
       "--kv-retention-classes",
       [&engine](const std::string& text) {
@@ -105,7 +113,7 @@ std::vector<CLI::Option*> add_kv_tier_options(CLI::App& command, EngineConfig& e
              "windows' KV recomputes its last N tokens through every layer, and the disk tier "
              "stores no window KV. N, exact (every sliding layer's window: the cold prefill's "
              "result), 0 (off: windows are stored) or default (the window + 12 with "
-             "--kv-cache-dir, else off)")));
+             "--kv-cache-dir or --kv-host-bytes, else off)")));
   return options;
 }
 

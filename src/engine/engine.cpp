@@ -123,17 +123,21 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
            config.kv_retention_default);
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   replay_tokens_ = replay_tokens(model);
-  if (!config.kv_cache_dir.empty()) {
-    DI_CHECK(config.kv_fingerprint != 0,
-             "engine: a KV cache directory needs the model's fingerprint");
-    DiskTierOptions disk;
-    disk.dir = config.kv_cache_dir;
-    disk.fingerprint = config.kv_fingerprint;
-    disk.capacity_bytes = config.kv_disk_bytes;
-    disk.queue_limit = config.kv_disk_queue_blocks;
-    tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(disk),
-                                           retention_seconds(config.kv_retention_default),
-                                           /*keep_windows=*/replay_tokens_ == 0);
+  if (!config.kv_cache_dir.empty() || config.kv_host_bytes > 0) {
+    PrefixTierOptions tiers;
+    tiers.host_bytes = config.kv_host_bytes;
+    if (!config.kv_cache_dir.empty()) {
+      DI_CHECK(config.kv_fingerprint != 0,
+               "engine: a KV cache directory needs the model's fingerprint");
+      DiskTierOptions& disk = tiers.disk.emplace();
+      disk.dir = config.kv_cache_dir;
+      disk.fingerprint = config.kv_fingerprint;
+      disk.capacity_bytes = config.kv_disk_bytes;
+      disk.queue_limit = config.kv_disk_queue_blocks;
+    }
+    tiers.evicted_retention_seconds = retention_seconds(config.kv_retention_default);
+    tiers.keep_windows = replay_tokens_ == 0;
+    tiers_ = std::make_unique<PrefixTiers>(cache_, std::move(tiers));
   }
   // Arrival numbers start at a random point: unseeded requests derive their seed from theirs.
   std::random_device device;
@@ -280,7 +284,7 @@ int64_t Engine::replay_tokens(const CausalLM& model) const {
   // Layers that all slide keep their windows: there is nothing a replay could start from.
   if (bounds.exact == 0 || !has_full_attention_group(cache_.groups())) return 0;
   if (tokens == EngineConfig::kReplayDefault)
-    tokens = config_.kv_cache_dir.empty() ? 0 : bounds.window + 12;
+    tokens = config_.kv_cache_dir.empty() && config_.kv_host_bytes == 0 ? 0 : bounds.window + 12;
   if (tokens == EngineConfig::kReplayExact) tokens = bounds.exact;
   return tokens == 0 ? 0 : std::max(tokens, bounds.least);
 }
@@ -638,7 +642,7 @@ EngineStats Engine::stats() const {
   stats.prefix_lookups = cache_.pool().lookups();
   stats.prefix_hits = cache_.pool().hits();
   stats.seconds = seconds_between(started_, std::chrono::steady_clock::now());
-  stats.has_disk_tier = tiers_ != nullptr;
+  stats.has_lower_tiers = tiers_ != nullptr;
   if (tiers_) stats.tiers = tiers_->stats();
   return stats;
 }

@@ -41,6 +41,10 @@ struct EngineConfig {
   // sequences are written under this directory, which other engines may share, and prompts
   // look for their prefix there after memory.
   std::string kv_cache_dir;
+  // The prefix cache's host-memory tier between the pool and the disk, in bytes (0: none):
+  // what a GPU's pool lets go of is copied back from there instead of recomputed. On the CPU
+  // backend the pool is host memory already (give it kv_bytes instead).
+  size_t kv_host_bytes = 0;
   uint64_t kv_disk_bytes = 0;   // the directory's capacity for this model (0: unbounded)
   uint64_t kv_fingerprint = 0;  // model_fingerprint of the checkpoint and KV layout
   // Blocks waiting for the disk at most; more are dropped (counted), never waited for.
@@ -54,8 +58,8 @@ struct EngineConfig {
   // whose prefix only the full-attention layers have cached (sliding windows' KV evicted, or
   // never stored below memory) recomputes that prefix's last swa_replay_tokens tokens through
   // every layer instead, and lower tiers then keep no sliding-window KV. kReplayDefault: the
-  // model's window + 12 with a disk tier, off without; kReplayExact: as many tokens as make the
-  // result the cold prefill's (CausalLM::replay_bounds); 0: off.
+  // model's window + 12 with a host or disk tier, off without; kReplayExact: as many tokens as make
+  // the result the cold prefill's (CausalLM::replay_bounds); 0: off.
   int64_t swa_replay_tokens = kReplayDefault;
   static constexpr int64_t kReplayDefault = -1;
   static constexpr int64_t kReplayExact = -2;
@@ -84,10 +88,10 @@ struct EngineStats {
   int64_t replays = 0;
   int64_t replayed_tokens = 0;
   int64_t generated_tokens = 0;
-  double seconds = 0.0;       // since the engine started, for tokens/s
-  double host_seconds = 0.0;  // on the engine thread outside the forward: what overlap hides
-  bool has_disk_tier = false;
-  PrefixTierStats tiers;                 // with has_disk_tier
+  double seconds = 0.0;          // since the engine started, for tokens/s
+  double host_seconds = 0.0;     // on the engine thread outside the forward: what overlap hides
+  bool has_lower_tiers = false;  // a host-memory or disk tier below the pool
+  PrefixTierStats tiers;         // with has_lower_tiers
   LatencyHistogram time_to_first_token;  // from submit() to the first sampled token
   LatencyHistogram inter_token_latency;  // between consecutive tokens of one completion
 };

@@ -12,26 +12,24 @@ std::span<const int32_t> tokens_of_block(std::span<const int32_t> tokens, int64_
 
 }  // namespace
 
-PrefixTiers::PrefixTiers(KvCache& cache, DiskTierOptions disk, uint32_t evicted_retention_seconds,
-                         bool keep_windows, int fetch_threads)
-    : cache_(cache),
-      disk_(std::move(disk)),
-      evicted_retention_seconds_(evicted_retention_seconds),
-      keep_windows_(keep_windows) {
-  for (int i = 0; i < std::max(1, fetch_threads); ++i)
+PrefixTiers::PrefixTiers(KvCache& cache, PrefixTierOptions options)
+    : cache_(cache), options_(std::move(options)) {
+  if (options_.host_bytes > 0) host_.emplace(options_.host_bytes);
+  if (options_.disk) disk_.emplace(*options_.disk);
+  for (int i = 0; i < std::max(1, options_.fetch_threads); ++i)
     threads_.emplace_back([this] { fetch_loop(); });
   cache_.pool().set_eviction_hook([this](int32_t block) {
-    if (stored(cache_.pool().group_of(block))) offer(block, evicted_retention_seconds_);
+    if (stored(cache_.pool().group_of(block))) offer(block, options_.evicted_retention_seconds);
   });
 }
 
 bool PrefixTiers::stored(int group) const {
-  return keep_windows_ || cache_.groups().group_window[static_cast<size_t>(group)] == 0;
+  return options_.keep_windows || cache_.groups().group_window[static_cast<size_t>(group)] == 0;
 }
 
 int64_t PrefixTiers::usable(int64_t blocks,
                             const std::function<bool(int group, int64_t block)>& present) const {
-  if (keep_windows_)
+  if (options_.keep_windows)
     return usable_prefix_blocks(cache_.groups(), cache_.shape().block_size, blocks, present);
   return full_attention_prefix_blocks(cache_.groups(), blocks, present);
 }
@@ -50,12 +48,18 @@ bool PrefixTiers::offer(int32_t block, uint32_t retention_seconds) {
   BlockPool& pool = cache_.pool();
   std::vector<std::byte> payload(cache_.shape().bytes_per_block());
   cache_.read_block(block, payload);
-  if (!disk_.offer(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
-                   std::move(payload), retention_seconds))
-    return false;
+  if (host_) {
+    host_->put(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
+               disk_ ? payload : std::move(payload));
+  }
+  if (disk_) {
+    if (!disk_->offer(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
+                      std::move(payload), retention_seconds))
+      return false;
+    std::lock_guard lock(mutex_);
+    ++stats_.offered_blocks;
+  }
   pool.mark_persisted(block);
-  std::lock_guard lock(mutex_);
-  ++stats_.offered_blocks;
   return true;
 }
 
@@ -140,8 +144,11 @@ void PrefixTiers::run(Fetch& fetch) {
   auto in_memory = [&](int g, int64_t b) {
     return fetch.in_memory[static_cast<size_t>(g)][static_cast<size_t>(b)];
   };
-  auto on_disk = [&](int g, int64_t b) { return in_memory(g, b) || disk_.contains(key(g, b)); };
-  int64_t count = usable(blocks, on_disk);
+  auto below = [&](int g, int64_t b) {
+    return in_memory(g, b) || (host_ && host_->contains(key(g, b))) ||
+           (disk_ && disk_->contains(key(g, b)));
+  };
+  int64_t count = usable(blocks, below);
   std::vector<Block> wanted;
   for (int g = 0; g < groups; ++g) {
     if (!stored(g)) continue;
@@ -153,12 +160,10 @@ void PrefixTiers::run(Fetch& fetch) {
   }
   std::stable_sort(wanted.begin(), wanted.end(),
                    [](const Block& a, const Block& b) { return a.index < b.index; });
-  int64_t limit = count;
+  int64_t limit = count, from_host = 0;
   for (const Block& block : wanted) {
     if (block.index >= limit) break;
-    auto payload = disk_.load(block.key, group_salt(fetch.salt, block.group),
-                              tokens_of_block(fetch.tokens, block.index, fetch.block_size),
-                              fetch.payload_bytes);
+    auto payload = load(fetch, block, from_host);
     if (!payload) {
       limit = block.index;
       continue;
@@ -170,7 +175,22 @@ void PrefixTiers::run(Fetch& fetch) {
   std::lock_guard lock(mutex_);
   stats_.queried_blocks += blocks;
   stats_.found_blocks += static_cast<int64_t>(fetch.loaded.size());
+  stats_.host_found_blocks += from_host;
   if (!fetch.loaded.empty()) stats_.load_seconds.observe(seconds);
+}
+
+std::optional<std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch, const Block& block,
+                                                        int64_t& from_host) {
+  const uint64_t salt = group_salt(fetch.salt, block.group);
+  auto tokens = tokens_of_block(fetch.tokens, block.index, fetch.block_size);
+  if (host_) {
+    if (auto payload = host_->get(block.key, salt, tokens)) {
+      ++from_host;
+      return payload;
+    }
+  }
+  if (!disk_) return std::nullopt;
+  return disk_->load(block.key, salt, tokens, fetch.payload_bytes);
 }
 
 bool PrefixTiers::ready(uint64_t ticket) const {
@@ -231,7 +251,10 @@ PrefixTierStats PrefixTiers::stats() const {
     std::lock_guard lock(mutex_);
     stats = stats_;
   }
-  stats.disk = disk_.stats();
+  stats.has_host = host_.has_value();
+  stats.has_disk = disk_.has_value();
+  if (host_) stats.host = host_->stats();
+  if (disk_) stats.disk = disk_->stats();
   return stats;
 }
 

@@ -1,9 +1,10 @@
-// The prefix cache below memory, as the engine uses it: published full blocks go to the disk
-// tier when a sequence lets go of them (finished or preempted) and when the pool evicts one
-// that is not there yet; a prompt's blocks that memory lacks are looked up and read on
-// background threads, then installed in the pool as cached blocks, so the ordinary memory
-// lookup takes them. Nothing here blocks the caller on the disk: offers queue (or drop),
-// fetches run beside the engine's steps.
+// The prefix cache below the pool, as the engine uses it: published full blocks go to the
+// host-memory tier (a GPU's pool) and the disk tier when a sequence lets go of them (finished
+// or preempted) and when the pool evicts one that is not there yet; a prompt's blocks that
+// the pool lacks are looked up (host memory first, then disk) and read on background
+// threads, then installed in the pool as cached blocks, so the ordinary lookup takes them.
+// Nothing here blocks the caller on the disk: offers queue (or drop), fetches run beside the
+// engine's steps.
 #pragma once
 
 #include <chrono>
@@ -14,20 +15,36 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include "core/latency_histogram.h"
 #include "kv/disk_tier.h"
+#include "kv/host_tier.h"
 #include "kv/kv_cache.h"
 
 namespace deepinfer {
 
+struct PrefixTierOptions {
+  size_t host_bytes = 0;                // the host-memory tier's budget (0: none)
+  std::optional<DiskTierOptions> disk;  // the disk tier (none: no disk)
+  // How long the disk keeps blocks the pool evicts (their requests' classes are not known).
+  uint32_t evicted_retention_seconds = 0;
+  // Whether sliding groups' blocks go below the pool; without, a bounded replay rebuilds
+  // them (PrefixReplay).
+  bool keep_windows = true;
+  int fetch_threads = 2;
+};
+
 struct PrefixTierStats {
+  bool has_host = false, has_disk = false;
+  HostTierStats host;
   DiskTierStats disk;
-  int64_t queried_blocks = 0;     // prompt blocks looked up below memory
-  int64_t found_blocks = 0;       // of those, read and checked
+  int64_t queried_blocks = 0;     // prompt blocks looked up below the pool
+  int64_t found_blocks = 0;       // of those, read (and checked) from some tier
+  int64_t host_found_blocks = 0;  // of those, from host memory
   int64_t installed_blocks = 0;   // put in the pool for a waiting request
   int64_t offered_blocks = 0;     // handed to the disk tier's queue
   LatencyHistogram load_seconds;  // per fetch that read something
@@ -35,11 +52,8 @@ struct PrefixTierStats {
 
 class PrefixTiers {
  public:
-  // Offloads `cache`'s blocks (it hooks the pool's evictions until destroyed); blocks the pool
-  // evicts are kept `evicted_retention_seconds`. Without `keep_windows` sliding groups' blocks
-  // are neither stored nor fetched: a bounded replay rebuilds them (PrefixReplay).
-  PrefixTiers(KvCache& cache, DiskTierOptions disk, uint32_t evicted_retention_seconds = 0,
-              bool keep_windows = true, int fetch_threads = 2);
+  // Offloads `cache`'s blocks (it hooks the pool's evictions until destroyed).
+  PrefixTiers(KvCache& cache, PrefixTierOptions options);
   ~PrefixTiers();
   PrefixTiers(const PrefixTiers&) = delete;
   PrefixTiers& operator=(const PrefixTiers&) = delete;
@@ -65,7 +79,6 @@ class PrefixTiers {
   // Waits until some fetch is ready or `timeout` passes.
   void wait(std::chrono::milliseconds timeout) const;
   PrefixTierStats stats() const;
-  DiskTier& disk() { return disk_; }
 
  private:
   struct Block {
@@ -97,10 +110,15 @@ class PrefixTiers {
   void fetch_loop();
   void run(Fetch& fetch);
 
+  // A block's payload from host memory or disk, checked; none when neither has it.
+  // (`from_host` counts the ones host memory gave.)
+  std::optional<std::vector<std::byte>> load(const Fetch& fetch, const Block& block,
+                                             int64_t& from_host);
+
   KvCache& cache_;
-  DiskTier disk_;
-  uint32_t evicted_retention_seconds_;
-  bool keep_windows_;
+  PrefixTierOptions options_;
+  std::optional<HostTier> host_;
+  std::optional<DiskTier> disk_;
   mutable std::mutex mutex_;
   mutable std::condition_variable work_, finished_;
   std::map<uint64_t, std::shared_ptr<Fetch>> fetches_;

@@ -83,15 +83,34 @@ class MetricsText {
 };
 
 // The prefix cache's disk tier (--kv-cache-dir).
-void disk_tier_metrics(MetricsText& metrics, const PrefixTierStats& tiers) {
+// Hits and lookups per tier: every block below the pool is looked up in host memory first,
+// what it lacks on disk.
+void lower_tier_metrics(MetricsText& metrics, const PrefixTierStats& tiers) {
   auto count = [&](const char* name, const char* help, double value,
                    const std::string& labels = "") {
     metrics.value(name, "counter", help, value, labels);
   };
-  count("deepinfer:prefix_cache_tier_queries_total", "Prompt blocks looked up, by tier.",
-        static_cast<double>(tiers.queried_blocks), ",tier=\"disk\"");
-  count("deepinfer:prefix_cache_tier_hits_total", "Prompt blocks found and loaded, by tier.",
-        static_cast<double>(tiers.found_blocks), ",tier=\"disk\"");
+  const int64_t disk_queried = tiers.queried_blocks - tiers.host_found_blocks;
+  for (bool host : {true, false}) {
+    if (!(host ? tiers.has_host : tiers.has_disk)) continue;
+    const std::string tier = host ? ",tier=\"host\"" : ",tier=\"disk\"";
+    count("deepinfer:prefix_cache_tier_queries_total", "Prompt blocks looked up, by tier.",
+          static_cast<double>(host ? tiers.queried_blocks : disk_queried), tier);
+    count("deepinfer:prefix_cache_tier_hits_total", "Prompt blocks found and loaded, by tier.",
+          static_cast<double>(host ? tiers.host_found_blocks
+                                   : tiers.found_blocks - tiers.host_found_blocks),
+          tier);
+  }
+  metrics.histogram("deepinfer:kv_tier_load_seconds",
+                    "Time to look up and read a prompt's blocks from the tiers below the pool.",
+                    tiers.load_seconds);
+  if (tiers.has_host) {
+    metrics.value("deepinfer:kv_host_bytes", "gauge", "Block bytes the host-memory tier holds.",
+                  static_cast<double>(tiers.host.bytes));
+    count("deepinfer:kv_host_evictions_total", "Blocks the host-memory tier let go for space.",
+          static_cast<double>(tiers.host.evicted));
+  }
+  if (!tiers.has_disk) return;
   count("deepinfer:kv_disk_bytes_read_total", "Block bytes read from the disk tier.",
         static_cast<double>(tiers.disk.bytes_read));
   count("deepinfer:kv_disk_bytes_written_total", "Block bytes written to the disk tier.",
@@ -108,9 +127,8 @@ void disk_tier_metrics(MetricsText& metrics, const PrefixTierStats& tiers) {
   }
   count("deepinfer:kv_disk_evictions_total", "Block files removed, by cause.",
         static_cast<double>(tiers.disk.evicted), ",cause=\"capacity\"");
-  metrics.histogram("deepinfer:kv_disk_load_seconds",
-                    "Time to look up and read a prompt's blocks from the disk tier.",
-                    tiers.load_seconds);
+  count("deepinfer:kv_disk_evictions_total", "Block files removed, by cause.",
+        static_cast<double>(tiers.disk.expired), ",cause=\"expired\"");
 }
 
 }  // namespace
@@ -140,7 +158,7 @@ std::string ApiServer::metrics_text() const {
   metrics.value("deepinfer:prefix_cache_replayed_tokens_total", "counter",
                 "Cached prompt tokens recomputed by bounded replays.",
                 static_cast<double>(stats.replayed_tokens));
-  if (stats.has_disk_tier) disk_tier_metrics(metrics, stats.tiers);
+  if (stats.has_lower_tiers) lower_tier_metrics(metrics, stats.tiers);
   metrics.value("vllm:num_preemptions_total", "counter", "Preemptions.",
                 static_cast<double>(stats.preemptions));
   metrics.value("vllm:prompt_tokens_total", "counter", "Prompt tokens computed.",

@@ -124,6 +124,37 @@ TEST(DiskTierQueue, AFullQueueDropsWritesAndTheEngineGoesOn) {
   EXPECT_EQ(full.stats.tiers.disk.written, 0);
 }
 
+// A pool too small for two prompts: the first one's blocks leave it for the host-memory
+// tier and come back from there when the conversation continues.
+TEST(HostTier, APromptLeftThePoolAndComesBackFromHostMemory) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kMmap, *ops);
+  const int32_t vocab = model->config().vocab_size;
+  GenerationRequest first = greedy("first", prompt_of(40, 1, vocab), 4);
+  GenerationRequest other = greedy("other", prompt_of(60, 2, vocab), 4);
+  GenerationRequest again = first;
+  again.id = "again";
+  for (int32_t token : prompt_of(5, 3, vocab)) again.prompt.push_back(token);
+  EngineConfig config = config_with({});
+  config.num_blocks = 36;  // the other prompt's blocks take the first one's place
+  config.kv_host_bytes = size_t{64} << 20;
+  config.swa_replay_tokens = EngineConfig::kReplayExact;
+  Engine engine(*model, config);
+  std::map<std::string, GenerationResult> results;
+  for (const GenerationRequest& request : {first, other, again}) {
+    engine.submit(request);
+    for (GenerationResult& result : engine.run_to_completion())
+      results[result.id] = std::move(result);
+  }
+  EngineStats stats = engine.stats();
+  EXPECT_GT(stats.tiers.host_found_blocks, 0);
+  EXPECT_EQ(stats.tiers.found_blocks, stats.tiers.host_found_blocks);
+  EXPECT_FALSE(stats.tiers.has_disk);
+  EXPECT_GT(results.at("again").cached_prompt_tokens, 0);
+  Outcome cold = run(*model, config_with({}), {again});
+  EXPECT_EQ(results.at("again").tokens, cold.results.at("again").tokens);
+}
+
 class DiskTierFiles : public ::testing::Test {
  protected:
   void SetUp() override {
