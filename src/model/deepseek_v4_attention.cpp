@@ -44,7 +44,8 @@ StepTables StepTables::of(const ModelConfig& config, const ForwardBatch& batch, 
       const size_t before = pairs.size();
       // Window w completes at its last token (w + 1) * rate - 1. A replay pools none that
       // ends before its restored entries do (they hold those windows already).
-      const int64_t restored_end = batch.restored_ends[static_cast<size_t>(s)];
+      const int64_t restored_end =
+          batch.restored_ends.empty() ? 0 : batch.restored_ends[static_cast<size_t>(s)];
       for (int64_t w = std::max(first, restored_end) / rate; (w + 1) * rate <= end; ++w) {
         pairs.insert(pairs.end(), {s, static_cast<int32_t>(w)});
         first_positions.push_back(static_cast<int32_t>(w * rate));
