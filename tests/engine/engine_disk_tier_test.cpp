@@ -14,6 +14,7 @@ namespace deepinfer {
 namespace {
 
 using testing::fixture_model;
+using testing::greedy_request;
 using testing::TempDir;
 
 constexpr uint64_t kFingerprint = 0x5eed;
@@ -34,18 +35,6 @@ EngineConfig config_with(const std::filesystem::path& dir) {
   config.kv_fingerprint = kFingerprint;
   config.swa_replay_tokens = 0;  // windows are stored: every restore is exact
   return config;
-}
-
-GenerationRequest greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens,
-                         uint64_t salt = 0) {
-  GenerationRequest request;
-  request.id = id;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = 0.0f;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = true;
-  request.cache_salt = salt;
-  return request;
 }
 
 struct Outcome {
@@ -71,14 +60,14 @@ TEST_P(DiskTierOnFixture, AnotherEngineContinuesTheConversationFromDisk) {
   auto model = load_model(fixture_model(GetParam()), LoadMode::kMmap, *ops);
   const int block_size = model->kv_shape(4).block_size;  // a model may round it up
   const int32_t vocab = model->config().vocab_size;
-  GenerationRequest first = greedy("first", prompt_of(3 * block_size + 5, 1, vocab), 8);
+  GenerationRequest first = greedy_request("first", prompt_of(3 * block_size + 5, 1, vocab), 8);
   EngineConfig cold = config_with({});
   std::vector<int32_t> answer = run(*model, cold, {first}).results.at("first").tokens;
   std::vector<int32_t> next = first.prompt;
   next.insert(next.end(), answer.begin(), answer.end());
   for (int32_t token : prompt_of(5, 2, vocab)) next.push_back(token);
-  GenerationRequest second = greedy("second", next, 6);
-  GenerationRequest other = greedy("other", prompt_of(2 * block_size + 3, 3, vocab), 6);
+  GenerationRequest second = greedy_request("second", next, 6);
+  GenerationRequest other = greedy_request("other", prompt_of(2 * block_size + 3, 3, vocab), 6);
   Outcome cold_second = run(*model, cold, {second, other});
 
   TempDir dir;
@@ -111,7 +100,7 @@ TEST(DiskTierQueue, AFullQueueDropsWritesAndTheEngineGoesOn) {
   std::vector<GenerationRequest> requests;
   for (int r = 0; r < 6; ++r)
     requests.push_back(
-        greedy(std::to_string(r), prompt_of(21 + r, r, model->config().vocab_size), 5));
+        greedy_request(std::to_string(r), prompt_of(21 + r, r, model->config().vocab_size), 5));
   Outcome cold = run(*model, config_with({}), requests);
   TempDir dir;
   EngineConfig config = config_with(dir.path());
@@ -130,8 +119,8 @@ TEST(HostTier, APromptLeftThePoolAndComesBackFromHostMemory) {
   auto ops = make_cpu_ops();
   auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kMmap, *ops);
   const int32_t vocab = model->config().vocab_size;
-  GenerationRequest first = greedy("first", prompt_of(40, 1, vocab), 4);
-  GenerationRequest other = greedy("other", prompt_of(60, 2, vocab), 4);
+  GenerationRequest first = greedy_request("first", prompt_of(40, 1, vocab), 4);
+  GenerationRequest other = greedy_request("other", prompt_of(60, 2, vocab), 4);
   GenerationRequest again = first;
   again.id = "again";
   for (int32_t token : prompt_of(5, 3, vocab)) again.prompt.push_back(token);
@@ -161,8 +150,8 @@ class DiskTierFiles : public ::testing::Test {
     ops_ = make_cpu_ops();
     model_ = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops_);
     prompt_ = prompt_of(30, 4, model_->config().vocab_size);
-    cold_ = run(*model_, config_with({}), {greedy("a", prompt_, 6)}).results.at("a").tokens;
-    Outcome writer = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+    cold_ = run(*model_, config_with({}), {greedy_request("a", prompt_, 6)}).results.at("a").tokens;
+    Outcome writer = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
     ASSERT_EQ(writer.results.at("a").tokens, cold_);
   }
 
@@ -185,19 +174,19 @@ TEST_F(DiskTierFiles, AFlippedByteEndsThePrefixThere) {
   std::fstream(file_of(3), std::ios::in | std::ios::out | std::ios::binary)
       .seekp(-1, std::ios::end)
       .put('\x7f');
-  Outcome reader = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  Outcome reader = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(reader.results.at("a").tokens, cold_);
   EXPECT_EQ(reader.results.at("a").cached_prompt_tokens, 3 * 4);
   EXPECT_EQ(reader.stats.tiers.disk.rejected[static_cast<int>(BlockFileStatus::kCorrupt)], 1);
   // Removed, and rewritten by the run that recomputed it.
-  Outcome again = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  Outcome again = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(again.results.at("a").cached_prompt_tokens, 28);
   EXPECT_EQ(again.results.at("a").tokens, cold_);
 }
 
 TEST_F(DiskTierFiles, ATruncatedFileIsNeverServed) {
   std::filesystem::resize_file(file_of(0), std::filesystem::file_size(file_of(0)) / 2);
-  Outcome reader = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  Outcome reader = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(reader.results.at("a").tokens, cold_);
   EXPECT_EQ(reader.results.at("a").cached_prompt_tokens, 0);
   EXPECT_EQ(reader.stats.tiers.disk.rejected[static_cast<int>(BlockFileStatus::kTruncated)], 1);
@@ -206,13 +195,14 @@ TEST_F(DiskTierFiles, ATruncatedFileIsNeverServed) {
 TEST_F(DiskTierFiles, AnotherModelOrSaltFindsNothing) {
   EngineConfig foreign = config_with(dir_.path());
   foreign.kv_fingerprint = kFingerprint + 1;
-  Outcome other_model = run(*model_, foreign, {greedy("a", prompt_, 6)});
+  Outcome other_model = run(*model_, foreign, {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(other_model.results.at("a").cached_prompt_tokens, 0);
   EXPECT_EQ(other_model.stats.tiers.found_blocks, 0);
-  Outcome other_tenant = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6, 99)});
+  Outcome other_tenant =
+      run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6, 99)});
   EXPECT_EQ(other_tenant.results.at("a").cached_prompt_tokens, 0);
   EXPECT_EQ(other_tenant.results.at("a").tokens, cold_);
-  Outcome same = run(*model_, config_with(dir_.path()), {greedy("a", prompt_, 6)});
+  Outcome same = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(same.results.at("a").cached_prompt_tokens, 28);
 }
 

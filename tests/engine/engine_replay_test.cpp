@@ -14,6 +14,7 @@ namespace deepinfer {
 namespace {
 
 using testing::fixture_model;
+using testing::greedy_request;
 using testing::TempDir;
 
 std::vector<int32_t> prompt_of(int64_t length, int salt, int32_t vocab) {
@@ -83,16 +84,6 @@ TEST(Replay, LayersThatAllSlideReplayFromScratch) {
 
 // Through the engine: one engine writes a conversation's blocks, another continues it from the
 // directory alone. The second restores only the full-attention layers and replays.
-GenerationRequest greedy(const std::string& id, std::vector<int32_t> prompt, int max_tokens) {
-  GenerationRequest request;
-  request.id = id;
-  request.prompt = std::move(prompt);
-  request.sampling.temperature = 0.0f;
-  request.max_tokens = max_tokens;
-  request.ignore_eos = true;
-  return request;
-}
-
 struct Served {
   GenerationResult result;
   EngineStats stats;
@@ -125,7 +116,7 @@ TEST_P(EngineReplay, AnotherEngineReplaysFromTheFullAttentionBlocksOnDisk) {
   const int block_size = model->kv_shape(4).block_size;
   const int64_t exact = model->replay_bounds().exact;
   GenerationRequest first =
-      greedy("first", prompt_of(exact + block_size + 3, 3, model->config().vocab_size), 4);
+      greedy_request("first", prompt_of(exact + block_size + 3, 3, model->config().vocab_size), 4);
   GenerationRequest second = first;
   second.id = "second";
   for (int32_t token : prompt_of(7, 4, model->config().vocab_size)) second.prompt.push_back(token);
@@ -159,7 +150,7 @@ TEST(EngineReplayDefault, IsTheWindowPlusTwelveWithADiskTier) {
   auto ops = make_cpu_ops();
   auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kMmap, *ops);
   TempDir dir;
-  GenerationRequest request = greedy("a", prompt_of(60, 5, model->config().vocab_size), 2);
+  GenerationRequest request = greedy_request("a", prompt_of(60, 5, model->config().vocab_size), 2);
   run(*model, replaying(dir.path(), EngineConfig::kReplayDefault), request);
   request.prompt.push_back(7);
   Served reader = run(*model, replaying(dir.path(), EngineConfig::kReplayDefault), request);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
 #include "kernels/ops.h"
 #include "model/make_model.h"
 #include "model/model.h"
@@ -30,6 +31,19 @@ inline const std::vector<std::string> kFixtureModels = {"llama-gqa",
                                                         "deepseek-v3-fp8",
                                                         "deepseek-v2-lite-style",
                                                         "deepseek-v4-flash-style"};
+
+// A request for `max_tokens` greedy tokens that ignores eos, under cache salt `salt`.
+inline GenerationRequest greedy_request(const std::string& id, std::vector<int32_t> prompt,
+                                        int max_tokens, uint64_t salt = 0) {
+  GenerationRequest request;
+  request.id = id;
+  request.prompt = std::move(prompt);
+  request.sampling.temperature = 0.0f;
+  request.max_tokens = max_tokens;
+  request.ignore_eos = true;
+  request.cache_salt = salt;
+  return request;
+}
 
 // A fresh directory under the system temp dir, removed when the object dies.
 class TempDir {
