@@ -286,21 +286,35 @@ BackendMemory select_entries(const LayerContext& ctx, const Tensor& normed, cons
   return selected;
 }
 
-// out [T, D] = wo_b . concat_g(wo_a_g . heads of group g).
+// out [T, D] = wo_b . concat_g(wo_a_g . heads of group g). The groups' inputs and outputs are
+// regrouped group-major with one copy each way, so every product reads and writes dense rows;
+// a single row is already group-major and needs neither copy.
 void project_out(const LayerContext& ctx, BackendTensor& heads, Tensor& out) {
   const AttentionWeights& a = ctx.layer.attention;
   const auto groups = static_cast<int64_t>(a.out_groups.size());
-  const int64_t width = heads.dim(1), group_in = width / groups;
+  const int64_t tokens = ctx.tokens(), width = heads.dim(1), group_in = width / groups;
   const int64_t rank = a.out_groups.front().dim(0);
-  BackendTensor group_input(ctx.ops, {ctx.tokens(), group_in});
-  BackendTensor mixed(ctx.ops, {ctx.tokens(), groups * rank});
+  BackendTensor mixed(ctx.ops, {tokens, groups * rank});
+  BackendTensor inputs, outputs;
+  float* input = heads.data();
+  float* output = mixed.data();
+  if (tokens > 1) {
+    inputs = BackendTensor(ctx.ops, {groups, tokens, group_in});
+    outputs = BackendTensor(ctx.ops, {groups, tokens, rank});
+    Tensor regrouped = inputs.view();
+    ctx.ops.copy(view(ctx, heads.data(), {groups, tokens, group_in}, {group_in, width, 1}),
+                 regrouped);
+    input = inputs.data();
+    output = outputs.data();
+  }
   for (int64_t g = 0; g < groups; ++g) {
-    Tensor input = group_input.view();
-    ctx.ops.copy(view(ctx, heads.data() + g * group_in, {ctx.tokens(), group_in}, {width, 1}),
-                 input);
-    Tensor slice = view(ctx, mixed.data() + g * rank, {ctx.tokens(), rank}, {groups * rank, 1});
-    BackendTensor y = product(ctx.ops, input, a.out_groups[static_cast<size_t>(g)]);
-    ctx.ops.copy(y.view(), slice);
+    Tensor y = view(ctx, output + g * tokens * rank, {tokens, rank}, {rank, 1});
+    ctx.ops.matmul(view(ctx, input + g * tokens * group_in, {tokens, group_in}, {group_in, 1}),
+                   a.out_groups[static_cast<size_t>(g)], nullptr, y);
+  }
+  if (tokens > 1) {
+    Tensor token_major = view(ctx, mixed.data(), {groups, tokens, rank}, {rank, groups * rank, 1});
+    ctx.ops.copy(outputs.view(), token_major);
   }
   ctx.ops.matmul(mixed.view(), *a.out_mix, nullptr, out);
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "kernels/cuda/deepseek_v4_kernels.h"
 #include "kernels/cuda_parity.h"
@@ -17,9 +18,15 @@ using testing::CudaOpsParity;
 using testing::kExact;
 using testing::kF32Products;
 
-TEST_F(CudaOpsParity, HyperConnectionsMatchTheCpu) {
-  const int streams = 4;
-  const int64_t tokens = 7, width = 96, mixes = (2 + streams) * streams;
+// Stream counts of one, V4's four, an odd five and a wide 40; widths below one chunk of the
+// partial products and across several; token counts that leave a tile part-filled.
+class CudaHyperConnections
+    : public CudaOpsParity,
+      public ::testing::WithParamInterface<std::tuple<int, int64_t, int64_t>> {};
+
+TEST_P(CudaHyperConnections, MatchTheCpu) {
+  const auto [streams, width, tokens] = GetParam();
+  const int64_t mixes = (2 + streams) * streams;
   Both x = random({tokens, streams * width});
   Both fn = random({mixes, streams * width}, DType::kF32, 0.05f);
   Both base = random({mixes}), scale = random({3}, DType::kF32, 0.5f);
@@ -51,6 +58,13 @@ TEST_F(CudaOpsParity, HyperConnectionsMatchTheCpu) {
                hidden.device_view);
   EXPECT_LT(error(hidden), kF32Products);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaHyperConnections,
+                         ::testing::Values(std::tuple{4, int64_t{96}, int64_t{7}},
+                                           std::tuple{1, int64_t{300}, int64_t{1}},
+                                           std::tuple{4, int64_t{1100}, int64_t{9}},
+                                           std::tuple{5, int64_t{257}, int64_t{17}},
+                                           std::tuple{40, int64_t{33}, int64_t{3}}));
 
 // Paged state of two sequences (43 and 300 tokens, every token a new row): compressor inputs
 // over three cache layers, entries of a CSA-style (overlapping, rate 4) and an HCA-style

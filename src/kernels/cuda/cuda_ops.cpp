@@ -431,12 +431,15 @@ class CudaOps final : public Ops {
   void hc_pre(const Tensor& streams, const HyperConnection& hc, Tensor* mix,
               Tensor& collapsed) override {
     require_device(streams, "hc_pre");
-    BackendMemory logits =
-        allocate_scratch(static_cast<size_t>(collapsed.dim(0) * hc.fn->dim(0)) * sizeof(float));
+    const auto mixes = static_cast<int>(hc.fn->dim(0));
+    BackendMemory scratch =
+        allocate_scratch(static_cast<size_t>(cuda::hc_pre_scratch_floats(
+                             collapsed.dim(0), collapsed.dim(-1), hc.streams, mixes)) *
+                         sizeof(float));
     cuda::hc_pre(streams.as<const float>(), collapsed.dim(0), collapsed.dim(-1),
                  hc.fn->as<const float>(), hc.base->as<const float>(), hc.scale->as<const float>(),
-                 hc.streams, static_cast<int>(hc.fn->dim(0)), hc.sinkhorn_iterations, hc.eps,
-                 hc.norm_eps, static_cast<float*>(logits.get()), mix ? mix->as<float>() : nullptr,
+                 hc.streams, mixes, hc.sinkhorn_iterations, hc.eps, hc.norm_eps,
+                 static_cast<float*>(scratch.get()), mix ? mix->as<float>() : nullptr,
                  collapsed.as<float>(), stream());
   }
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cfloat>
 
 #include "core/error.h"
@@ -9,7 +10,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxStreams = 64;
 
 __device__ float warp_sum(float value) {
   for (int offset = 16; offset > 0; offset /= 2)
@@ -68,92 +68,148 @@ __device__ void place_of(const DeviceRows& rows, int64_t t, int& seq, int64_t& p
   position = rows.context_lens[lo] - (rows.query_start[lo + 1] - t);
 }
 
-// The mixing logits, one block per (token, row of fn): the dot of the row with the token's
-// streams, times the streams' inverse RMS (each block sums the squares itself).
-__global__ void hc_logits_kernel(const float* streams, int64_t flat, const float* fn, int mixes,
-                                 float norm_eps, float* logits) {
-  __shared__ float scratch[kWarps];
-  const int64_t t = blockIdx.x;
-  const int r = blockIdx.y;
-  const float* x = streams + t * flat;
-  const float* row = fn + r * flat;
-  float squares = 0.0f, dot = 0.0f;
-  for (int64_t i = threadIdx.x; i < flat; i += blockDim.x) {
-    squares += x[i] * x[i];
-    dot += row[i] * x[i];
-  }
-  squares = block_sum(squares, scratch);
-  dot = block_sum(dot, scratch);
-  if (threadIdx.x == 0)
-    logits[t * mixes + r] = dot * rsqrtf(squares / static_cast<float>(flat) + norm_eps);
+// Hyper-connections in four launches, each spread over the whole GPU even for one token:
+// partial products of the flattened streams with fn (a chunk of the streams by a tile of
+// tokens a block), the mix of each token from those partials, the collapse and the residual
+// update (a slice of the hidden width a block). Every sum runs in an order fixed by the token's
+// own data, so a token's result does not depend on the batch around it.
+constexpr int kHcChunk = 512;    // flattened stream elements a partials block reads
+constexpr int kHcTokenTile = 8;  // tokens a partials block shares each fn load between
+constexpr int kHcSharedFloats = 48 * 1024 / static_cast<int>(sizeof(float));
+
+int hc_chunks(int64_t flat) {
+  return static_cast<int>((flat + kHcChunk - 1) / kHcChunk);
 }
 
-// One block per token: pre/post and the Sinkhorn comb from the logits on one thread, then the
-// collapse.
-__global__ void hc_pre_kernel(const float* streams, int64_t width, const float* all_logits,
-                              const float* base, const float* scale, int n, int mixes,
-                              int iterations, float eps, float* mix, float* collapsed) {
-  __shared__ float pre[kMaxStreams];
-  const int64_t t = blockIdx.x;
-  const float* x = streams + t * n * width;
-  const float* logits = all_logits + t * mixes;
+// partials[token][chunk][r] for r < mixes: fn row r times the token's streams over the chunk;
+// [mixes]: the sum of the chunk's squares.
+__global__ void __launch_bounds__(kThreads)
+    hc_partials_kernel(const float* streams, int64_t tokens, int64_t flat, const float* fn,
+                       int mixes, float* partials) {
+  __shared__ float xs[kHcTokenTile][kHcChunk];
+  __shared__ float scratch[kWarps];
+  const int chunks = gridDim.x, chunk = blockIdx.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * kHcTokenTile;
+  const int tile = static_cast<int>(min(static_cast<int64_t>(kHcTokenTile), tokens - first));
+  const int64_t begin = static_cast<int64_t>(chunk) * kHcChunk;
+  const int len = static_cast<int>(min(static_cast<int64_t>(kHcChunk), flat - begin));
+  for (int u = 0; u < kHcTokenTile; ++u) {
+    float squares = 0.0f;
+    for (int i = threadIdx.x; i < kHcChunk; i += blockDim.x) {
+      const float v = u < tile && i < len ? streams[(first + u) * flat + begin + i] : 0.0f;
+      xs[u][i] = v;
+      squares += v * v;
+    }
+    squares = block_sum(squares, scratch);
+    if (u < tile && threadIdx.x == 0)
+      partials[((first + u) * chunks + chunk) * (mixes + 1) + mixes] = squares;
+  }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int j = 0; j < n; ++j) pre[j] = sigmoid(logits[j] * scale[0] + base[j]) + eps;
-    if (mix) {
-      float* m = mix + t * mixes;
-      for (int j = 0; j < n; ++j) {
-        m[j] = pre[j];
-        m[n + j] = 2.0f * sigmoid(logits[n + j] * scale[1] + base[n + j]);
-      }
-      float* comb = m + 2 * n;
-      for (int i = 0; i < n * n; ++i) comb[i] = logits[2 * n + i] * scale[2] + base[2 * n + i];
-      for (int j = 0; j < n; ++j) {
-        float top = -FLT_MAX, sum = 0.0f;
-        for (int k = 0; k < n; ++k) top = fmaxf(top, comb[j * n + k]);
-        for (int k = 0; k < n; ++k) sum += comb[j * n + k] = expf(comb[j * n + k] - top);
-        for (int k = 0; k < n; ++k) comb[j * n + k] = comb[j * n + k] / sum + eps;
-      }
-      for (int it = 0; it < iterations; ++it) {
-        if (it > 0) {
-          for (int j = 0; j < n; ++j) {
-            float sum = 0.0f;
-            for (int k = 0; k < n; ++k) sum += comb[j * n + k];
-            for (int k = 0; k < n; ++k) comb[j * n + k] /= sum + eps;
-          }
-        }
-        for (int k = 0; k < n; ++k) {
-          float sum = 0.0f;
-          for (int j = 0; j < n; ++j) sum += comb[j * n + k];
-          for (int j = 0; j < n; ++j) comb[j * n + k] /= sum + eps;
-        }
-      }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < mixes; r += kWarps) {
+    const float* row = fn + static_cast<int64_t>(r) * flat + begin;
+    float dots[kHcTokenTile] = {};
+    for (int i = lane; i < len; i += 32) {
+      const float w = row[i];
+      for (int u = 0; u < kHcTokenTile; ++u) dots[u] += w * xs[u][i];
+    }
+    for (int u = 0; u < tile; ++u) {
+      const float dot = warp_sum(dots[u]);
+      if (lane == 0) partials[((first + u) * chunks + chunk) * (mixes + 1) + r] = dot;
     }
   }
-  __syncthreads();
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    float c = 0.0f;
-    for (int j = 0; j < n; ++j) c += pre[j] * x[j * width + i];
-    collapsed[t * width + i] = c;
-  }
 }
 
+// Rows (or, transposed, columns) of the n x n comb divided by their sums plus eps, a row or
+// column a thread.
+__device__ void hc_normalize(float* comb, int n, bool rows, float eps) {
+  for (int a = threadIdx.x; a < n; a += blockDim.x) {
+    float sum = 0.0f;
+    for (int b = 0; b < n; ++b) sum += rows ? comb[a * n + b] : comb[b * n + a];
+    for (int b = 0; b < n; ++b) (rows ? comb[a * n + b] : comb[b * n + a]) /= sum + eps;
+  }
+  __syncthreads();
+}
+
+// One block per token: the logits from the partials, pre (for the collapse) and, with `mix`,
+// post and the Sinkhorn-normalised comb (a row softmax plus eps, a column normalisation, then
+// iterations - 1 row and column pairs). Dynamic shared memory: `mixes` floats.
+__global__ void hc_mix_kernel(const float* partials, int chunks, int64_t flat, const float* base,
+                              const float* scale, int n, int mixes, int iterations, float eps,
+                              float norm_eps, float* pre, float* mix) {
+  extern __shared__ float logits[];
+  const int64_t t = blockIdx.x;
+  const float* p = partials + t * chunks * (mixes + 1);
+  float squares = 0.0f;
+  for (int c = 0; c < chunks; ++c) squares += p[c * (mixes + 1) + mixes];
+  const float factor = rsqrtf(squares / static_cast<float>(flat) + norm_eps);
+  for (int r = threadIdx.x; r < mixes; r += blockDim.x) {
+    float dot = 0.0f;
+    for (int c = 0; c < chunks; ++c) dot += p[c * (mixes + 1) + r];
+    logits[r] = dot * factor;
+  }
+  __syncthreads();
+  float* m = mix ? mix + t * mixes : nullptr;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float value = sigmoid(logits[j] * scale[0] + base[j]) + eps;
+    pre[t * n + j] = value;
+    if (m) {
+      m[j] = value;
+      m[n + j] = 2.0f * sigmoid(logits[n + j] * scale[1] + base[n + j]);
+    }
+  }
+  if (!m) return;
+  float* comb = logits + 2 * n;
+  for (int i = threadIdx.x; i < n * n; i += blockDim.x)
+    comb[i] = comb[i] * scale[2] + base[2 * n + i];
+  __syncthreads();
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    float* row = comb + j * n;
+    float top = -FLT_MAX, sum = 0.0f;
+    for (int k = 0; k < n; ++k) top = fmaxf(top, row[k]);
+    for (int k = 0; k < n; ++k) sum += row[k] = expf(row[k] - top);
+    for (int k = 0; k < n; ++k) row[k] = row[k] / sum + eps;
+  }
+  __syncthreads();
+  hc_normalize(comb, n, false, eps);
+  for (int it = 1; it < iterations; ++it) {
+    hc_normalize(comb, n, true, eps);
+    hc_normalize(comb, n, false, eps);
+  }
+  for (int i = threadIdx.x; i < n * n; i += blockDim.x) m[2 * n + i] = comb[i];
+}
+
+// collapsed[t][i] = sum over streams j of pre[t][j] * streams[t][j][i]; an element a thread.
+__global__ void hc_collapse_kernel(const float* streams, int64_t width, const float* pre, int n,
+                                   float* collapsed) {
+  const int64_t t = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= width) return;
+  const float* x = streams + t * n * width + i;
+  float c = 0.0f;
+  for (int j = 0; j < n; ++j) c += pre[t * n + j] * x[j * width];
+  collapsed[t * width + i] = c;
+}
+
+// Stream k of token t becomes post[k] * out + sum over j of comb[j][k] * stream j, in place:
+// each thread keeps its element's old streams in dynamic shared memory (n * blockDim floats).
 __global__ void hc_post_kernel(const float* out, const float* mix, int64_t width, int n,
                                float* streams) {
-  const int64_t t = blockIdx.x;
+  extern __shared__ float old[];
+  const int64_t t = blockIdx.y;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= width) return;
   const float* m = mix + t * (2 + n) * n;
   const float* post = m + n;
   const float* comb = m + 2 * n;
-  float* x = streams + t * n * width;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-    float old[kMaxStreams];
-    for (int j = 0; j < n; ++j) old[j] = x[j * width + i];
-    const float y = out[t * width + i];
-    for (int k = 0; k < n; ++k) {
-      float value = post[k] * y;
-      for (int j = 0; j < n; ++j) value += comb[j * n + k] * old[j];
-      x[k * width + i] = value;
-    }
+  float* x = streams + t * n * width + i;
+  float* mine = old + threadIdx.x;
+  for (int j = 0; j < n; ++j) mine[j * blockDim.x] = x[j * width];
+  const float y = out[t * width + i];
+  for (int k = 0; k < n; ++k) {
+    float value = post[k] * y;
+    for (int j = 0; j < n; ++j) value += comb[j * n + k] * mine[j * blockDim.x];
+    x[k * width] = value;
   }
 }
 
@@ -562,28 +618,46 @@ void store_addresses(const uintptr_t* addresses, int64_t count, uintptr_t* out,
   }
 }
 
+int64_t hc_pre_scratch_floats(int64_t tokens, int64_t width, int streams_count, int mixes) {
+  return tokens * (int64_t{hc_chunks(streams_count * width)} * (mixes + 1) + streams_count);
+}
+
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
-            float norm_eps, float* logits, float* mix, float* collapsed, cudaStream_t stream) {
-  if (streams_count > kMaxStreams)
-    fail("hc_pre: {} streams (at most {})", streams_count, kMaxStreams);
+            float norm_eps, float* scratch, float* mix, float* collapsed, cudaStream_t stream) {
+  if (mixes > kHcSharedFloats)
+    fail("hc_pre: {} streams need {} mixing logits (at most {} on the GPU)", streams_count, mixes,
+         kHcSharedFloats);
   if (tokens == 0) return;
-  hc_logits_kernel<<<dim3(static_cast<unsigned>(tokens), static_cast<unsigned>(mixes)), kThreads, 0,
-                     stream>>>(streams, streams_count * width, fn, mixes, norm_eps, logits);
-  check_launch("hc_pre (logits)");
-  hc_pre_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
-      streams, width, logits, base, scale, streams_count, mixes, sinkhorn_iterations, eps, mix,
-      collapsed);
-  check_launch("hc_pre");
+  const int64_t flat = streams_count * width;
+  const int chunks = hc_chunks(flat);
+  float* partials = scratch;
+  float* pre = scratch + tokens * chunks * (mixes + 1);
+  const auto tiles = static_cast<unsigned>((tokens + kHcTokenTile - 1) / kHcTokenTile);
+  hc_partials_kernel<<<dim3(static_cast<unsigned>(chunks), tiles), kThreads, 0, stream>>>(
+      streams, tokens, flat, fn, mixes, partials);
+  check_launch("hc_pre (partials)");
+  hc_mix_kernel<<<static_cast<unsigned>(tokens), kThreads, mixes * sizeof(float), stream>>>(
+      partials, chunks, flat, base, scale, streams_count, mixes, sinkhorn_iterations, eps, norm_eps,
+      pre, mix);
+  check_launch("hc_pre (mix)");
+  const dim3 grid(static_cast<unsigned>((width + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(tokens));
+  hc_collapse_kernel<<<grid, kThreads, 0, stream>>>(streams, width, pre, streams_count, collapsed);
+  check_launch("hc_pre (collapse)");
 }
 
 void hc_post(const float* out, const float* mix, int64_t tokens, int64_t width, int streams_count,
              float* streams, cudaStream_t stream) {
-  if (streams_count > kMaxStreams)
-    fail("hc_post: {} streams (at most {})", streams_count, kMaxStreams);
+  // Threads a block: as many as the shared memory holds the old streams of, a warp at least.
+  const int threads = std::min<int>(kThreads, kHcSharedFloats / streams_count / 32 * 32);
+  if (threads < 32)
+    fail("hc_post: {} streams (at most {} on the GPU)", streams_count, kHcSharedFloats / 32);
   if (tokens == 0) return;
-  hc_post_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(out, mix, width,
-                                                                         streams_count, streams);
+  const dim3 grid(static_cast<unsigned>((width + threads - 1) / threads),
+                  static_cast<unsigned>(tokens));
+  hc_post_kernel<<<grid, threads, threads * streams_count * sizeof(float), stream>>>(
+      out, mix, width, streams_count, streams);
   check_launch("hc_post");
 }
 

@@ -1,6 +1,6 @@
 // DeepSeek-V4's kernels on the GPU (the CPU's kernels/cpu/deepseek_v4.cpp on the device):
 // hyper-connections, paged records, compression, the lightning indexer and sparse attention.
-// Plain f32 arithmetic, one block per token, window or (row, head); correctness first.
+// Plain f32 arithmetic.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -42,10 +42,11 @@ struct DeviceRows {
 void store_addresses(const uintptr_t* addresses, int64_t count, uintptr_t* out,
                      cudaStream_t stream);
 
-// logits: scratch [tokens, mixes].
+// Scratch floats hc_pre needs: the partial products and pre of every token.
+int64_t hc_pre_scratch_floats(int64_t tokens, int64_t width, int streams_count, int mixes);
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
-            float norm_eps, float* logits, float* mix, float* collapsed, cudaStream_t stream);
+            float norm_eps, float* scratch, float* mix, float* collapsed, cudaStream_t stream);
 void hc_post(const float* out, const float* mix, int64_t tokens, int64_t width, int streams_count,
              float* streams, cudaStream_t stream);
 void write_records(const float* values, int64_t tokens, int64_t width, DeviceRows rows,
