@@ -17,7 +17,8 @@
 # v4 = a DeepSeek-V4-Flash-shaped FP8 checkpoint with V4_LAYERS layers (4 by default; the
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
-# (scripts/step-profile.py); detail = Nsight Compute's sections for one layer's products and
+# (scripts/step-profile.py); v4profile and v4prompt = the same for the V4 checkpoint's decode
+# step and 8,192-token prompt; detail = Nsight Compute's sections for one layer's products and
 # attention. ENGINE_CONCURRENCY, PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer
 # stages; ENGINE_ASYNC adds a run with --async-scheduling at that concurrency. BUNDLE names
 # another bundle folder (gpu-bundle by default); OUT names the folder for logs (/tmp by
@@ -124,7 +125,7 @@ run() {
     --async-scheduling 2>&1 | sed 's/^/async: /' | tee -a "$out/engine.txt"
   # profile: one batch-1 decode step's kernels under Nsight Compute (durations only; ncu
   # runs them one at a time, so the sum leaves out the gaps between kernels).
-  if [[ $stages == *profile* ]]; then
+  if [[ ,$stages, == *,profile,* ]]; then
     make_8b
     ncu --clock-control none --metrics gpu__time_duration.sum --csv "$BUNDLE/bin/deepinfer" bench \
       "$MODEL_8B" --device cuda --load read --prompt-tokens 1500 --decode-tokens 2 \
@@ -160,6 +161,14 @@ run() {
       "$MODEL_V4" --device cuda --load read --prompt-tokens 8192 --decode-tokens 2 \
       >"$out/profile-v4.csv" 2>"$out/profile-v4.log" || tail -5 "$out/profile-v4.log"
     python3 scripts/step-profile.py "$out/profile-v4.csv" | tee "$out/profile-v4.txt"
+  fi
+  # v4prompt: the kernel times of the same checkpoint's 8,192-token prompt.
+  if [[ $stages == *v4prompt* ]]; then
+    make_v4
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv "$BUNDLE/bin/deepinfer" bench \
+      "$MODEL_V4" --device cuda --load read --prompt-tokens 8192 --decode-tokens 1 \
+      >"$out/prompt-v4.csv" 2>"$out/prompt-v4.log" || tail -5 "$out/prompt-v4.log"
+    python3 scripts/step-profile.py --prompt "$out/prompt-v4.csv" | tee "$out/prompt-v4.txt"
   fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.

@@ -73,7 +73,7 @@ __device__ void place_of(const DeviceRows& rows, int64_t t, int& seq, int64_t& p
 // tokens a block), the mix of each token from those partials, the collapse and the residual
 // update (a slice of the hidden width a block). Every sum runs in an order fixed by the token's
 // own data, so a token's result does not depend on the batch around it.
-constexpr int kHcChunk = 512;    // flattened stream elements a partials block reads
+constexpr int kHcChunk = 256;    // flattened stream elements a partials block reads
 constexpr int kHcTokenTile = 8;  // tokens a partials block shares each fn load between
 constexpr int kHcSharedFloats = 48 * 1024 / static_cast<int>(sizeof(float));
 
@@ -109,6 +109,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = warp; r < mixes; r += kWarps) {
     const float* row = fn + static_cast<int64_t>(r) * flat + begin;
     float dots[kHcTokenTile] = {};
+#pragma unroll 8
     for (int i = lane; i < len; i += 32) {
       const float w = row[i];
       for (int u = 0; u < kHcTokenTile; ++u) dots[u] += w * xs[u][i];
@@ -120,6 +121,16 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Up to a warp's worth of streams, the comb is normalised by the first warp alone (the others
+// have left): warp barriers instead of block ones between its steps.
+__device__ void hc_sync(int n) {
+  if (n <= 32) {
+    __syncwarp();
+  } else {
+    __syncthreads();
+  }
+}
+
 // Rows (or, transposed, columns) of the n x n comb divided by their sums plus eps, a row or
 // column a thread.
 __device__ void hc_normalize(float* comb, int n, bool rows, float eps) {
@@ -128,41 +139,71 @@ __device__ void hc_normalize(float* comb, int n, bool rows, float eps) {
     for (int b = 0; b < n; ++b) sum += rows ? comb[a * n + b] : comb[b * n + a];
     for (int b = 0; b < n; ++b) (rows ? comb[a * n + b] : comb[b * n + a]) /= sum + eps;
   }
-  __syncthreads();
+  hc_sync(n);
 }
 
-// One block per token: the logits from the partials, pre (for the collapse) and, with `mix`,
-// post and the Sinkhorn-normalised comb (a row softmax plus eps, a column normalisation, then
-// iterations - 1 row and column pairs). Dynamic shared memory: `mixes` floats.
+// The Sinkhorn normalisation of an n x n comb with n * n <= 32 in one warp's registers,
+// element (j, k) in lane j * n + k: each sum gathers its row or column by shuffles in the
+// order the CPU adds them, and every lane divides its own element.
+__device__ void hc_sinkhorn_in_registers(float* comb, int n, int iterations, float eps) {
+  const int lane = threadIdx.x % 32, j = lane / n, k = lane % n;
+  float v = lane < n * n ? comb[lane] : 0.0f;
+  auto line_sum = [&](bool row) {
+    float sum = 0.0f;
+    for (int b = 0; b < n; ++b) sum += __shfl_sync(0xffffffffu, v, row ? j * n + b : b * n + k);
+    return sum;
+  };
+  float top = -FLT_MAX;
+  for (int b = 0; b < n; ++b) top = fmaxf(top, __shfl_sync(0xffffffffu, v, j * n + b));
+  v = expf(v - top);
+  v = v / line_sum(true) + eps;
+  v /= line_sum(false) + eps;
+  for (int it = 1; it < iterations; ++it) {
+    v /= line_sum(true) + eps;
+    v /= line_sum(false) + eps;
+  }
+  if (lane < n * n) comb[lane] = v;
+}
+
+// One block per token: the logits from the partials (a warp per logit, its lanes over the
+// chunks), pre (for the collapse) and, with `mix`, post and the Sinkhorn-normalised comb (a
+// row softmax plus eps, a column normalisation, then iterations - 1 row and column pairs).
+// Dynamic shared memory: mixes + 1 floats.
 __global__ void hc_mix_kernel(const float* partials, int chunks, int64_t flat, const float* base,
                               const float* scale, int n, int mixes, int iterations, float eps,
                               float norm_eps, float* pre, float* mix) {
   extern __shared__ float logits[];
   const int64_t t = blockIdx.x;
   const float* p = partials + t * chunks * (mixes + 1);
-  float squares = 0.0f;
-  for (int c = 0; c < chunks; ++c) squares += p[c * (mixes + 1) + mixes];
-  const float factor = rsqrtf(squares / static_cast<float>(flat) + norm_eps);
-  for (int r = threadIdx.x; r < mixes; r += blockDim.x) {
-    float dot = 0.0f;
-    for (int c = 0; c < chunks; ++c) dot += p[c * (mixes + 1) + r];
-    logits[r] = dot * factor;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r <= mixes; r += kWarps) {
+    float sum = 0.0f;
+    for (int c = lane; c < chunks; c += 32) sum += p[c * (mixes + 1) + r];
+    sum = warp_sum(sum);
+    if (lane == 0) logits[r] = sum;
   }
   __syncthreads();
+  const float factor = rsqrtf(logits[mixes] / static_cast<float>(flat) + norm_eps);
   float* m = mix ? mix + t * mixes : nullptr;
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float value = sigmoid(logits[j] * scale[0] + base[j]) + eps;
+    const float value = sigmoid(logits[j] * factor * scale[0] + base[j]) + eps;
     pre[t * n + j] = value;
     if (m) {
       m[j] = value;
-      m[n + j] = 2.0f * sigmoid(logits[n + j] * scale[1] + base[n + j]);
+      m[n + j] = 2.0f * sigmoid(logits[n + j] * factor * scale[1] + base[n + j]);
     }
   }
-  if (!m) return;
+  if (!m || (n <= 32 && warp > 0)) return;
   float* comb = logits + 2 * n;
   for (int i = threadIdx.x; i < n * n; i += blockDim.x)
-    comb[i] = comb[i] * scale[2] + base[2 * n + i];
-  __syncthreads();
+    comb[i] = comb[i] * factor * scale[2] + base[2 * n + i];
+  hc_sync(n);
+  if (n * n <= 32) {
+    hc_sinkhorn_in_registers(comb, n, iterations, eps);
+    __syncwarp();
+    for (int i = threadIdx.x; i < n * n; i += blockDim.x) m[2 * n + i] = comb[i];
+    return;
+  }
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
     float* row = comb + j * n;
     float top = -FLT_MAX, sum = 0.0f;
@@ -170,7 +211,7 @@ __global__ void hc_mix_kernel(const float* partials, int chunks, int64_t flat, c
     for (int k = 0; k < n; ++k) sum += row[k] = expf(row[k] - top);
     for (int k = 0; k < n; ++k) row[k] = row[k] / sum + eps;
   }
-  __syncthreads();
+  hc_sync(n);
   hc_normalize(comb, n, false, eps);
   for (int it = 1; it < iterations; ++it) {
     hc_normalize(comb, n, true, eps);
@@ -625,7 +666,7 @@ int64_t hc_pre_scratch_floats(int64_t tokens, int64_t width, int streams_count, 
 void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn, const float* base,
             const float* scale, int streams_count, int mixes, int sinkhorn_iterations, float eps,
             float norm_eps, float* scratch, float* mix, float* collapsed, cudaStream_t stream) {
-  if (mixes > kHcSharedFloats)
+  if (mixes + 1 > kHcSharedFloats)
     fail("hc_pre: {} streams need {} mixing logits (at most {} on the GPU)", streams_count, mixes,
          kHcSharedFloats);
   if (tokens == 0) return;
@@ -637,7 +678,7 @@ void hc_pre(const float* streams, int64_t tokens, int64_t width, const float* fn
   hc_partials_kernel<<<dim3(static_cast<unsigned>(chunks), tiles), kThreads, 0, stream>>>(
       streams, tokens, flat, fn, mixes, partials);
   check_launch("hc_pre (partials)");
-  hc_mix_kernel<<<static_cast<unsigned>(tokens), kThreads, mixes * sizeof(float), stream>>>(
+  hc_mix_kernel<<<static_cast<unsigned>(tokens), kThreads, (mixes + 1) * sizeof(float), stream>>>(
       partials, chunks, flat, base, scale, streams_count, mixes, sinkhorn_iterations, eps, norm_eps,
       pre, mix);
   check_launch("hc_pre (mix)");
