@@ -381,10 +381,17 @@ void SequenceKv::adopt_replay(const KvCache& cache, const PrefixReplay& replay,
       keys[g].resize(restored[g].size());
       groups_[g].adopt(std::move(restored[g]), std::move(keys[g]), replay.restored_end);
     } else {
-      // Nothing before the replay's first block; it computes from there on.
-      groups_[g].adopt(std::vector<int32_t>(static_cast<size_t>(replay.start / block_size),
-                                            BlockPool::kNullBlock),
-                       {});
+      // Nothing before the replay's first block; it computes from there on. The chain's keys
+      // up to the first block the replay fills whole stay, so the blocks it completes are
+      // published under the keys a later prompt with this prefix looks up.
+      const auto skipped = static_cast<size_t>(replay.start / block_size);
+      const auto keyed = static_cast<size_t>((replay.start + block_size - 1) / block_size);
+      if (keys[g].size() >= keyed) {
+        keys[g].resize(keyed);
+      } else {
+        keys[g].clear();  // no chain to continue: nothing of this group is published
+      }
+      groups_[g].adopt(std::vector<int32_t>(skipped, BlockPool::kNullBlock), std::move(keys[g]));
     }
   }
   replay_ = replay;

@@ -146,7 +146,8 @@ class SequenceBlocks {
   void release_before(KvCache& cache, int64_t first_needed);
   void release_all(KvCache& cache);
   const std::vector<int32_t>& table() const { return blocks_; }
-  // Keys of the leading full blocks published or reused (table()'s first entries).
+  // Keys of the leading full blocks published, reused or (before a replay's start) skipped:
+  // table()'s first entries; a replay's partly rebuilt first block has a key but no content.
   const std::vector<BlockHash>& keys() const { return hashes_; }
   // Cache slot of token `position`: block * block_size + offset, or -1 (write nothing) for a
   // position whose restored KV a replay must keep.

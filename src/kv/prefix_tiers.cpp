@@ -70,7 +70,8 @@ void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens,
   for (int g = 0; g < kv.num_groups(); ++g) {
     if (!stored(g)) continue;
     const SequenceBlocks& blocks = kv.group(g);
-    for (size_t i = 0; i < blocks.keys().size(); ++i) {
+    const size_t keyed = std::min(blocks.keys().size(), blocks.table().size());
+    for (size_t i = 0; i < keyed; ++i) {
       int32_t block = blocks.table()[i];
       if (block == BlockPool::kNullBlock) {
         block = pool.find_cached(blocks.keys()[i],

@@ -142,6 +142,39 @@ TEST_P(EngineReplay, AnotherEngineReplaysFromTheFullAttentionBlocksOnDisk) {
   EXPECT_EQ(without.result.cached_prompt_tokens, 0);
 }
 
+// A replayed prompt publishes the sliding groups' blocks it rebuilt: the conversation's next
+// turn finds every group in memory and computes only its new tokens, with no second replay.
+TEST_P(EngineReplay, TheNextTurnAfterAReplayIsAMemoryHit) {
+  auto ops = make_cpu_ops(MatmulPrecision::kF32, true);
+  auto model = load_model(fixture_model(GetParam()), LoadMode::kMmap, *ops);
+  const int block_size = model->kv_shape(4).block_size;
+  const int64_t exact = model->replay_bounds().exact;
+  const int32_t vocab = model->config().vocab_size;
+  GenerationRequest first =
+      greedy_request("first", prompt_of(exact + 2 * block_size + 1, 3, vocab), 2);
+  TempDir dir;
+  run(*model, replaying(dir.path(), EngineConfig::kReplayExact), first);
+
+  GenerationRequest second = first;
+  second.id = "second";
+  for (int32_t token : prompt_of(block_size + 3, 4, vocab)) second.prompt.push_back(token);
+  GenerationRequest third = second;
+  third.id = "third";
+  for (int32_t token : prompt_of(5, 6, vocab)) third.prompt.push_back(token);
+  const std::vector<int32_t> cold = run(*model, replaying({}, 0), third).result.tokens;
+
+  Engine engine(*model, replaying(dir.path(), EngineConfig::kReplayExact));
+  engine.submit(second);
+  engine.run_to_completion();
+  ASSERT_EQ(engine.stats().replays, 1);
+  engine.submit(third);
+  GenerationResult next = engine.run_to_completion().at(0);
+  EXPECT_EQ(next.tokens, cold);
+  EXPECT_EQ(engine.stats().replays, 1);
+  const auto whole = static_cast<int64_t>(second.prompt.size()) / block_size * block_size;
+  EXPECT_GE(next.cached_prompt_tokens, whole);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineReplay,
                          ::testing::Values("qwen3-hybrid-swa", "deepseek-v4-flash-style"),
                          testing::fixture_test_name);
