@@ -82,7 +82,30 @@ void BlockPool::unpublish(int32_t block) {
   published_.erase(entry.hash);
   entry.published = false;
   entry.persisted = false;
+  entry.retention.reset();
   entry.tokens.clear();
+}
+
+bool retention_outlasts(uint32_t seconds, uint32_t than) {
+  return than != 0 && (seconds == 0 || seconds > than);
+}
+
+void BlockPool::mark_persisted(int32_t block, std::optional<uint32_t> retention) {
+  Block& entry = blocks_[static_cast<size_t>(block)];
+  entry.persisted = entry.published;
+  if (entry.published && retention &&
+      (!entry.retention || retention_outlasts(*retention, *entry.retention)))
+    entry.retention = retention;
+}
+
+void BlockPool::want_retention(int32_t block, uint32_t seconds) {
+  Block& entry = blocks_[static_cast<size_t>(block)];
+  if (!entry.published) return;
+  if (entry.retention && !retention_outlasts(seconds, *entry.retention)) return;
+  // A block persisted before anyone asked (installed from the disk) has the file's retention,
+  // unknown here: offering it again lets the writer compare.
+  entry.retention = seconds;
+  entry.persisted = false;
 }
 
 }  // namespace deepinfer

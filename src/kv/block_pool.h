@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <list>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -17,6 +18,10 @@ using BlockHash = uint64_t;
 // Key of a full block: the previous block's key (0 for the first), its tokens, and the
 // request's cache salt, so requests with different salts never share a block.
 BlockHash block_hash(BlockHash parent, std::span<const int32_t> tokens, uint64_t salt);
+
+// Whether a lower tier keeping a block `seconds` after its last use keeps it longer than
+// `than` seconds would (0: no expiry, only capacity removes it).
+bool retention_outlasts(uint32_t seconds, uint32_t than);
 
 class BlockPool {
  public:
@@ -45,12 +50,19 @@ class BlockPool {
   void release(int32_t block);
   int references(int32_t block) const { return blocks_[static_cast<size_t>(block)].references; }
   bool is_cached(int32_t block) const { return blocks_[static_cast<size_t>(block)].published; }
-  // A published block whose content a lower tier (disk) holds or is writing: it is not
-  // offered again. Forgotten with the content.
+  // A published block whose content a lower tier (disk) holds or is writing, with the
+  // longest retention asked for so far: it is not offered again until a request asks for a
+  // longer one. Forgotten with the content.
   bool is_persisted(int32_t block) const { return blocks_[static_cast<size_t>(block)].persisted; }
-  void mark_persisted(int32_t block) {
-    Block& entry = blocks_[static_cast<size_t>(block)];
-    entry.persisted = entry.published;
+  // `retention`: what the lower tier keeps it with, when known.
+  void mark_persisted(int32_t block, std::optional<uint32_t> retention = std::nullopt);
+  // Records that a request using this published block wants it kept `seconds` after its last
+  // use on a lower tier (0: until capacity needs the room); the longest wish wins, and a
+  // longer one than the block was persisted with makes it due for offering again.
+  void want_retention(int32_t block, uint32_t seconds);
+  // The longest retention requests asked for this block, if any did.
+  std::optional<uint32_t> retention_of(int32_t block) const {
+    return blocks_[static_cast<size_t>(block)].retention;
   }
   // A published block's key, tokens and salt.
   BlockHash key_of(int32_t block) const { return blocks_[static_cast<size_t>(block)].hash; }
@@ -76,6 +88,7 @@ class BlockPool {
     int references = 0;
     bool published = false;
     bool persisted = false;
+    std::optional<uint32_t> retention;
     BlockHash hash = 0;
     uint64_t salt = 0;
     int group = 0;

@@ -70,9 +70,11 @@ void DiskTier::write_loop() {
     ++busy_;
     lock.unlock();
     if (contains(block.key)) {  // the same key means the same tokens, salt and model
+      const bool extended = extend_retention(block);
       lock.lock();
       --busy_;
       ++stats_.already_stored;
+      stats_.retention_extended += extended;
       if (queue_.empty() && busy_ == 0) idle_.notify_all();
       continue;
     }
@@ -90,6 +92,14 @@ void DiskTier::write_loop() {
     }
     if (queue_.empty() && busy_ == 0) idle_.notify_all();
   }
+}
+
+bool DiskTier::extend_retention(const Pending& block) {
+  std::optional<uint32_t> kept =
+      block_file_retention(block_file_path(options_.dir, options_.fingerprint, block.key));
+  if (!kept || !retention_outlasts(block.retention_seconds, *kept)) return false;
+  return write_block_file(options_.dir, {options_.fingerprint, block.key, block.salt_hash},
+                          block.tokens, block.payload, block.retention_seconds);
 }
 
 std::filesystem::path DiskTier::model_folder() const {
@@ -171,7 +181,8 @@ void DiskTier::enforce_capacity() {
 
 std::optional<std::vector<std::byte>> DiskTier::load(BlockHash key, uint64_t salt_hash,
                                                      std::span<const int32_t> tokens,
-                                                     size_t payload_bytes) {
+                                                     size_t payload_bytes,
+                                                     uint32_t* retention_seconds) {
   std::filesystem::path file = block_file_path(options_.dir, options_.fingerprint, key);
   BlockFileContents contents =
       read_block_file(file, {options_.fingerprint, key, salt_hash}, tokens, payload_bytes);
@@ -180,6 +191,7 @@ std::optional<std::vector<std::byte>> DiskTier::load(BlockHash key, uint64_t sal
     ++stats_.loaded;
     stats_.bytes_read += contents.payload.size();
     ::utimensat(AT_FDCWD, file.c_str(), nullptr, 0);  // now used: last to be evicted
+    if (retention_seconds) *retention_seconds = contents.retention_seconds;
     return std::move(contents.payload);
   }
   if (contents.status == BlockFileStatus::kMissing) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kv/block_file.h"
+#include "kv/block_pool.h"
 
 namespace deepinfer {
 
@@ -38,11 +39,12 @@ struct DiskTierStats {
   int64_t dropped_writes = 0;  // the queue was full
   int64_t loaded = 0;
   int64_t missing = 0;
-  int64_t rejected[5] = {};       // by BlockFileStatus: truncated, corrupt, foreign (others 0)
-  int64_t evicted = 0;            // removed for capacity, least recently used first
-  int64_t expired = 0;            // removed by a sweep: unused for longer than their retention
-  int64_t stale_temporaries = 0;  // half-written files of writers that died
-  int64_t already_stored = 0;     // offered blocks whose file another writer made first
+  int64_t rejected[5] = {};        // by BlockFileStatus: truncated, corrupt, foreign (others 0)
+  int64_t evicted = 0;             // removed for capacity, least recently used first
+  int64_t expired = 0;             // removed by a sweep: unused for longer than their retention
+  int64_t stale_temporaries = 0;   // half-written files of writers that died
+  int64_t already_stored = 0;      // offered blocks whose file another writer made first
+  int64_t retention_extended = 0;  // stored files rewritten for a longer retention asked later
   uint64_t bytes_written = 0;
   uint64_t bytes_read = 0;
 };
@@ -56,13 +58,16 @@ class DiskTier {
   DiskTier& operator=(const DiskTier&) = delete;
 
   // Queues a full block for writing, to be kept `retention_seconds` after its last use (0:
-  // until capacity needs the space); false (and counted) when the queue is full.
+  // until capacity needs the space); false (and counted) when the queue is full. A block
+  // already stored keeps the longer of its file's retention and this one (the file is
+  // rewritten whole for a longer one).
   bool offer(BlockHash key, uint64_t salt_hash, std::vector<int32_t> tokens,
              std::vector<std::byte> payload, uint32_t retention_seconds = 0);
   // The block's payload when its file is present and passes every check; a file that fails
-  // one is removed.
+  // one is removed. `retention_seconds`, when given, receives the retention the file holds.
   std::optional<std::vector<std::byte>> load(BlockHash key, uint64_t salt_hash,
-                                             std::span<const int32_t> tokens, size_t payload_bytes);
+                                             std::span<const int32_t> tokens, size_t payload_bytes,
+                                             uint32_t* retention_seconds = nullptr);
   // Whether a file for the block is present (not whether it passes the checks: load() says).
   bool contains(BlockHash key) const;
   // Deletes this model's blocks unused for longer than their retention at `now`, files that
@@ -81,6 +86,8 @@ class DiskTier {
     uint32_t retention_seconds;
   };
   void write_loop();
+  // Rewrites a stored block's file when `block` asks for a longer retention than it holds.
+  bool extend_retention(const Pending& block);
   void sweep_loop();
   void enforce_capacity();
   std::filesystem::path model_folder() const;

@@ -18,8 +18,12 @@ PrefixTiers::PrefixTiers(KvCache& cache, PrefixTierOptions options)
   if (options_.disk) disk_.emplace(*options_.disk);
   for (int i = 0; i < std::max(1, options_.fetch_threads); ++i)
     threads_.emplace_back([this] { fetch_loop(); });
+  // A block evicted before it was offered (its request's offer found the queue full) keeps
+  // what its requests asked for; one nobody asked for gets the default class's.
   cache_.pool().set_eviction_hook([this](int32_t block) {
-    if (stored(cache_.pool().group_of(block))) offer(block, options_.evicted_retention_seconds);
+    const BlockPool& pool = cache_.pool();
+    if (stored(pool.group_of(block)))
+      offer(block, pool.retention_of(block).value_or(options_.evicted_retention_seconds));
   });
 }
 
@@ -59,14 +63,15 @@ bool PrefixTiers::offer(int32_t block, uint32_t retention_seconds) {
     std::lock_guard lock(mutex_);
     ++stats_.offered_blocks;
   }
-  pool.mark_persisted(block);
+  pool.mark_persisted(block, retention_seconds);
   return true;
 }
 
 void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens,
                           uint32_t retention_seconds) {
-  const BlockPool& pool = cache_.pool();
+  BlockPool& pool = cache_.pool();
   const int block_size = cache_.shape().block_size;
+  bool queue_full = false;
   for (int g = 0; g < kv.num_groups(); ++g) {
     if (!stored(g)) continue;
     const SequenceBlocks& blocks = kv.group(g);
@@ -78,10 +83,11 @@ void PrefixTiers::offload(const SequenceKv& kv, std::span<const int32_t> tokens,
                                  tokens_of_block(tokens, static_cast<int64_t>(i), block_size));
       }
       // A block whose content was published first elsewhere is that block's to offer.
-      if (block <= BlockPool::kNullBlock || !pool.is_cached(block) || pool.is_persisted(block))
-        continue;
-      if (!offer(block, retention_seconds))
-        return;  // the queue is full: the rest would be dropped too
+      if (block <= BlockPool::kNullBlock || !pool.is_cached(block)) continue;
+      pool.want_retention(block, retention_seconds);
+      if (pool.is_persisted(block) || queue_full) continue;
+      // A full queue drops the rest now; eviction offers them later with what was asked.
+      queue_full = !offer(block, *pool.retention_of(block));
     }
   }
 }
@@ -164,13 +170,15 @@ void PrefixTiers::run(Fetch& fetch) {
   int64_t limit = count, from_host = 0;
   for (const Block& block : wanted) {
     if (block.index >= limit) break;
-    auto payload = load(fetch, block, from_host);
+    std::optional<uint32_t> retention;
+    auto payload = load(fetch, block, retention, from_host);
     if (!payload) {
       limit = block.index;
       continue;
     }
     fetch.loaded.push_back(block);
     fetch.payloads.push_back(std::move(*payload));
+    fetch.retentions.push_back(retention);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::lock_guard lock(mutex_);
@@ -181,6 +189,7 @@ void PrefixTiers::run(Fetch& fetch) {
 }
 
 std::optional<std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch, const Block& block,
+                                                        std::optional<uint32_t>& retention,
                                                         int64_t& from_host) {
   const uint64_t salt = group_salt(fetch.salt, block.group);
   auto tokens = tokens_of_block(fetch.tokens, block.index, fetch.block_size);
@@ -191,7 +200,10 @@ std::optional<std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch, cons
     }
   }
   if (!disk_) return std::nullopt;
-  return disk_->load(block.key, salt, tokens, fetch.payload_bytes);
+  uint32_t seconds = 0;
+  auto payload = disk_->load(block.key, salt, tokens, fetch.payload_bytes, &seconds);
+  if (payload) retention = seconds;
+  return payload;
 }
 
 bool PrefixTiers::ready(uint64_t ticket) const {
@@ -220,7 +232,7 @@ std::vector<int32_t> PrefixTiers::install(uint64_t ticket) {
     if (block < 0) break;
     cache.write_block(block, fetch->payloads[i]);
     pool.publish(block, loaded.key, content, group_salt(fetch->salt, loaded.group), loaded.group);
-    pool.mark_persisted(block);
+    pool.mark_persisted(block, fetch->retentions[i]);
     installed.push_back(block);
   }
   std::lock_guard lock(mutex_);

@@ -99,6 +99,7 @@ class PrefixTiers {
     bool done = false;
     std::vector<Block> loaded;
     std::vector<std::vector<std::byte>> payloads;
+    std::vector<std::optional<uint32_t>> retentions;  // the disk file's, for each payload
   };
   // Offers one published block; false when the queue is full.
   bool offer(int32_t block, uint32_t retention_seconds);
@@ -111,8 +112,9 @@ class PrefixTiers {
   void run(Fetch& fetch);
 
   // A block's payload from host memory or disk, checked; none when neither has it.
-  // (`from_host` counts the ones host memory gave.)
+  // (`retention`: the disk file's; `from_host` counts the ones host memory gave.)
   std::optional<std::vector<std::byte>> load(const Fetch& fetch, const Block& block,
+                                             std::optional<uint32_t>& retention,
                                              int64_t& from_host);
 
   KvCache& cache_;

@@ -115,6 +115,39 @@ TEST(DiskTierQueue, AFullQueueDropsWritesAndTheEngineGoesOn) {
 
 // A pool too small for two prompts: the first one's blocks leave it for the host-memory
 // tier and come back from there when the conversation continues.
+// Blocks written for a short-lived class and then used by a request of a longer one are kept
+// for the longer: the reader's engine rewrites their files' retention.
+TEST(DiskTierRetention, ALongerClassExtendsBlocksAnotherRequestWrote) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
+  const int32_t vocab = model->config().vocab_size;
+  TempDir dir;
+  EngineConfig config = config_with(dir.path());
+  config.kv_retention_classes = {{"agent", 72 * 3600}, {"chat", 168 * 3600}};
+  config.kv_retention_default = "agent";
+  GenerationRequest first = greedy_request("first", prompt_of(21, 4, vocab), 2);
+  run(*model, config, {first});
+  auto retentions = [&] {
+    std::map<uint32_t, int> count;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path()))
+      if (entry.path().extension() == ".kvb") ++count[block_file_retention(entry.path()).value()];
+    return count;
+  };
+  EXPECT_EQ(retentions(), (std::map<uint32_t, int>{{72 * 3600, 5}}));
+
+  GenerationRequest second = first;
+  second.id = "second";
+  second.cache_retention = "chat";
+  Outcome reader = run(*model, config, {second});
+  EXPECT_EQ(reader.results.at("second").cached_prompt_tokens, 20);
+  EXPECT_EQ(retentions(), (std::map<uint32_t, int>{{168 * 3600, 5}}));
+  // A shorter class afterwards leaves them as they are.
+  GenerationRequest third = first;
+  third.id = "third";
+  run(*model, config, {third});
+  EXPECT_EQ(retentions(), (std::map<uint32_t, int>{{168 * 3600, 5}}));
+}
+
 TEST(HostTier, APromptLeftThePoolAndComesBackFromHostMemory) {
   auto ops = make_cpu_ops();
   auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kMmap, *ops);

@@ -140,6 +140,34 @@ TEST(DiskTier, ASweepDeletesWhatOutlivedItsRetentionAndStaleTemporaries) {
   EXPECT_TRUE(tier.load(3, 7, tokens_of(3), 512));
 }
 
+// A block stored for one request's class and offered again for a longer one keeps the longer
+// retention (its file rewritten whole); a shorter one leaves the file alone.
+TEST(DiskTier, AStoredBlockKeepsTheLongestRetentionOffered) {
+  TempDir dir;
+  DiskTier tier(options_for(dir));
+  const std::filesystem::path file = block_file_path(dir.path(), 42, 1);
+  ASSERT_TRUE(tier.offer(1, 7, tokens_of(1), payload_of(1), 3600));
+  tier.flush();
+  EXPECT_EQ(block_file_retention(file), 3600u);
+  ASSERT_TRUE(tier.offer(1, 7, tokens_of(1), payload_of(1), 60));
+  tier.flush();
+  EXPECT_EQ(block_file_retention(file), 3600u);
+  EXPECT_EQ(tier.stats().retention_extended, 0);
+  ASSERT_TRUE(tier.offer(1, 7, tokens_of(1), payload_of(1), 7 * 86400));
+  tier.flush();
+  EXPECT_EQ(block_file_retention(file), 7u * 86400);
+  ASSERT_TRUE(tier.offer(1, 7, tokens_of(1), payload_of(1), 0));
+  tier.flush();
+  EXPECT_EQ(block_file_retention(file), 0u);
+  EXPECT_EQ(tier.stats().retention_extended, 2);
+  EXPECT_EQ(tier.stats().written, 1);
+  uint32_t kept = 1;
+  auto payload = tier.load(1, 7, tokens_of(1), 512, &kept);
+  ASSERT_TRUE(payload);
+  EXPECT_EQ(*payload, payload_of(1));
+  EXPECT_EQ(kept, 0u);
+}
+
 TEST(DiskTier, TwoTiersShareOneDirectoryButNotAnotherModelsBlocks) {
   TempDir dir;
   DiskTier writer(options_for(dir));

@@ -52,6 +52,44 @@ TEST(BlockPool, IdleBlocksStayFindableUntilReusedLeastRecentFirst) {
   EXPECT_EQ(pool.find_cached(11, content), -1);
 }
 
+// A block's lower-tier retention is the longest its requests asked for; a longer wish than it
+// was persisted with makes it due for offering again, a shorter one does not.
+TEST(BlockPool, TheLongestRetentionAskedForWins) {
+  BlockPool pool(3);
+  std::vector<int32_t> content = {1, 2};
+  int32_t block = pool.allocate();
+  pool.publish(block, 5, content);
+  EXPECT_FALSE(pool.retention_of(block));
+  pool.want_retention(block, 3600);
+  pool.mark_persisted(block, 3600);
+  EXPECT_TRUE(pool.is_persisted(block));
+  pool.want_retention(block, 60);
+  EXPECT_TRUE(pool.is_persisted(block));
+  EXPECT_EQ(pool.retention_of(block), 3600u);
+  pool.want_retention(block, 7200);
+  EXPECT_FALSE(pool.is_persisted(block));
+  EXPECT_EQ(pool.retention_of(block), 7200u);
+  pool.mark_persisted(block, 7200);
+  pool.want_retention(block, 0);  // no expiry outlasts any
+  EXPECT_FALSE(pool.is_persisted(block));
+  EXPECT_EQ(pool.retention_of(block), 0u);
+  pool.mark_persisted(block, 0);
+  pool.want_retention(block, 1u << 30);
+  EXPECT_TRUE(pool.is_persisted(block));
+  // Installed from a lower tier with the file's retention: a wish within it changes nothing.
+  int32_t installed = pool.allocate();
+  pool.publish(installed, 6, std::vector<int32_t>{3, 4});
+  pool.mark_persisted(installed, 600);
+  pool.want_retention(installed, 600);
+  EXPECT_TRUE(pool.is_persisted(installed));
+  pool.release(block);
+  pool.release(installed);
+  // New content forgets the old block's retention.
+  while (pool.allocate() >= 0) {
+  }
+  EXPECT_FALSE(pool.retention_of(block));
+}
+
 // Runs `tokens[cached:]` after the cache already holds `cached` tokens; the last row's logits.
 std::vector<float> run(CausalLM& model, KvCache& cache, SequenceKv& blocks,
                        const std::vector<int32_t>& tokens, int64_t cached) {
