@@ -79,14 +79,23 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
            static_cast<double>(output + int64_t{concurrency} * args.prompt_tokens) / seconds}};
 }
 
-// Where a shared prefix comes from: recomputed (no prefix caching), the memory tier, or the
+// Where a shared prefix comes from: recomputed (no prefix caching), the memory tier, the
+// host-memory tier (the pool's cached blocks forgotten before each measured request), or the
 // disk tier (each measured request on a fresh engine whose memory is empty).
-enum class PrefixSource { kNone, kMemory, kDisk };
+enum class PrefixSource { kNone, kMemory, kHost, kDisk };
 
 const char* source_name(PrefixSource source) {
-  return source == PrefixSource::kNone     ? "absent"
-         : source == PrefixSource::kMemory ? "memory"
-                                           : "disk";
+  switch (source) {
+    case PrefixSource::kNone:
+      return "absent";
+    case PrefixSource::kMemory:
+      return "memory";
+    case PrefixSource::kHost:
+      return "host";
+    case PrefixSource::kDisk:
+      return "disk";
+  }
+  return "?";
 }
 
 // Requests that share a long prefix, one after another; mean time to their first token
@@ -96,6 +105,7 @@ nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args,
   EngineConfig config = args.engine;
   config.prefix_caching = source != PrefixSource::kNone;
   if (source != PrefixSource::kDisk) config.kv_cache_dir.clear();
+  if (source != PrefixSource::kHost) config.kv_host_bytes = 0;
   auto engine = std::make_unique<Engine>(model, config);
   int32_t vocab = model.config().vocab_size;
   std::vector<int32_t> prefix = synthetic_tokens(args.shared_prefix_tokens, 99, vocab);
@@ -107,6 +117,7 @@ nlohmann::json shared_prefix_ttft(CausalLM& model, const EngineBenchArgs& args,
       engine.reset();
       engine = std::make_unique<Engine>(model, config);
     }
+    if (source == PrefixSource::kHost && r > 0) engine->reset_prefix_cache();
     std::vector<int32_t> prompt = prefix;
     std::vector<int32_t> unique = synthetic_tokens(args.unique_tokens, 1000 + r, vocab);
     prompt.insert(prompt.end(), unique.begin(), unique.end());
@@ -195,6 +206,7 @@ void run_engine_bench(const EngineBenchArgs& given) {
   }
   if (args.shared_prefix_tokens > 0) {
     std::vector<PrefixSource> sources{PrefixSource::kNone, PrefixSource::kMemory};
+    if (args.engine.kv_host_bytes > 0) sources.push_back(PrefixSource::kHost);
     if (!args.engine.kv_cache_dir.empty()) sources.push_back(PrefixSource::kDisk);
     for (PrefixSource source : sources) {
       nlohmann::json run = shared_prefix_ttft(model, args, source);
@@ -245,7 +257,9 @@ void add_engine_bench_command(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--shared-prefix-tokens", args->shared_prefix_tokens,
-                   "Also measure TTFT for requests sharing this many prompt tokens (0: skip)")
+                   "Also measure TTFT for requests sharing this many prompt tokens (0: skip): the "
+                   "prefix absent, in memory, and with --kv-host-bytes / --kv-cache-dir in the "
+                   "host-memory and disk tiers")
       ->check(CLI::NonNegativeNumber);
   command->add_option("--unique-tokens", args->unique_tokens, "Tokens after the shared prefix")
       ->check(CLI::Range(1, 1 << 20))

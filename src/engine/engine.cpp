@@ -276,6 +276,10 @@ void Engine::let_go(Sequence& sequence) {
   sequence.blocks.release_all(cache_);
 }
 
+int64_t Engine::reset_prefix_cache() {
+  return cache_.pool().forget_idle();
+}
+
 int64_t Engine::replay_tokens(const CausalLM& model) const {
   const CausalLM::ReplayBounds bounds = model.replay_bounds();
   int64_t tokens = config_.swa_replay_tokens;

@@ -116,6 +116,10 @@ class Engine {
   // Steps until every submitted request finished; results in completion order.
   std::vector<GenerationResult> run_to_completion();
   bool idle() const { return waiting_.empty() && running_.empty() && !in_flight_; }
+  // Empties the prefix cache's memory tier: cached blocks no running request holds are
+  // forgotten (lower tiers receive what they lack first, as on eviction, and keep theirs).
+  // Returns the blocks forgotten.
+  int64_t reset_prefix_cache();
   EngineStats stats() const;
 
  private:

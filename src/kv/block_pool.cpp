@@ -36,6 +36,18 @@ int32_t BlockPool::allocate() {
   return block;
 }
 
+int64_t BlockPool::forget_idle() {
+  int64_t forgotten = 0;
+  for (int32_t block : idle_) {
+    const Block& entry = blocks_[static_cast<size_t>(block)];
+    if (!entry.published) continue;
+    if (evicting_ && !entry.persisted) evicting_(block);
+    unpublish(block);
+    ++forgotten;
+  }
+  return forgotten;
+}
+
 int32_t BlockPool::find_cached(BlockHash hash, std::span<const int32_t> tokens) const {
   auto found = published_.find(hash);
   if (found == published_.end()) return -1;

@@ -45,6 +45,9 @@ class BlockPool {
   // elsewhere keeps its first block.
   void publish(int32_t block, BlockHash hash, std::span<const int32_t> tokens, uint64_t salt = 0,
                int group = 0);
+  // Forgets the content of every idle published block (offered to the eviction hook first, as
+  // allocate() would); blocks in use keep theirs. Returns how many were forgotten.
+  int64_t forget_idle();
   void retain(int32_t block);
   // Drops a reference; at zero the block is idle and, if published, still findable.
   void release(int32_t block);

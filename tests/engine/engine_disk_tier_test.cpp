@@ -177,6 +177,29 @@ TEST(HostTier, APromptLeftThePoolAndComesBackFromHostMemory) {
   EXPECT_EQ(results.at("again").tokens, cold.results.at("again").tokens);
 }
 
+// Resetting the prefix cache empties memory only: the next request's prefix comes back from
+// the host-memory tier, with the cold run's tokens.
+TEST(HostTier, AResetPrefixCacheIsRefilledFromHostMemory) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
+  GenerationRequest first =
+      greedy_request("first", prompt_of(30, 5, model->config().vocab_size), 3);
+  GenerationRequest again = first;
+  again.id = "again";
+  EngineConfig config = config_with({});
+  config.kv_host_bytes = size_t{64} << 20;
+  Engine engine(*model, config);
+  engine.submit(first);
+  engine.run_to_completion();
+  EXPECT_GT(engine.reset_prefix_cache(), 0);
+  EXPECT_EQ(engine.reset_prefix_cache(), 0);
+  engine.submit(again);
+  GenerationResult result = engine.run_to_completion().at(0);
+  EXPECT_EQ(result.cached_prompt_tokens, 28);
+  EXPECT_EQ(engine.stats().tiers.host_found_blocks, 7);
+  EXPECT_EQ(result.tokens, run(*model, config_with({}), {again}).results.at("again").tokens);
+}
+
 class DiskTierFiles : public ::testing::Test {
  protected:
   void SetUp() override {
