@@ -13,7 +13,8 @@
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); decode = only its batch-1
 # and batch-64 decode steps after a 512-token prompt (LABEL prefixes the lines: quick A/B
 # runs); engine = 64 and 256 concurrent requests of 1000 + 1000 tokens (deepinfer
-# bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
+# bench-engine); tiers = time to first token after a 32k-token prefix recomputed, in memory,
+# in the host-memory tier and on disk (bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
 # v4 = a DeepSeek-V4-Flash-shaped FP8 checkpoint with V4_LAYERS layers (4 by default; the
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
@@ -118,6 +119,16 @@ run() {
   [[ $stages == *engine* ]] && "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda \
     --load read --concurrency "${ENGINE_CONCURRENCY:-64,256}" --prompt-tokens 1000 --output-tokens 1000 \
     --max-running 256 --max-batched-tokens 8192 --kv-cache-fraction 0.9 2>&1 | tee "$out/engine.txt"
+  # tiers: time to first token after a 32k-token shared prefix on the 8B shape, recomputed,
+  # in device memory, in the host-memory tier and on disk (a folder on the GPU host's disk).
+  if [[ $stages == *tiers* ]]; then
+    make_8b
+    rm -rf /tmp/deepinfer-kv && mkdir -p /tmp/deepinfer-kv
+    "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda --load read --concurrency 1 \
+      --prompt-tokens 16 --output-tokens 4 --shared-prefix-tokens 32768 --unique-tokens 100 \
+      --prefix-requests 2 --max-batched-tokens 8192 --kv-host-bytes 8589934592 \
+      --kv-cache-dir /tmp/deepinfer-kv 2>&1 | tee "$out/tiers.txt"
+  fi
   # ENGINE_ASYNC=64 (for example): the same at that concurrency with --async-scheduling.
   [[ $stages == *engine* && -n ${ENGINE_ASYNC:-} ]] && "$BUNDLE/bin/deepinfer" bench-engine \
     "$MODEL_8B" --device cuda --load read --concurrency "$ENGINE_ASYNC" --prompt-tokens 1000 \
