@@ -17,6 +17,8 @@ struct Engine::Sequence {
   uint64_t seed = 0;
   std::vector<int32_t> tokens;  // prompt, then generated (sampled ones only, see pending)
   std::vector<int32_t> generated;
+  // Output tokens reported so far (speculation appends several to `generated` at once).
+  size_t recorded = 0;
   std::vector<sampling::Sample> logprobs, prompt_logprobs;
   // Tokens whose K/V are written, or being written by a launched step.
   int64_t computed = 0;
@@ -60,6 +62,12 @@ struct Engine::Chunk {
   uint64_t output_position = 0;
   sampling::Sample sample;
   std::vector<sampling::Sample> prompt_scores;  // for prompt positions start+1 ...
+  // Speculation: the drafts after the sequence's last token (their rows follow its row), the
+  // model's own tokens for them up to the first that differs (see verify_drafts), and how
+  // many positions' KV that leaves valid.
+  std::vector<int32_t> drafts;
+  std::vector<sampling::Sample> verified;
+  int64_t kept = 0;
 };
 
 struct Engine::StepWork {
@@ -122,6 +130,7 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
            "engine: the default retention class '{}' is not one of the classes",
            config.kv_retention_default);
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
+  config.speculative.validate();
   replay_tokens_ = replay_tokens(model);
   if (!config.kv_cache_dir.empty() || config.kv_host_bytes > 0) {
     PrefixTierOptions tiers;
@@ -299,11 +308,12 @@ uint32_t Engine::retention_seconds(const std::string& retention_class) const {
   return found == config_.kv_retention_classes.end() ? 0 : found->second;
 }
 
-void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count) {
+void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count,
+                       std::vector<int32_t> drafts) {
   Chunk chunk;
   chunk.sequence = &sequence;
   chunk.start = sequence.computed;
-  chunk.count = count;
+  chunk.count = count + static_cast<int64_t>(drafts.size());
   chunk.epoch = sequence.epoch;
   chunk.first_logit_row = work.batch.logit_rows.size();
   std::vector<int32_t> input(static_cast<size_t>(count));
@@ -317,13 +327,36 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count) {
   }
   chunk.samples = chunk.start + count == sequence.length();
   chunk.prompt_rows = sequence.wants_prompt_logprobs() && chunk.start < sequence.prompt_size() - 1;
+  input.insert(input.end(), drafts.begin(), drafts.end());
   work.batch.add_sequence(input, chunk.start, sequence.blocks, config_.block_size,
-                          chunk.prompt_rows, chunk.samples || chunk.prompt_rows);
+                          chunk.prompt_rows || !drafts.empty(), chunk.samples || chunk.prompt_rows);
   chunk.logit_rows = work.batch.logit_rows.size() - chunk.first_logit_row;
   chunk.output_position = sequence.generated.size() + static_cast<size_t>(sequence.pending);
-  sequence.computed += count;
+  chunk.drafts = std::move(drafts);
+  sequence.computed += chunk.count;
   if (chunk.samples) ++sequence.pending;
   work.chunks.push_back(std::move(chunk));
+}
+
+// Greedy requests without a constraint speculate (their output is the same either way); a
+// draft is never worth a preemption, so its blocks come only from free ones. Drafts stop
+// short of max_tokens and the context length.
+std::vector<int32_t> Engine::drafts_for(Sequence& sequence, int64_t budget) {
+  const SpeculativeConfig& speculative = config_.speculative;
+  const GenerationRequest& request = sequence.request;
+  if (!speculative.enabled() || runner_ || sequence.matcher || sequence.pending > 0 ||
+      request.sampling.temperature != 0.0f ||
+      sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
+    return {};
+  const int64_t limit =
+      std::min<int64_t>({speculative.num_speculative_tokens, budget,
+                         request.max_tokens - static_cast<int64_t>(sequence.generated.size()) - 1,
+                         model_.config().max_position_embeddings - sequence.length()});
+  std::vector<int32_t> drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
+                                             speculative.prompt_lookup_max, limit);
+  const auto verified = sequence.computed + 1 + static_cast<int64_t>(drafts.size());
+  if (!drafts.empty() && !sequence.blocks.try_reserve(cache_, verified)) return {};
+  return drafts;
 }
 
 std::unique_ptr<Engine::StepWork> Engine::plan_step() {
@@ -343,8 +376,10 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
       continue;
     }
     if (!ensure_blocks(sequence, sequence.computed + count)) continue;  // it was preempted
-    add_chunk(*work, sequence, count);
-    budget -= count;
+    std::vector<int32_t> drafts =
+        count == 1 ? drafts_for(sequence, budget - 1) : std::vector<int32_t>{};
+    budget -= count + static_cast<int64_t>(drafts.size());
+    add_chunk(*work, sequence, count, std::move(drafts));
     ++i;
   }
   admit_waiting(*work, budget);
@@ -374,6 +409,10 @@ void Engine::execute(StepWork& work) {
     size_t end = chunk.first_logit_row + chunk.logit_rows;
     if (chunk.prompt_rows) host_ranges.emplace_back(chunk.first_logit_row, end);
     if (!chunk.samples) continue;
+    if (!chunk.drafts.empty()) {
+      host_ranges.emplace_back(chunk.first_logit_row, end);
+      continue;
+    }
     if (sequence.matcher || !sampling::needs_only_logits(params)) {
       if (!chunk.prompt_rows) host_ranges.emplace_back(end - 1, end);
       continue;
@@ -395,7 +434,9 @@ void Engine::execute(StepWork& work) {
     Chunk& chunk = work.chunks[c];
     const Sequence& sequence = *chunk.sequence;
     const float* rows = host + chunk.first_logit_row * vocab;
-    if (chunk.samples && !on_backend[c]) {
+    if (!chunk.drafts.empty()) {
+      verify_drafts(chunk, rows);
+    } else if (chunk.samples && !on_backend[c]) {
       chunk.sample =
           sample_next(sequence, rows + (chunk.logit_rows - 1) * vocab, chunk.output_position);
     }
@@ -406,6 +447,45 @@ void Engine::execute(StepWork& work) {
       chunk.prompt_scores.push_back(sampling::score_token(
           rows + r * vocab, sampled_vocab_, sequence.request.prompt[static_cast<size_t>(next)],
           sequence.request.sampling.prompt_logprobs));
+    }
+  }
+}
+
+// The model's own tokens after the sequence's last token and each draft (one logits row each),
+// through the request's sampling as a plain step would draw them, up to and including the
+// first that differs from its draft: every draft before it is accepted.
+void Engine::verify_drafts(Chunk& chunk, const float* rows) const {
+  const Sequence& sequence = *chunk.sequence;
+  const sampling::SamplingParams& params = sequence.request.sampling;
+  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
+  // Penalties see the drafts accepted before each row.
+  std::optional<sampling::TokenHistory> history;
+  if (!sampling::needs_only_logits(params)) history = sequence.history;
+  for (size_t r = 0; r <= chunk.drafts.size(); ++r) {
+    chunk.verified.push_back(sampling::sample(rows + r * vocab, sampled_vocab_, params,
+                                              history ? *history : sequence.history, sequence.seed,
+                                              chunk.output_position + r));
+    const int32_t token = chunk.verified.back().token;
+    if (r == chunk.drafts.size() || token != chunk.drafts[r]) break;
+    if (history) history->add_output(token);
+  }
+}
+
+// Appends a speculating chunk's verified tokens (up to the one that ends the completion) and
+// rolls its KV back to them: positions after them hold rejected drafts, written over later.
+void Engine::accept_verified(Chunk& chunk) {
+  Sequence& sequence = *chunk.sequence;
+  --sequence.pending;
+  chunk.kept = static_cast<int64_t>(chunk.verified.size());
+  sequence.computed = chunk.start + chunk.kept;
+  for (size_t i = 0; i < chunk.verified.size(); ++i) {
+    const int32_t token = chunk.verified[i].token;
+    sequence.tokens.push_back(token);
+    sequence.generated.push_back(token);
+    sequence.history.add_output(token);
+    if (ending_after(sequence, token, sequence.generated.size())) {
+      chunk.verified.resize(i + 1);
+      break;
     }
   }
 }
@@ -471,6 +551,10 @@ void Engine::apply_samples(StepWork& done, StepWork* next) {
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (!chunk.samples || sequence.finished) continue;
+    if (!chunk.drafts.empty()) {
+      accept_verified(chunk);
+      continue;
+    }
     --sequence.pending;
     // A token the mask allowed always fits; one that does not (every token masked) ends it.
     if (sequence.matcher && !sequence.matcher->accept(chunk.sample.token))
@@ -492,7 +576,8 @@ void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (sequence.finished) continue;
-    int64_t end = chunk.start + chunk.count;
+    // A speculating chunk keeps the KV of its verified tokens only; the rest is written over.
+    int64_t end = chunk.start + (chunk.drafts.empty() ? chunk.count : chunk.kept);
     stats_.prompt_tokens += std::max<int64_t>(
         0, std::min(end, sequence.prompt_size()) - std::max(chunk.start, int64_t{0}));
     if (chunk.epoch == sequence.epoch) {
@@ -511,7 +596,16 @@ void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
           static_cast<int64_t>(sequence.prompt_logprobs.size()))
         sequence.prompt_logprobs.push_back(std::move(chunk.prompt_scores[i]));
     }
-    if (chunk.samples) record_token(sequence, chunk.sample, finished, tokens);
+    if (!chunk.drafts.empty()) {
+      stats_.draft_tokens += static_cast<int64_t>(chunk.drafts.size());
+      stats_.accepted_draft_tokens += chunk.kept - 1;
+      for (const sampling::Sample& sample : chunk.verified) {
+        if (sequence.finished) break;
+        record_token(sequence, sample, finished, tokens);
+      }
+    } else if (chunk.samples) {
+      record_token(sequence, chunk.sample, finished, tokens);
+    }
   }
 }
 
@@ -520,25 +614,31 @@ void Engine::record_token(Sequence& sequence, const sampling::Sample& sample,
                           std::vector<TokenEvent>* tokens) {
   const GenerationRequest& request = sequence.request;
   if (request.sampling.logprobs) sequence.logprobs.push_back(sample);
+  ++sequence.recorded;
   ++stats_.generated_tokens;
   if (tokens) tokens->push_back({request.id, sequence.index, sample.token, sample});
   auto now = std::chrono::steady_clock::now();
-  if (sequence.generated.size() == 1) {
+  if (sequence.recorded == 1) {
     stats_.time_to_first_token.observe(seconds_between(sequence.submitted, now));
   } else {
     stats_.inter_token_latency.observe(seconds_between(sequence.last_token, now));
   }
   sequence.last_token = now;
+  if (std::optional<FinishReason> reason = ending_after(sequence, sample.token, sequence.recorded))
+    finish(sequence, *reason, finished);
+}
+
+std::optional<FinishReason> Engine::ending_after(const Sequence& sequence, int32_t token,
+                                                 size_t count) const {
+  const GenerationRequest& request = sequence.request;
   const std::vector<int32_t>& eos = model_.config().eos_token_ids;
-  bool may_stop = static_cast<int>(sequence.generated.size()) >= request.min_tokens;
-  bool is_eos = !request.ignore_eos && std::find(eos.begin(), eos.end(), sample.token) != eos.end();
-  bool is_stop = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
-                           sample.token) != request.stop_token_ids.end();
-  if (may_stop && (is_eos || is_stop)) {
-    finish(sequence, FinishReason::kStop, finished);
-  } else if (static_cast<int>(sequence.generated.size()) >= request.max_tokens) {
-    finish(sequence, FinishReason::kLength, finished);
-  }
+  bool may_stop = static_cast<int>(count) >= request.min_tokens;
+  bool is_eos = !request.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end();
+  bool is_stop = std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(), token) !=
+                 request.stop_token_ids.end();
+  if (may_stop && (is_eos || is_stop)) return FinishReason::kStop;
+  if (static_cast<int>(count) >= request.max_tokens) return FinishReason::kLength;
+  return std::nullopt;
 }
 
 // Reports the completion and moves the sequence to retired_: a launched step may still hold

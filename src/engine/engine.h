@@ -11,10 +11,12 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/latency_histogram.h"
+#include "engine/drafter.h"
 #include "engine/policies.h"
 #include "engine/request.h"
 #include "engine/step_runner.h"
@@ -67,6 +69,10 @@ struct EngineConfig {
   // model's vocabulary is often padded past its tokenizer's (Qwen3: 151,936 rows for 151,669
   // tokens), and a padded id cannot be decoded. 0: the model's whole vocabulary.
   int32_t vocab_limit = 0;
+  // Speculative decoding: greedy requests (no constraint) verify drafted tokens in the same
+  // forward as everything else and keep what the model itself would have produced, so their
+  // output is the same as without it. Off with async_scheduling.
+  SpeculativeConfig speculative;
 };
 
 inline constexpr double kDefaultDeviceKvFraction = 0.9;
@@ -88,6 +94,9 @@ struct EngineStats {
   int64_t replays = 0;
   int64_t replayed_tokens = 0;
   int64_t generated_tokens = 0;
+  // Speculative decoding: draft tokens verified, and those the model agreed with.
+  int64_t draft_tokens = 0;
+  int64_t accepted_draft_tokens = 0;
   double seconds = 0.0;          // since the engine started, for tokens/s
   double host_seconds = 0.0;     // on the engine thread outside the forward: what overlap hides
   bool has_lower_tiers = false;  // a host-memory or disk tier below the pool
@@ -127,7 +136,16 @@ class Engine {
   struct Chunk;
   struct StepWork;
   std::unique_ptr<StepWork> plan_step();
-  void add_chunk(StepWork& work, Sequence& sequence, int64_t count);
+  void add_chunk(StepWork& work, Sequence& sequence, int64_t count,
+                 std::vector<int32_t> drafts = {});
+  // Draft tokens for a decoding sequence to verify this step (none when it does not
+  // speculate or nothing fits), with their blocks reserved.
+  std::vector<int32_t> drafts_for(Sequence& sequence, int64_t budget);
+  void verify_drafts(Chunk& chunk, const float* rows) const;
+  void accept_verified(Chunk& chunk);
+  // How the completion ends if `token` is its output number `count` (1-based); none: it goes on.
+  std::optional<FinishReason> ending_after(const Sequence& sequence, int32_t token,
+                                           size_t count) const;
   bool ensure_blocks(Sequence& sequence, int64_t tokens);
   void preempt_lowest(Sequence& needing);
   void admit_waiting(StepWork& work, int64_t& budget);
