@@ -127,6 +127,7 @@ void add_engine_options(CLI::App& command, EngineConfig& engine, const std::stri
   command.add_flag("--async-scheduling", engine.async_scheduling,
                    prefix + "schedule the next step while the model runs this one");
   add_kv_tier_options(command, engine, prefix);
+  add_speculative_option(command, engine, prefix);
 }
 
 namespace {

@@ -102,6 +102,7 @@ void add_serve_command(CLI::App& app) {
                    [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
     tier_option->envname(variable);
   }
+  add_speculative_option(*command, args->engine, "")->envname("DEEPINFER_SPECULATIVE_CONFIG");
   command
       ->add_flag("!--no-enable-prefix-caching", args->engine.prefix_caching,
                  "Do not reuse cached prompt prefixes")
