@@ -26,10 +26,13 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
       config.prompt_lookup_min = count(key, value);
     } else if (key == "prompt_lookup_max") {
       config.prompt_lookup_max = count(key, value);
+    } else if (key == "verification") {
+      if (!value.is_string()) fail("--speculative-config: 'verification' must be a string");
+      config.verification = value.get<std::string>();
     } else {
       fail(
           "--speculative-config: '{}' is not supported (known: method, num_speculative_tokens, "
-          "prompt_lookup_min, prompt_lookup_max)",
+          "prompt_lookup_min, prompt_lookup_max, verification)",
           key);
     }
   }
@@ -49,7 +52,9 @@ CLI::Option* add_speculative_option(CLI::App& command, EngineConfig& engine,
       " decoding as JSON, for example {\"method\": \"ngram\", "
       "\"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}: greedy requests verify "
       "tokens that followed an earlier occurrence of their last few tokens, with the same "
-      "output as without (off with --async-scheduling)";
+      "output as without (off with --async-scheduling); \"verification\": \"adaptive\" "
+      "(default: as many drafts as the measured step cost and each request's acceptance "
+      "make worth it) or \"always\"";
   return command.add_option_function<std::string>(
       "--speculative-config",
       [&engine](const std::string& text) { engine.speculative = parse_speculative_config(text); },

@@ -18,11 +18,44 @@ struct SpeculativeConfig {
   // N-gram lookup: the longest suffix tried first, the shortest accepted last.
   int prompt_lookup_min = 1;
   int prompt_lookup_max = 4;
+  // How many drafts are verified: "adaptive" (each step, as many as raise the expected
+  // tokens per second of step time, from each request's acceptance so far and the measured
+  // cost of a step by its token count) or "always" (every draft proposed, up to
+  // num_speculative_tokens).
+  std::string verification = "adaptive";
 
   bool enabled() const { return !method.empty() && num_speculative_tokens > 0; }
   // Throws Error naming the field when a value is out of range or the method unknown.
   void validate() const;
 };
+
+// A step's forward time as a line in its token count, fitted to the steps seen so far with
+// recent ones weighing most: what one more verified token costs next to the step's fixed part.
+class StepCosts {
+ public:
+  void observe(int64_t tokens, double seconds);
+  // Whether the steps seen so far vary enough in size to tell the two parts apart.
+  bool known() const;
+  double fixed_seconds() const;      // the intercept, at least 0
+  double seconds_per_token() const;  // the slope, at least 0
+
+ private:
+  static constexpr double kDecay = 0.98;
+  double weight_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;
+};
+
+// One decoding request's drafts on offer and how often its drafts were accepted.
+struct DraftOffer {
+  int64_t proposed = 0;     // drafts available
+  double acceptance = 0.0;  // the chance each next draft is accepted, given the ones before
+};
+
+// How many drafts each offer verifies this step: the next draft of a request is expected to
+// add acceptance^k tokens for one more token of step time, so drafts are taken, most likely
+// first, while each adds more tokens than the step's current rate of tokens per unit of time
+// would. `rows` requests produce a token each and `tokens` are computed without drafts.
+std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int64_t rows,
+                                     int64_t tokens, const StepCosts& costs);
 
 // The tokens that followed the latest earlier occurrence of the longest suffix of `tokens`
 // (from max_n down to min_n tokens long) that occurred before, at most `limit` of them; none

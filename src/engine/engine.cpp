@@ -19,6 +19,8 @@ struct Engine::Sequence {
   std::vector<int32_t> generated;
   // Output tokens reported so far (speculation appends several to `generated` at once).
   size_t recorded = 0;
+  // Speculation: the estimated chance that its next draft is accepted, given the ones before.
+  double acceptance = 0.6;
   std::vector<sampling::Sample> logprobs, prompt_logprobs;
   // Tokens whose K/V are written, or being written by a launched step.
   int64_t computed = 0;
@@ -341,7 +343,13 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count,
 // Greedy requests without a constraint speculate (their output is the same either way); a
 // draft is never worth a preemption, so its blocks come only from free ones. Drafts stop
 // short of max_tokens and the context length.
-std::vector<int32_t> Engine::drafts_for(Sequence& sequence, int64_t budget) {
+struct Engine::Planned {
+  Sequence* sequence = nullptr;
+  int64_t count = 0;
+  std::vector<int32_t> drafts;
+};
+
+std::vector<int32_t> Engine::drafts_for(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
   const GenerationRequest& request = sequence.request;
   if (!speculative.enabled() || runner_ || sequence.matcher || sequence.pending > 0 ||
@@ -352,16 +360,45 @@ std::vector<int32_t> Engine::drafts_for(Sequence& sequence, int64_t budget) {
       std::min<int64_t>({speculative.num_speculative_tokens, budget,
                          request.max_tokens - static_cast<int64_t>(sequence.generated.size()) - 1,
                          model_.config().max_position_embeddings - sequence.length()});
-  std::vector<int32_t> drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
-                                             speculative.prompt_lookup_max, limit);
-  const auto verified = sequence.computed + 1 + static_cast<int64_t>(drafts.size());
-  if (!drafts.empty() && !sequence.blocks.try_reserve(cache_, verified)) return {};
-  return drafts;
+  return ngram_drafts(sequence.tokens, speculative.prompt_lookup_min, speculative.prompt_lookup_max,
+                      limit);
+}
+
+void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
+  if (!config_.speculative.enabled()) return;
+  std::vector<DraftOffer> offers;
+  int64_t rows = 0, tokens = 0;
+  for (Planned& plan : planned) {
+    tokens += plan.count;
+    const Sequence& sequence = *plan.sequence;
+    if (plan.count == 1 || sequence.computed + plan.count == sequence.length()) ++rows;
+    if (plan.count == 1) plan.drafts = drafts_for(sequence, budget);
+    offers.push_back({static_cast<int64_t>(plan.drafts.size()), sequence.acceptance});
+  }
+  std::vector<int64_t> taken(offers.size());
+  if (config_.speculative.verification == "adaptive" && step_costs_.known()) {
+    taken = verified_drafts(offers, rows, tokens, step_costs_);
+  } else {
+    for (size_t i = 0; i < offers.size(); ++i) taken[i] = offers[i].proposed;
+  }
+  for (size_t i = 0; i < planned.size(); ++i) {
+    Planned& plan = planned[i];
+    const int64_t count = std::min(taken[i], budget);
+    // A draft is never worth a preemption: its blocks come from free ones only.
+    if (count <= 0 ||
+        !plan.sequence->blocks.try_reserve(cache_, plan.sequence->computed + 1 + count)) {
+      plan.drafts.clear();
+      continue;
+    }
+    plan.drafts.resize(static_cast<size_t>(count));
+    budget -= count;
+  }
 }
 
 std::unique_ptr<Engine::StepWork> Engine::plan_step() {
   auto work = std::make_unique<StepWork>();
   int64_t budget = config_.max_batched_tokens;
+  std::vector<Planned> planned;
   std::stable_sort(running_.begin(), running_.end(),
                    [](const auto& a, const auto& b) { return a->key.runs_before(b->key); });
   // Preemption only ever removes the sequence at hand or ones after it in this order, so the
@@ -376,12 +413,13 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
       continue;
     }
     if (!ensure_blocks(sequence, sequence.computed + count)) continue;  // it was preempted
-    std::vector<int32_t> drafts =
-        count == 1 ? drafts_for(sequence, budget - 1) : std::vector<int32_t>{};
-    budget -= count + static_cast<int64_t>(drafts.size());
-    add_chunk(*work, sequence, count, std::move(drafts));
+    planned.push_back({&sequence, count, {}});
+    budget -= count;
     ++i;
   }
+  choose_drafts(planned, budget);
+  for (Planned& plan : planned)
+    add_chunk(*work, *plan.sequence, plan.count, std::move(plan.drafts));
   admit_waiting(*work, budget);
   if (work->chunks.empty()) return nullptr;
   return work;
@@ -477,6 +515,11 @@ void Engine::accept_verified(Chunk& chunk) {
   Sequence& sequence = *chunk.sequence;
   --sequence.pending;
   chunk.kept = static_cast<int64_t>(chunk.verified.size());
+  // Each draft up to the first rejected one is one observation of the acceptance chance.
+  const auto accepted = static_cast<double>(chunk.kept - 1);
+  const double observed = std::min(accepted + 1, static_cast<double>(chunk.drafts.size()));
+  const double weight = 0.1 * observed;
+  sequence.acceptance += weight * (accepted / observed - sequence.acceptance) / (1 + weight);
   sequence.computed = chunk.start + chunk.kept;
   for (size_t i = 0; i < chunk.verified.size(); ++i) {
     const int32_t token = chunk.verified[i].token;
@@ -715,7 +758,9 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEven
   } else if (next) {
     auto forward_start = std::chrono::steady_clock::now();
     execute(*next);
-    forward_seconds += seconds_between(forward_start, std::chrono::steady_clock::now());
+    const double seconds = seconds_between(forward_start, std::chrono::steady_clock::now());
+    forward_seconds += seconds;
+    step_costs_.observe(next->batch.num_tokens(), seconds);
     apply_samples(*next, nullptr);
     done = std::move(next);
   }

@@ -138,9 +138,12 @@ class Engine {
   std::unique_ptr<StepWork> plan_step();
   void add_chunk(StepWork& work, Sequence& sequence, int64_t count,
                  std::vector<int32_t> drafts = {});
-  // Draft tokens for a decoding sequence to verify this step (none when it does not
-  // speculate or nothing fits), with their blocks reserved.
-  std::vector<int32_t> drafts_for(Sequence& sequence, int64_t budget);
+  // Draft tokens a decoding sequence could verify this step (none when it does not speculate).
+  std::vector<int32_t> drafts_for(const Sequence& sequence, int64_t budget) const;
+  struct Planned;
+  // Gives planned decodes the drafts worth verifying this step (SpeculativeConfig::
+  // verification), with their blocks, out of `budget` tokens.
+  void choose_drafts(std::vector<Planned>& planned, int64_t& budget);
   void verify_drafts(Chunk& chunk, const float* rows) const;
   void accept_verified(Chunk& chunk);
   // How the completion ends if `token` is its output number `count` (1-based); none: it goes on.
@@ -185,6 +188,7 @@ class Engine {
   size_t logits_floats_ = 0;
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<PrefixTiers> tiers_;
+  StepCosts step_costs_;  // forward time by step size, for SpeculativeConfig::verification
   uint64_t arrivals_ = 0;
   std::chrono::steady_clock::time_point started_;
   EngineStats stats_;

@@ -30,6 +30,30 @@ TEST(NgramDrafts, NothingWithoutARecurrenceOrRoom) {
   EXPECT_TRUE(ngram_drafts(std::vector<int32_t>{1, 2, 3, 9, 3}, 2, 4, 5).empty());
 }
 
+// A step costing 10 ms plus 0.1 ms a token (a large model's decode: weights read once)
+// verifies likely drafts generously; one costing 1 ms a token and nothing fixed (a small
+// model on a CPU: every token costs the same) verifies none.
+TEST(VerifiedDrafts, FollowTheStepsCostAndTheDraftsChances) {
+  StepCosts bandwidth_bound, compute_bound;
+  EXPECT_FALSE(bandwidth_bound.known());
+  for (int64_t tokens : {1, 8, 64, 4, 16, 2, 32, 1}) {
+    bandwidth_bound.observe(tokens, 0.010 + 0.0001 * static_cast<double>(tokens));
+    compute_bound.observe(tokens, 0.001 * static_cast<double>(tokens));
+  }
+  ASSERT_TRUE(bandwidth_bound.known());
+  EXPECT_NEAR(bandwidth_bound.fixed_seconds(), 0.010, 1e-9);
+  EXPECT_NEAR(bandwidth_bound.seconds_per_token(), 0.0001, 1e-9);
+  const std::vector<DraftOffer> offers = {{5, 0.9}, {5, 0.3}, {0, 0.9}};
+  std::vector<int64_t> taken = verified_drafts(offers, 3, 3, bandwidth_bound);
+  EXPECT_EQ(taken[0], 5);
+  EXPECT_GE(taken[1], 1);
+  EXPECT_EQ(taken[2], 0);
+  EXPECT_EQ(verified_drafts(offers, 3, 3, compute_bound), (std::vector<int64_t>{0, 0, 0}));
+  // A large batch leaves little for drafts: one more token's time is worth more rows' tokens.
+  const std::vector<int64_t> busy = verified_drafts(offers, 256, 256, bandwidth_bound);
+  EXPECT_LT(busy[0] + busy[1], taken[0] + taken[1]);
+}
+
 TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
   SpeculativeConfig config;
   config.validate();  // off

@@ -40,9 +40,11 @@ Served serve(CausalLM& model, const EngineConfig& config,
   return served;
 }
 
+// Every draft verified, so that every path runs whatever the machine's step costs are.
 EngineConfig speculating(EngineConfig config, int tokens = 5) {
   config.speculative.method = "ngram";
   config.speculative.num_speculative_tokens = tokens;
+  config.speculative.verification = "always";
   return config;
 }
 
@@ -99,6 +101,9 @@ TEST_P(Speculative, GreedyOutputIsTheSameAsWithoutIt) {
   config.num_blocks += 2;
   Served tight = serve(*model, speculating(config, 3), requests);
   expect_same(plain, tight);
+  EngineConfig adaptive = speculating(config);
+  adaptive.speculative.verification = "adaptive";
+  expect_same(plain, serve(*model, adaptive, requests));
   if (model->kv_shape(4).block_size == 4) {
     EXPECT_GT(tight.stats.preemptions, 0);
   }
