@@ -75,6 +75,8 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
           {"steps", stats.steps},
           {"host_ms_per_step", 1000.0 * stats.host_seconds / static_cast<double>(stats.steps)},
           {"output_tokens_per_s", static_cast<double>(output) / seconds},
+          {"draft_tokens", stats.draft_tokens},
+          {"accepted_draft_tokens", stats.accepted_draft_tokens},
           {"total_tokens_per_s",
            static_cast<double>(output + int64_t{concurrency} * args.prompt_tokens) / seconds}};
 }
@@ -202,6 +204,10 @@ void run_engine_bench(const EngineBenchArgs& given) {
           concurrency, run["output_tokens_per_s"].get<double>(),
           run["output_tokens"].get<int64_t>(), run["seconds"].get<double>(),
           run["steps"].get<int64_t>(), run["host_ms_per_step"].get<double>());
+      if (args.engine.speculative.enabled()) {
+        fmt::print("  speculation: {} drafts verified, {} accepted\n",
+                   run["draft_tokens"].get<int64_t>(), run["accepted_draft_tokens"].get<int64_t>());
+      }
     }
   }
   if (args.shared_prefix_tokens > 0) {

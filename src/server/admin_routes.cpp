@@ -165,6 +165,11 @@ std::string ApiServer::metrics_text() const {
                 static_cast<double>(stats.prompt_tokens));
   metrics.value("vllm:generation_tokens_total", "counter", "Tokens generated.",
                 static_cast<double>(stats.generated_tokens));
+  metrics.value("vllm:spec_decode_num_draft_tokens_total", "counter",
+                "Speculative draft tokens verified.", static_cast<double>(stats.draft_tokens));
+  metrics.value("vllm:spec_decode_num_accepted_tokens_total", "counter",
+                "Speculative draft tokens accepted.",
+                static_cast<double>(stats.accepted_draft_tokens));
   metrics.value("vllm:request_success_total", "counter", "Finished completions by reason.",
                 static_cast<double>(counters_.finished_stop.load()), ",finished_reason=\"stop\"");
   metrics.value("vllm:request_success_total", "counter", "Finished completions by reason.",
