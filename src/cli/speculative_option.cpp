@@ -50,7 +50,7 @@ CLI::Option* add_speculative_option(CLI::App& command, EngineConfig& engine,
   std::string help =
       prefix + (prefix.empty() ? "Speculative" : "speculative") +
       " decoding as JSON, for example {\"method\": \"ngram\", "
-      "\"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}: greedy requests verify "
+      "\"num_speculative_tokens\": 5, \"prompt_lookup_max\": 4}: requests verify "
       "tokens that followed an earlier occurrence of their last few tokens, with the same "
       "output as without (off with --async-scheduling); \"verification\": \"adaptive\" "
       "(default: as many drafts as the measured step cost and each request's acceptance "

@@ -340,20 +340,19 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count,
   work.chunks.push_back(std::move(chunk));
 }
 
-// Greedy requests without a constraint speculate (their output is the same either way); a
-// draft is never worth a preemption, so its blocks come only from free ones. Drafts stop
-// short of max_tokens and the context length.
+// A decode planned for this step, and the drafts it verifies.
 struct Engine::Planned {
   Sequence* sequence = nullptr;
   int64_t count = 0;
   std::vector<int32_t> drafts;
 };
 
+// Requests without a constraint speculate (their output is the same either way, see
+// verify_drafts). Drafts stop short of max_tokens and the context length.
 std::vector<int32_t> Engine::drafts_for(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
   const GenerationRequest& request = sequence.request;
   if (!speculative.enabled() || runner_ || sequence.matcher || sequence.pending > 0 ||
-      request.sampling.temperature != 0.0f ||
       sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
     return {};
   const int64_t limit =
@@ -490,8 +489,12 @@ void Engine::execute(StepWork& work) {
 }
 
 // The model's own tokens after the sequence's last token and each draft (one logits row each),
-// through the request's sampling as a plain step would draw them, up to and including the
-// first that differs from its draft: every draft before it is accepted.
+// drawn exactly as a plain step would draw them at that output position (the same processors
+// and the same seeded uniform), up to and including the first that differs from its draft:
+// every draft before it is accepted. For a sampled request this is rejection sampling of a
+// draft that is one token for sure: the draw lands on the draft with the target's probability
+// of it, and otherwise on a token from the target's distribution without it (the residual),
+// so the output follows the target's distribution and a seed gives the plain run's tokens.
 void Engine::verify_drafts(Chunk& chunk, const float* rows) const {
   const Sequence& sequence = *chunk.sequence;
   const sampling::SamplingParams& params = sequence.request.sampling;

@@ -1,6 +1,6 @@
-// Speculative decoding with n-gram drafts: greedy requests produce exactly the tokens (and
-// logprobs) they produce without it, alongside other requests, in chunked prefill, under
-// preemption, and the prefix cache keeps serving the right blocks after rejected drafts.
+// Speculative decoding with n-gram drafts: greedy and seeded sampled requests produce exactly
+// the tokens (and logprobs) they produce without it, alongside other requests, in chunked prefill,
+// under preemption, and the prefix cache keeps serving the right blocks after rejected drafts.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -62,7 +62,7 @@ void expect_same(const Served& want, const Served& got) {
 
 class Speculative : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(Speculative, GreedyOutputIsTheSameAsWithoutIt) {
+TEST_P(Speculative, OutputIsTheSameAsWithoutIt) {
   auto ops = make_cpu_ops();
   auto model = load_model(fixture_model(GetParam()), LoadMode::kMmap, *ops);
   const int32_t vocab = model->config().vocab_size;
@@ -77,6 +77,15 @@ TEST_P(Speculative, GreedyOutputIsTheSameAsWithoutIt) {
   sampled.sampling.temperature = 0.8f;
   sampled.sampling.seed = 7;
   requests.push_back(sampled);
+  for (int seed = 0; seed < 8; ++seed) {
+    GenerationRequest more =
+        greedy_request("seeded" + std::to_string(seed), repetitive_prompt(20 + seed, 5, vocab), 10);
+    more.sampling.temperature = 1.0f;
+    more.sampling.top_p = 0.9f;
+    more.sampling.presence_penalty = 0.5f * static_cast<float>(seed % 2);
+    more.sampling.seed = static_cast<uint64_t>(seed);
+    requests.push_back(more);
+  }
 
   EngineConfig config;
   config.block_size = 4;
