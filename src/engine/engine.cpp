@@ -6,78 +6,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "engine/engine_state.h"
 
 namespace deepinfer {
-
-// A request with n completions runs as n sequences; they share the request's id.
-struct Engine::Sequence {
-  GenerationRequest request;
-  int index = 0;
-  QueueKey key;
-  uint64_t seed = 0;
-  std::vector<int32_t> tokens;  // prompt, then generated (sampled ones only, see pending)
-  std::vector<int32_t> generated;
-  // Output tokens reported so far (speculation appends several to `generated` at once).
-  size_t recorded = 0;
-  // Speculation: the estimated chance that its next draft is accepted, given the ones before.
-  double acceptance = 0.6;
-  std::vector<sampling::Sample> logprobs, prompt_logprobs;
-  // Tokens whose K/V are written, or being written by a launched step.
-  int64_t computed = 0;
-  // Tokens that launched steps sample for this sequence and that are not in `tokens` yet (two
-  // when step N+1 was planned before step N's token arrived).
-  int pending = 0;
-  // Bumped by preemption: a launched step of an older epoch no longer owns the blocks.
-  uint64_t epoch = 0;
-  SequenceKv blocks;
-  sampling::TokenHistory history;
-  std::unique_ptr<structured::Matcher> matcher;  // the request's constraint, if any
-  int64_t cached_prompt_tokens = -1;             // set at first admission
-  // The prefix's blocks below memory: a fetch in flight (its ticket), or looked for already.
-  uint64_t fetch = 0;
-  bool fetched = false;
-  int preemptions = 0;
-  bool stop_requested = false;
-  bool finished = false;
-  // Siblings (n > 1) wait for the first completion's prompt to be cached, then share it.
-  std::shared_ptr<bool> prompt_cached;
-  std::chrono::steady_clock::time_point submitted, last_token;
-
-  int64_t prompt_size() const { return static_cast<int64_t>(request.prompt.size()); }
-  int64_t length() const { return static_cast<int64_t>(tokens.size()) + pending; }
-  bool wants_prompt_logprobs() const {
-    return request.sampling.prompt_logprobs >= 0 && index == 0 &&
-           static_cast<int64_t>(prompt_logprobs.size()) < prompt_size() - 1;
-  }
-};
-
-// Tokens of one sequence in one step, and what comes back for them.
-struct Engine::Chunk {
-  Sequence* sequence = nullptr;
-  int64_t start = 0;  // position of the first token
-  int64_t count = 0;
-  uint64_t epoch = 0;
-  size_t first_logit_row = 0;
-  size_t logit_rows = 0;
-  bool samples = false;      // the chunk ends at the sequence's end: its last row is sampled
-  bool prompt_rows = false;  // every row's logits are kept for prompt logprobs
-  uint64_t output_position = 0;
-  sampling::Sample sample;
-  std::vector<sampling::Sample> prompt_scores;  // for prompt positions start+1 ...
-  // Speculation: the drafts after the sequence's last token (their rows follow its row), the
-  // model's own tokens for them up to the first that differs (see verify_drafts), and how
-  // many positions' KV that leaves valid.
-  std::vector<int32_t> drafts;
-  std::vector<sampling::Sample> verified;
-  int64_t kept = 0;
-};
-
-struct Engine::StepWork {
-  ForwardBatch batch;
-  std::vector<Chunk> chunks;
-  // Decode inputs that the step before samples: batch row and sequence.
-  std::vector<std::pair<size_t, Sequence*>> placeholders;
-};
 
 namespace {
 
@@ -340,60 +271,6 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count,
   work.chunks.push_back(std::move(chunk));
 }
 
-// A decode planned for this step, and the drafts it verifies.
-struct Engine::Planned {
-  Sequence* sequence = nullptr;
-  int64_t count = 0;
-  std::vector<int32_t> drafts;
-};
-
-// Requests without a constraint speculate (their output is the same either way, see
-// verify_drafts). Drafts stop short of max_tokens and the context length.
-std::vector<int32_t> Engine::drafts_for(const Sequence& sequence, int64_t budget) const {
-  const SpeculativeConfig& speculative = config_.speculative;
-  const GenerationRequest& request = sequence.request;
-  if (!speculative.enabled() || runner_ || sequence.matcher || sequence.pending > 0 ||
-      sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
-    return {};
-  const int64_t limit =
-      std::min<int64_t>({speculative.num_speculative_tokens, budget,
-                         request.max_tokens - static_cast<int64_t>(sequence.generated.size()) - 1,
-                         model_.config().max_position_embeddings - sequence.length()});
-  return ngram_drafts(sequence.tokens, speculative.prompt_lookup_min, speculative.prompt_lookup_max,
-                      limit);
-}
-
-void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
-  if (!config_.speculative.enabled()) return;
-  std::vector<DraftOffer> offers;
-  int64_t rows = 0, tokens = 0;
-  for (Planned& plan : planned) {
-    tokens += plan.count;
-    const Sequence& sequence = *plan.sequence;
-    if (plan.count == 1 || sequence.computed + plan.count == sequence.length()) ++rows;
-    if (plan.count == 1) plan.drafts = drafts_for(sequence, budget);
-    offers.push_back({static_cast<int64_t>(plan.drafts.size()), sequence.acceptance});
-  }
-  std::vector<int64_t> taken(offers.size());
-  if (config_.speculative.verification == "adaptive" && step_costs_.known()) {
-    taken = verified_drafts(offers, rows, tokens, step_costs_);
-  } else {
-    for (size_t i = 0; i < offers.size(); ++i) taken[i] = offers[i].proposed;
-  }
-  for (size_t i = 0; i < planned.size(); ++i) {
-    Planned& plan = planned[i];
-    const int64_t count = std::min(taken[i], budget);
-    // A draft is never worth a preemption: its blocks come from free ones only.
-    if (count <= 0 ||
-        !plan.sequence->blocks.try_reserve(cache_, plan.sequence->computed + 1 + count)) {
-      plan.drafts.clear();
-      continue;
-    }
-    plan.drafts.resize(static_cast<size_t>(count));
-    budget -= count;
-  }
-}
-
 std::unique_ptr<Engine::StepWork> Engine::plan_step() {
   auto work = std::make_unique<StepWork>();
   int64_t budget = config_.max_batched_tokens;
@@ -484,54 +361,6 @@ void Engine::execute(StepWork& work) {
       chunk.prompt_scores.push_back(sampling::score_token(
           rows + r * vocab, sampled_vocab_, sequence.request.prompt[static_cast<size_t>(next)],
           sequence.request.sampling.prompt_logprobs));
-    }
-  }
-}
-
-// The model's own tokens after the sequence's last token and each draft (one logits row each),
-// drawn exactly as a plain step would draw them at that output position (the same processors
-// and the same seeded uniform), up to and including the first that differs from its draft:
-// every draft before it is accepted. For a sampled request this is rejection sampling of a
-// draft that is one token for sure: the draw lands on the draft with the target's probability
-// of it, and otherwise on a token from the target's distribution without it (the residual),
-// so the output follows the target's distribution and a seed gives the plain run's tokens.
-void Engine::verify_drafts(Chunk& chunk, const float* rows) const {
-  const Sequence& sequence = *chunk.sequence;
-  const sampling::SamplingParams& params = sequence.request.sampling;
-  const auto vocab = static_cast<size_t>(model_.config().vocab_size);
-  // Penalties see the drafts accepted before each row.
-  std::optional<sampling::TokenHistory> history;
-  if (!sampling::needs_only_logits(params)) history = sequence.history;
-  for (size_t r = 0; r <= chunk.drafts.size(); ++r) {
-    chunk.verified.push_back(sampling::sample(rows + r * vocab, sampled_vocab_, params,
-                                              history ? *history : sequence.history, sequence.seed,
-                                              chunk.output_position + r));
-    const int32_t token = chunk.verified.back().token;
-    if (r == chunk.drafts.size() || token != chunk.drafts[r]) break;
-    if (history) history->add_output(token);
-  }
-}
-
-// Appends a speculating chunk's verified tokens (up to the one that ends the completion) and
-// rolls its KV back to them: positions after them hold rejected drafts, written over later.
-void Engine::accept_verified(Chunk& chunk) {
-  Sequence& sequence = *chunk.sequence;
-  --sequence.pending;
-  chunk.kept = static_cast<int64_t>(chunk.verified.size());
-  // Each draft up to the first rejected one is one observation of the acceptance chance.
-  const auto accepted = static_cast<double>(chunk.kept - 1);
-  const double observed = std::min(accepted + 1, static_cast<double>(chunk.drafts.size()));
-  const double weight = 0.1 * observed;
-  sequence.acceptance += weight * (accepted / observed - sequence.acceptance) / (1 + weight);
-  sequence.computed = chunk.start + chunk.kept;
-  for (size_t i = 0; i < chunk.verified.size(); ++i) {
-    const int32_t token = chunk.verified[i].token;
-    sequence.tokens.push_back(token);
-    sequence.generated.push_back(token);
-    sequence.history.add_output(token);
-    if (ending_after(sequence, token, sequence.generated.size())) {
-      chunk.verified.resize(i + 1);
-      break;
     }
   }
 }
