@@ -404,14 +404,19 @@ const float* Engine::host_logits(const Tensor& logits,
 // (logprobs still come from the unmasked row: the model's own distribution).
 sampling::Sample Engine::sample_next(const Sequence& sequence, const float* logits,
                                      uint64_t position) const {
+  return sample_under(sequence, sequence.matcher.get(), sequence.history, logits, position);
+}
+
+sampling::Sample Engine::sample_under(const Sequence& sequence, const structured::Matcher* matcher,
+                                      const sampling::TokenHistory& history, const float* logits,
+                                      uint64_t position) const {
   const int32_t vocab = sampled_vocab_;
   const sampling::SamplingParams& params = sequence.request.sampling;
-  if (!sequence.matcher)
-    return sampling::sample(logits, vocab, params, sequence.history, sequence.seed, position);
+  if (!matcher) return sampling::sample(logits, vocab, params, history, sequence.seed, position);
   std::vector<float> masked(logits, logits + vocab);
-  sequence.matcher->mask_logits(masked.data(), vocab);
+  matcher->mask_logits(masked.data(), vocab);
   sampling::Sample sample =
-      sampling::sample(masked.data(), vocab, params, sequence.history, sequence.seed, position);
+      sampling::sample(masked.data(), vocab, params, history, sequence.seed, position);
   if (params.logprobs) {
     sampling::Sample raw = sampling::score_token(logits, vocab, sample.token, params.top_logprobs);
     sample.logprob = raw.logprob;

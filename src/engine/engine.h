@@ -162,6 +162,11 @@ class Engine {
   Tensor step_logits(size_t rows);
   const float* host_logits(const Tensor& logits,
                            const std::vector<std::pair<size_t, size_t>>& ranges);
+  // As sample_next, under the matcher and history given (a verification's, ahead of the
+  // sequence's own).
+  sampling::Sample sample_under(const Sequence& sequence, const structured::Matcher* matcher,
+                                const sampling::TokenHistory& history, const float* logits,
+                                uint64_t position) const;
   sampling::Sample sample_next(const Sequence& sequence, const float* logits,
                                uint64_t position) const;
   void apply_samples(StepWork& done, StepWork* next);

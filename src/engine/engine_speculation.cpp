@@ -12,7 +12,7 @@ namespace deepinfer {
 std::vector<int32_t> Engine::drafts_for(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
   const GenerationRequest& request = sequence.request;
-  if (!speculative.enabled() || runner_ || sequence.matcher || sequence.pending > 0 ||
+  if (!speculative.enabled() || runner_ || sequence.pending > 0 ||
       sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
     return {};
   const int64_t limit =
@@ -65,16 +65,19 @@ void Engine::verify_drafts(Chunk& chunk, const float* rows) const {
   const Sequence& sequence = *chunk.sequence;
   const sampling::SamplingParams& params = sequence.request.sampling;
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
-  // Penalties see the drafts accepted before each row.
+  // Penalties and the constraint see the drafts accepted before each row.
   std::optional<sampling::TokenHistory> history;
   if (!sampling::needs_only_logits(params)) history = sequence.history;
+  std::unique_ptr<structured::Matcher> matcher =
+      sequence.matcher ? sequence.matcher->clone() : nullptr;
   for (size_t r = 0; r <= chunk.drafts.size(); ++r) {
-    chunk.verified.push_back(sampling::sample(rows + r * vocab, sampled_vocab_, params,
-                                              history ? *history : sequence.history, sequence.seed,
-                                              chunk.output_position + r));
+    chunk.verified.push_back(sample_under(sequence, matcher.get(),
+                                          history ? *history : sequence.history, rows + r * vocab,
+                                          chunk.output_position + r));
     const int32_t token = chunk.verified.back().token;
     if (r == chunk.drafts.size() || token != chunk.drafts[r]) break;
     if (history) history->add_output(token);
+    if (matcher && !matcher->accept(token)) break;  // every token was masked: it ends here
   }
 }
 
@@ -92,6 +95,8 @@ void Engine::accept_verified(Chunk& chunk) {
   sequence.computed = chunk.start + chunk.kept;
   for (size_t i = 0; i < chunk.verified.size(); ++i) {
     const int32_t token = chunk.verified[i].token;
+    // As for one sampled token: one the mask allowed always fits; one that does not ends it.
+    if (sequence.matcher && !sequence.matcher->accept(token)) sequence.stop_requested = true;
     sequence.tokens.push_back(token);
     sequence.generated.push_back(token);
     sequence.history.add_output(token);
