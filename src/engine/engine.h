@@ -69,7 +69,7 @@ struct EngineConfig {
   // model's vocabulary is often padded past its tokenizer's (Qwen3: 151,936 rows for 151,669
   // tokens), and a padded id cannot be decoded. 0: the model's whole vocabulary.
   int32_t vocab_limit = 0;
-  // Speculative decoding: requests (without a constraint) verify drafted tokens in the same
+  // Speculative decoding: requests (constrained ones too) verify drafted tokens in the same
   // forward as everything else and keep what the model itself would have drawn, so their
   // output is the same as without it, seeded sampling included. Off with async_scheduling.
   SpeculativeConfig speculative;

@@ -7,7 +7,7 @@
 
 namespace deepinfer {
 
-// Requests without a constraint speculate (their output is the same either way, see
+// Every decoding request may speculate (its output is the same either way, see
 // verify_drafts). Drafts stop short of max_tokens and the context length.
 std::vector<int32_t> Engine::drafts_for(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
