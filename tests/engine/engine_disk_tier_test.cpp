@@ -15,6 +15,8 @@ namespace {
 
 using testing::fixture_model;
 using testing::greedy_request;
+using testing::serve;
+using testing::Served;
 using testing::TempDir;
 
 constexpr uint64_t kFingerprint = 0x5eed;
@@ -37,22 +39,6 @@ EngineConfig config_with(const std::filesystem::path& dir) {
   return config;
 }
 
-struct Outcome {
-  std::map<std::string, GenerationResult> results;
-  EngineStats stats;
-};
-
-Outcome run(CausalLM& model, const EngineConfig& config,
-            const std::vector<GenerationRequest>& requests) {
-  Engine engine(model, config);
-  for (const GenerationRequest& request : requests) engine.submit(request);
-  Outcome outcome;
-  for (GenerationResult& result : engine.run_to_completion())
-    outcome.results[result.id] = std::move(result);
-  outcome.stats = engine.stats();
-  return outcome;  // the engine's end writes what it queued
-}
-
 class DiskTierOnFixture : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(DiskTierOnFixture, AnotherEngineContinuesTheConversationFromDisk) {
@@ -62,20 +48,20 @@ TEST_P(DiskTierOnFixture, AnotherEngineContinuesTheConversationFromDisk) {
   const int32_t vocab = model->config().vocab_size;
   GenerationRequest first = greedy_request("first", prompt_of(3 * block_size + 5, 1, vocab), 8);
   EngineConfig cold = config_with({});
-  std::vector<int32_t> answer = run(*model, cold, {first}).results.at("first").tokens;
+  std::vector<int32_t> answer = serve(*model, cold, {first}).results.at("first").tokens;
   std::vector<int32_t> next = first.prompt;
   next.insert(next.end(), answer.begin(), answer.end());
   for (int32_t token : prompt_of(5, 2, vocab)) next.push_back(token);
   GenerationRequest second = greedy_request("second", next, 6);
   GenerationRequest other = greedy_request("other", prompt_of(2 * block_size + 3, 3, vocab), 6);
-  Outcome cold_second = run(*model, cold, {second, other});
+  Served cold_second = serve(*model, cold, {second, other});
 
   TempDir dir;
-  Outcome writer = run(*model, config_with(dir.path()), {first});
+  Served writer = serve(*model, config_with(dir.path()), {first});
   EXPECT_EQ(writer.results.at("first").tokens, answer);
   EXPECT_GT(writer.stats.tiers.offered_blocks, 0);
   // A fresh engine (nothing in memory) on the same directory, beside an unrelated request.
-  Outcome reader = run(*model, config_with(dir.path()), {second, other});
+  Served reader = serve(*model, config_with(dir.path()), {second, other});
   EXPECT_EQ(reader.results.at("second").tokens, cold_second.results.at("second").tokens);
   EXPECT_EQ(reader.results.at("other").tokens, cold_second.results.at("other").tokens);
   // Every block the first turn computed in full: its prompt and all but its last token.
@@ -101,11 +87,11 @@ TEST(DiskTierQueue, AFullQueueDropsWritesAndTheEngineGoesOn) {
   for (int r = 0; r < 6; ++r)
     requests.push_back(
         greedy_request(std::to_string(r), prompt_of(21 + r, r, model->config().vocab_size), 5));
-  Outcome cold = run(*model, config_with({}), requests);
+  Served cold = serve(*model, config_with({}), requests);
   TempDir dir;
   EngineConfig config = config_with(dir.path());
   config.kv_disk_queue_blocks = 0;
-  Outcome full = run(*model, config, requests);
+  Served full = serve(*model, config, requests);
   for (const auto& [id, result] : cold.results)
     EXPECT_EQ(full.results.at(id).tokens, result.tokens) << id;
   EXPECT_EQ(full.stats.tiers.offered_blocks, 0);
@@ -126,7 +112,7 @@ TEST(DiskTierRetention, ALongerClassExtendsBlocksAnotherRequestWrote) {
   config.kv_retention_classes = {{"agent", 72 * 3600}, {"chat", 168 * 3600}};
   config.kv_retention_default = "agent";
   GenerationRequest first = greedy_request("first", prompt_of(21, 4, vocab), 2);
-  run(*model, config, {first});
+  serve(*model, config, {first});
   auto retentions = [&] {
     std::map<uint32_t, int> count;
     for (const auto& entry : std::filesystem::recursive_directory_iterator(dir.path()))
@@ -138,13 +124,13 @@ TEST(DiskTierRetention, ALongerClassExtendsBlocksAnotherRequestWrote) {
   GenerationRequest second = first;
   second.id = "second";
   second.cache_retention = "chat";
-  Outcome reader = run(*model, config, {second});
+  Served reader = serve(*model, config, {second});
   EXPECT_EQ(reader.results.at("second").cached_prompt_tokens, 20);
   EXPECT_EQ(retentions(), (std::map<uint32_t, int>{{168 * 3600, 5}}));
   // A shorter class afterwards leaves them as they are.
   GenerationRequest third = first;
   third.id = "third";
-  run(*model, config, {third});
+  serve(*model, config, {third});
   EXPECT_EQ(retentions(), (std::map<uint32_t, int>{{168 * 3600, 5}}));
 }
 
@@ -173,7 +159,7 @@ TEST(HostTier, APromptLeftThePoolAndComesBackFromHostMemory) {
   EXPECT_EQ(stats.tiers.found_blocks, stats.tiers.host_found_blocks);
   EXPECT_FALSE(stats.tiers.has_disk);
   EXPECT_GT(results.at("again").cached_prompt_tokens, 0);
-  Outcome cold = run(*model, config_with({}), {again});
+  Served cold = serve(*model, config_with({}), {again});
   EXPECT_EQ(results.at("again").tokens, cold.results.at("again").tokens);
 }
 
@@ -197,7 +183,7 @@ TEST(HostTier, AResetPrefixCacheIsRefilledFromHostMemory) {
   GenerationResult result = engine.run_to_completion().at(0);
   EXPECT_EQ(result.cached_prompt_tokens, 28);
   EXPECT_EQ(engine.stats().tiers.host_found_blocks, 7);
-  EXPECT_EQ(result.tokens, run(*model, config_with({}), {again}).results.at("again").tokens);
+  EXPECT_EQ(result.tokens, serve(*model, config_with({}), {again}).results.at("again").tokens);
 }
 
 class DiskTierFiles : public ::testing::Test {
@@ -206,8 +192,9 @@ class DiskTierFiles : public ::testing::Test {
     ops_ = make_cpu_ops();
     model_ = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops_);
     prompt_ = prompt_of(30, 4, model_->config().vocab_size);
-    cold_ = run(*model_, config_with({}), {greedy_request("a", prompt_, 6)}).results.at("a").tokens;
-    Outcome writer = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
+    cold_ =
+        serve(*model_, config_with({}), {greedy_request("a", prompt_, 6)}).results.at("a").tokens;
+    Served writer = serve(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
     ASSERT_EQ(writer.results.at("a").tokens, cold_);
   }
 
@@ -230,19 +217,19 @@ TEST_F(DiskTierFiles, AFlippedByteEndsThePrefixThere) {
   std::fstream(file_of(3), std::ios::in | std::ios::out | std::ios::binary)
       .seekp(-1, std::ios::end)
       .put('\x7f');
-  Outcome reader = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
+  Served reader = serve(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(reader.results.at("a").tokens, cold_);
   EXPECT_EQ(reader.results.at("a").cached_prompt_tokens, 3 * 4);
   EXPECT_EQ(reader.stats.tiers.disk.rejected[static_cast<int>(BlockFileStatus::kCorrupt)], 1);
   // Removed, and rewritten by the run that recomputed it.
-  Outcome again = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
+  Served again = serve(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(again.results.at("a").cached_prompt_tokens, 28);
   EXPECT_EQ(again.results.at("a").tokens, cold_);
 }
 
 TEST_F(DiskTierFiles, ATruncatedFileIsNeverServed) {
   std::filesystem::resize_file(file_of(0), std::filesystem::file_size(file_of(0)) / 2);
-  Outcome reader = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
+  Served reader = serve(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(reader.results.at("a").tokens, cold_);
   EXPECT_EQ(reader.results.at("a").cached_prompt_tokens, 0);
   EXPECT_EQ(reader.stats.tiers.disk.rejected[static_cast<int>(BlockFileStatus::kTruncated)], 1);
@@ -251,14 +238,14 @@ TEST_F(DiskTierFiles, ATruncatedFileIsNeverServed) {
 TEST_F(DiskTierFiles, AnotherModelOrSaltFindsNothing) {
   EngineConfig foreign = config_with(dir_.path());
   foreign.kv_fingerprint = kFingerprint + 1;
-  Outcome other_model = run(*model_, foreign, {greedy_request("a", prompt_, 6)});
+  Served other_model = serve(*model_, foreign, {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(other_model.results.at("a").cached_prompt_tokens, 0);
   EXPECT_EQ(other_model.stats.tiers.found_blocks, 0);
-  Outcome other_tenant =
-      run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6, 99)});
+  Served other_tenant =
+      serve(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6, 99)});
   EXPECT_EQ(other_tenant.results.at("a").cached_prompt_tokens, 0);
   EXPECT_EQ(other_tenant.results.at("a").tokens, cold_);
-  Outcome same = run(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
+  Served same = serve(*model_, config_with(dir_.path()), {greedy_request("a", prompt_, 6)});
   EXPECT_EQ(same.results.at("a").cached_prompt_tokens, 28);
 }
 

@@ -15,6 +15,8 @@ namespace {
 
 using testing::fixture_model;
 using testing::greedy_request;
+using testing::serve;
+using testing::Served;
 
 // A prompt that repeats a phrase of 40 tokens: n-gram lookup has something to propose, and a
 // random model's outputs often recur in it.
@@ -23,22 +25,6 @@ std::vector<int32_t> repetitive_prompt(int length, int salt, int32_t vocab) {
   for (int i = 0; i < length; ++i)
     prompt.push_back(static_cast<int32_t>(((i % 40) * 37 + salt * 11 + 3) % vocab));
   return prompt;
-}
-
-struct Served {
-  std::map<std::string, GenerationResult> results;
-  EngineStats stats;
-};
-
-Served serve(CausalLM& model, const EngineConfig& config,
-             const std::vector<GenerationRequest>& requests) {
-  Engine engine(model, config);
-  for (const GenerationRequest& request : requests) engine.submit(request);
-  Served served;
-  for (GenerationResult& result : engine.run_to_completion())
-    served.results[result.id] = std::move(result);
-  served.stats = engine.stats();
-  return served;
 }
 
 // Every draft verified, so that every path runs whatever the machine's step costs are.

@@ -18,6 +18,17 @@ namespace deepinfer::testing {
 
 namespace fs = std::filesystem;
 
+Served serve(CausalLM& model, const EngineConfig& config,
+             const std::vector<GenerationRequest>& requests) {
+  Engine engine(model, config);
+  for (const GenerationRequest& request : requests) engine.submit(request);
+  Served served;
+  for (GenerationResult& result : engine.run_to_completion())
+    served.results[result.id] = std::move(result);
+  served.stats = engine.stats();
+  return served;
+}
+
 fs::path fixture_model(const std::string& name) {
   // Test binaries built on one host and run on another (a GPU host) find the fixtures
   // through the environment: the repository may lie elsewhere there.

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/request.h"
 #include "kernels/ops.h"
 #include "model/make_model.h"
@@ -44,6 +46,15 @@ inline GenerationRequest greedy_request(const std::string& id, std::vector<int32
   request.cache_salt = salt;
   return request;
 }
+
+// Requests served together by one engine: each one's result by id, and the engine's stats
+// once they are all done (its end writes what its disk tier queued).
+struct Served {
+  std::map<std::string, GenerationResult> results;
+  EngineStats stats;
+};
+Served serve(CausalLM& model, const EngineConfig& config,
+             const std::vector<GenerationRequest>& requests);
 
 // A fresh directory under the system temp dir, removed when the object dies.
 class TempDir {
