@@ -205,8 +205,12 @@ void matmul_f16_few_rows(const float* x, const uint16_t* weight, int64_t rows, i
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
                          int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
 
-// The same product (bf16 or f16 weights) for any number of rows through cuBLASLt on the tensor
-// cores: x is rounded to the weight's type, accumulation is f32, y is f32.
+// Columns of x that share one scale in an FP8 product (DeepSeek's activation groups).
+constexpr int64_t kFp8Group = 128;
+
+// The same product for any number of rows through cuBLASLt on the tensor cores, accumulation
+// and y in f32: bf16 or f16 weights with x rounded to their type, or DeepSeek-style FP8
+// weights with x quantised to e4m3 in groups of kFp8Group columns.
 class LtMatmul {
  public:
   LtMatmul();
@@ -216,6 +220,13 @@ class LtMatmul {
   // dtype: the weight's, bf16 or f16; x is rounded to it into x_rounded [rows, k] first.
   void run(const float* x, uint16_t* x_rounded, const uint16_t* weight, DType dtype, int64_t rows,
            int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
+  // Whether run_fp8 takes a weight [n, k].
+  static bool fp8_fits(int64_t n, int64_t k);
+  // The scratch run_fp8 needs: x in e4m3 and its scales.
+  static size_t fp8_scratch_bytes(int64_t rows, int64_t k);
+  // An e4m3 weight [n, k] with f32 scales per 128 x 128 block ([ceil(n / 128), k / 128]).
+  void run_fp8(const float* x, void* scratch, const uint8_t* weight, const float* weight_scales,
+               int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
 
  private:
   struct Impl;

@@ -694,8 +694,9 @@ class CudaOps final : public Ops {
   }
 
   // The fastest kernel this weight and row count allow: decode rows stream bf16 and FP8
-  // weights once through registers; bf16 prompts go to cuBLASLt's tensor-core kernels;
-  // everything else (f32/f16 weights, FP8 prompts) takes the tiled kernel.
+  // weights once through registers; bf16 and FP8 prompts go to cuBLASLt's tensor-core kernels
+  // (FP8 with x quantised to e4m3 per 128 columns, as DeepSeek serves them); everything else
+  // (f32 weights, f32 precision, shapes cuBLASLt refuses) takes the tiled kernel.
   void product(const float* x, const Tensor& weight, int64_t rows, float* y) {
     int64_t n = weight.dim(0);
     int64_t k = weight.dim(1);
@@ -709,6 +710,10 @@ class CudaOps final : public Ops {
     } else if (rows <= kFewRows && fp8 && k % 16 == 0) {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
                           stream());
+    } else if (fp8 && precision_ == MatmulPrecision::kBf16 && LtMatmul::fp8_fits(n, k)) {
+      BackendMemory scratch = allocate_scratch(LtMatmul::fp8_scratch_bytes(rows, k));
+      lt_->run_fp8(x, scratch.get(), weight.as<const uint8_t>(), weight.block_scales->data, rows, n,
+                   k, y, stream());
     } else if (half && k % 8 == 0 && precision_ == MatmulPrecision::kBf16) {
       BackendMemory rounded = allocate_scratch(static_cast<size_t>(rows * k) * 2);
       lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), weight.dtype,

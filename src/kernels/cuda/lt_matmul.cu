@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <map>
@@ -26,6 +27,34 @@ __global__ void to_half_kernel(const float* x, void* out, bool bf16, int64_t cou
       static_cast<__half*>(out)[i] = __float2half_rn(x[i]);
     }
   }
+}
+
+// x quantised to e4m3 for an FP8 product, one warp per (row, 128 columns): each group's
+// largest magnitude maps to e4m3's largest finite value (448), its scale is kept beside it
+// (column-major [k / 128][rows_padded], the layout cuBLASLt reads 1 x 128 scales in).
+__global__ void to_fp8_kernel(const float* x, __nv_fp8_e4m3* out, float* scales, int64_t rows,
+                              int64_t k, int64_t rows_padded) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t groups = k / kFp8Group;
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
+  for (int64_t item = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
+       item < rows * groups; item += warps) {
+    const int64_t row = item / groups;
+    const int64_t group = item % groups;
+    const float4 v = reinterpret_cast<const float4*>(x + row * k + group * kFp8Group)[lane];
+    float largest = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+    for (int offset = 16; offset > 0; offset /= 2)
+      largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+    const float scale = largest > 0.0f ? largest / 448.0f : 1.0f;
+    const float inverse = 1.0f / scale;
+    __nv_fp8x4_e4m3 packed(make_float4(v.x * inverse, v.y * inverse, v.z * inverse, v.w * inverse));
+    reinterpret_cast<__nv_fp8x4_e4m3*>(out + row * k + group * kFp8Group)[lane] = packed;
+    if (lane == 0) scales[group * rows_padded + row] = scale;
+  }
+}
+
+const char* lt_type_name(cudaDataType_t type) {
+  return type == CUDA_R_16BF ? "bf16" : type == CUDA_R_16F ? "f16" : "fp8";
 }
 
 void check_lt(cublasStatus_t status, const char* what) {
@@ -55,16 +84,20 @@ struct LtPlan {
 struct LtMatmul::Impl {
   cublasLtHandle_t handle = nullptr;
   DeviceBuffer workspace{size_t{32} << 20};
-  // Keyed by (bf16, rows, n, k); prompt chunks bring many row counts, so the cache is bounded.
-  std::map<std::tuple<bool, int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
+  // Keyed by (operand type, rows, n, k); prompt chunks bring many row counts, so the cache is
+  // bounded.
+  std::map<std::tuple<cudaDataType_t, int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
   static constexpr size_t kMaxPlans = 4096;
 
-  const LtPlan& plan(bool bf16, int64_t rows, int64_t n, int64_t k);
+  const LtPlan& plan(cudaDataType_t type, int64_t rows, int64_t n, int64_t k);
+  void multiply(const LtPlan& p, const void* weight, const void* x, float* y, cudaStream_t stream);
 };
 
 // Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
-const LtPlan& LtMatmul::Impl::plan(bool bf16, int64_t rows, int64_t n, int64_t k) {
-  std::unique_ptr<LtPlan>& slot = plans[{bf16, rows, n, k}];
+// FP8 operands carry DeepSeek-style scales: 128 x 128 blocks on the weight, 1 x 128 groups on
+// x, their pointers set per product.
+const LtPlan& LtMatmul::Impl::plan(cudaDataType_t type, int64_t rows, int64_t n, int64_t k) {
+  std::unique_ptr<LtPlan>& slot = plans[{type, rows, n, k}];
   if (slot) return *slot;
   auto made = std::make_unique<LtPlan>();
   check_lt(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
@@ -72,8 +105,17 @@ const LtPlan& LtMatmul::Impl::plan(bool bf16, int64_t rows, int64_t n, int64_t k
   check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose,
                                           sizeof(transpose)),
            "transa");
+  if (type == CUDA_R_8F_E4M3) {
+    int32_t weight_mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+    int32_t x_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+    check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                            &weight_mode, sizeof(weight_mode)),
+             "weight scale mode");
+    check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode,
+                                            sizeof(x_mode)),
+             "x scale mode");
+  }
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
-  const cudaDataType_t type = bf16 ? CUDA_R_16BF : CUDA_R_16F;
   check_lt(cublasLtMatrixLayoutCreate(&made->a, type, u(k), u(n), k), "layout a");
   check_lt(cublasLtMatrixLayoutCreate(&made->b, type, u(k), u(rows), k), "layout b");
   check_lt(cublasLtMatrixLayoutCreate(&made->d, CUDA_R_32F, u(n), u(rows), n), "layout d");
@@ -91,11 +133,11 @@ const LtPlan& LtMatmul::Impl::plan(bool bf16, int64_t rows, int64_t n, int64_t k
   cublasLtMatmulPreferenceDestroy(preference);
   check_lt(status, "heuristic");
   if (found == 0)
-    fail("cuBLASLt: no algorithm for a {} {}x{}x{} product", bf16 ? "bf16" : "f16", rows, n, k);
+    fail("cuBLASLt: no algorithm for a {} {}x{}x{} product", lt_type_name(type), rows, n, k);
   made->algo = heuristic.algo;
   if (plans.size() > kMaxPlans) {
     plans.clear();
-    return *(plans[{bf16, rows, n, k}] = std::move(made));
+    return *(plans[{type, rows, n, k}] = std::move(made));
   }
   slot = std::move(made);
   return *slot;
@@ -110,6 +152,14 @@ LtMatmul::~LtMatmul() {
   if (impl_->handle) cublasLtDestroy(impl_->handle);
 }
 
+void LtMatmul::Impl::multiply(const LtPlan& p, const void* weight, const void* x, float* y,
+                              cudaStream_t stream) {
+  const float one = 1.0f, zero = 0.0f;
+  check_lt(cublasLtMatmul(handle, p.op, &one, weight, p.a, x, p.b, &zero, y, p.d, y, p.d, &p.algo,
+                          workspace.data(), workspace.bytes(), stream),
+           "matmul");
+}
+
 void LtMatmul::run(const float* x, uint16_t* x_rounded, const uint16_t* weight, DType dtype,
                    int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream) {
   if (dtype != DType::kBF16 && dtype != DType::kF16)
@@ -119,11 +169,43 @@ void LtMatmul::run(const float* x, uint16_t* x_rounded, const uint16_t* weight, 
   auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
   to_half_kernel<<<blocks, 256, 0, stream>>>(x, x_rounded, bf16, count);
   check_launch("rounding x for cuBLASLt");
-  const LtPlan& p = impl_->plan(bf16, rows, n, k);
-  const float one = 1.0f, zero = 0.0f;
-  check_lt(cublasLtMatmul(impl_->handle, p.op, &one, weight, p.a, x_rounded, p.b, &zero, y, p.d, y,
-                          p.d, &p.algo, impl_->workspace.data(), impl_->workspace.bytes(), stream),
-           "matmul");
+  impl_->multiply(impl_->plan(bf16 ? CUDA_R_16BF : CUDA_R_16F, rows, n, k), weight, x_rounded, y,
+                  stream);
+}
+
+bool LtMatmul::fp8_fits(int64_t n, int64_t k) {
+  return k % kFp8Group == 0 && n % 16 == 0;
+}
+
+size_t LtMatmul::fp8_scratch_bytes(int64_t rows, int64_t k) {
+  const int64_t padded = (rows + 3) / 4 * 4;
+  return static_cast<size_t>(rows * k) + 256 +
+         static_cast<size_t>(padded * (k / kFp8Group)) * sizeof(float);
+}
+
+void LtMatmul::run_fp8(const float* x, void* scratch, const uint8_t* weight,
+                       const float* weight_scales, int64_t rows, int64_t n, int64_t k, float* y,
+                       cudaStream_t stream) {
+  if (!fp8_fits(n, k))
+    fail("cuBLASLt FP8 products need k % 128 == 0 and n % 16 == 0: {} x {}", n, k);
+  const int64_t padded = (rows + 3) / 4 * 4;
+  auto* x_fp8 = static_cast<__nv_fp8_e4m3*>(scratch);
+  // The scales start on a 256-byte boundary after the quantised rows.
+  auto* x_scales = reinterpret_cast<float*>(static_cast<char*>(scratch) +
+                                            (static_cast<size_t>(rows * k) + 255) / 256 * 256);
+  const int64_t items = rows * (k / kFp8Group);
+  auto grid = static_cast<unsigned>(std::min<int64_t>((items + 7) / 8, 65535));
+  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, x_fp8, x_scales, rows, k, padded);
+  check_launch("quantising x for cuBLASLt");
+  const LtPlan& p = impl_->plan(CUDA_R_8F_E4M3, rows, n, k);
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                          &weight_scales, sizeof(weight_scales)),
+           "weight scales");
+  const float* x_scale_pointer = x_scales;
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                          &x_scale_pointer, sizeof(x_scale_pointer)),
+           "x scales");
+  impl_->multiply(p, weight, x_fp8, y, stream);
 }
 
 }  // namespace deepinfer::cuda
