@@ -277,31 +277,34 @@ std::vector<float> fp8_activations(const std::vector<float>& x) {
 // 1 x 128 activation groups), against the CPU's product of the same quantised activations;
 // a weight whose rows end in a partial block, and row counts that are not multiples of 4.
 TEST_F(CudaKernels, Fp8BlockScaledPromptProductsMatchTheCpu) {
-  const int64_t n = 1008, k = 1024;
-  ASSERT_TRUE(LtMatmul::fp8_fits(n, k));
-  const int64_t scale_rows = (n + 127) / 128, scale_cols = k / 128;
-  std::vector<float> values = random(n * k), scales = random(scale_rows * scale_cols, 0.01f);
-  for (float& scale : scales) scale = std::fabs(scale) + 1e-3f;
-  std::vector<uint8_t> weight(values.size());
-  for (size_t i = 0; i < values.size(); ++i) weight[i] = f32_to_f8e4m3(values[i] * 10.0f);
-  BlockScales block{scales.data(), scale_rows, scale_cols, 128, 128};
-  Tensor w_host = Tensor::contiguous(weight.data(), DType::kF8E4M3, {n, k});
-  w_host.block_scales = &block;
-  DeviceBuffer dw = upload(weight), dscales = upload(scales);
   LtMatmul lt;
-  for (int64_t rows : {9, 64, 333}) {
-    std::vector<float> x = random(rows * k);
-    for (size_t i = 0; i < x.size(); i += 7) x[i] *= 30.0f;  // groups of unlike ranges
-    std::vector<float> quantised = fp8_activations(x);
-    std::vector<float> want(rows * n);
-    Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
-    cpu_->matmul(Tensor::contiguous(quantised.data(), DType::kF32, {rows, k}), w_host, nullptr,
-                 want_t);
-    DeviceBuffer dx = upload(x), dy = poisoned(rows * n);
-    DeviceBuffer scratch(LtMatmul::fp8_scratch_bytes(rows, k));
-    lt.run_fp8(dx.as<float>(), scratch.data(), dw.as<uint8_t>(), dscales.as<float>(), rows, n, k,
-               dy.as<float>());
-    EXPECT_LT(relative_error(download(dy), want), 1e-3) << rows << " rows";
+  // k = 1152: 9 scale blocks a row, which cuBLASLt needs padded to 12.
+  for (int64_t k : {1024, 1152}) {
+    const int64_t n = 1008;
+    ASSERT_TRUE(LtMatmul::fp8_fits(n, k));
+    const int64_t scale_rows = (n + 127) / 128, scale_cols = k / 128;
+    std::vector<float> values = random(n * k), scales = random(scale_rows * scale_cols, 0.01f);
+    for (float& scale : scales) scale = std::fabs(scale) + 1e-3f;
+    std::vector<uint8_t> weight(values.size());
+    for (size_t i = 0; i < values.size(); ++i) weight[i] = f32_to_f8e4m3(values[i] * 10.0f);
+    BlockScales block{scales.data(), scale_rows, scale_cols, 128, 128};
+    Tensor w_host = Tensor::contiguous(weight.data(), DType::kF8E4M3, {n, k});
+    w_host.block_scales = &block;
+    DeviceBuffer dw = upload(weight), dscales = upload(scales);
+    for (int64_t rows : {9, 64, 333}) {
+      std::vector<float> x = random(rows * k);
+      for (size_t i = 0; i < x.size(); i += 7) x[i] *= 30.0f;  // groups of unlike ranges
+      std::vector<float> quantised = fp8_activations(x);
+      std::vector<float> want(rows * n);
+      Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
+      cpu_->matmul(Tensor::contiguous(quantised.data(), DType::kF32, {rows, k}), w_host, nullptr,
+                   want_t);
+      DeviceBuffer dx = upload(x), dy = poisoned(rows * n);
+      DeviceBuffer scratch(LtMatmul::fp8_scratch_bytes(rows, n, k));
+      lt.run_fp8(dx.as<float>(), scratch.data(), dw.as<uint8_t>(), dscales.as<float>(), rows, n, k,
+                 dy.as<float>());
+      EXPECT_LT(relative_error(download(dy), want), 1e-3) << rows << " rows, k " << k;
+    }
   }
 }
 

@@ -44,6 +44,8 @@ class DeviceBuffer {
 
 // Throws Error naming `what` and the last launch's error, if any.
 void check_launch(const char* what);
+// Throws Error naming `what` when a CUDA runtime call failed.
+void check_cuda(cudaError_t status, const char* what);
 void synchronize();
 // Whether kernels that may overlap their predecessor (programmatic dependent launch, see
 // overlap.cuh) are launched that way; DEEPINFER_CUDA_OVERLAP=0 turns it off.
@@ -205,8 +207,10 @@ void matmul_f16_few_rows(const float* x, const uint16_t* weight, int64_t rows, i
 void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* scales, int64_t rows,
                          int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
 
-// Columns of x that share one scale in an FP8 product (DeepSeek's activation groups).
+// Columns of x that share one scale in an FP8 product (DeepSeek's activation groups), and
+// the row multiple cuBLASLt's block-scaled kernels take (x is padded to it in scratch).
 constexpr int64_t kFp8Group = 128;
+constexpr int64_t kFp8RowMultiple = 8;
 
 // The same product for any number of rows through cuBLASLt on the tensor cores, accumulation
 // and y in f32: bf16 or f16 weights with x rounded to their type, or DeepSeek-style FP8
@@ -223,7 +227,7 @@ class LtMatmul {
   // Whether run_fp8 takes a weight [n, k].
   static bool fp8_fits(int64_t n, int64_t k);
   // The scratch run_fp8 needs: x in e4m3 and its scales.
-  static size_t fp8_scratch_bytes(int64_t rows, int64_t k);
+  static size_t fp8_scratch_bytes(int64_t rows, int64_t n, int64_t k);
   // An e4m3 weight [n, k] with f32 scales per 128 x 128 block ([ceil(n / 128), k / 128]).
   void run_fp8(const float* x, void* scratch, const uint8_t* weight, const float* weight_scales,
                int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);

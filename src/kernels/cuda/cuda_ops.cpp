@@ -16,10 +16,6 @@ namespace {
 
 constexpr int kFewRows = 8;  // up to this many rows a product streams the weight once
 
-void check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) fail("CUDA {}: {}", what, cudaGetErrorString(status));
-}
-
 void require_device(const Tensor& tensor, const char* op) {
   DI_CHECK(tensor.device == Device::kCuda, "{}: a tensor {} is in host memory, not on the GPU", op,
            tensor.shape_string());
@@ -61,7 +57,7 @@ class CudaGraph final : public RecordedOps {
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
-  void replay() override { check(cudaGraphLaunch(exec_, stream_.get()), "graph launch"); }
+  void replay() override { check_cuda(cudaGraphLaunch(exec_, stream_.get()), "graph launch"); }
 
  private:
   cudaGraphExec_t exec_;
@@ -74,18 +70,18 @@ class CudaOps final : public Ops {
     int count = device_count();
     if (device < 0 || device >= count)
       fail("CUDA backend: GPU {} asked for, {} present", device, count);
-    check(cudaSetDevice(device), "set device");
+    check_cuda(cudaSetDevice(device), "set device");
     cudaStream_t stream = nullptr;
-    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     // Allocations free back to the stream's pool, so the stream must outlive every one.
     stream_ = std::shared_ptr<CUstream_st>(stream, [](cudaStream_t s) { cudaStreamDestroy(s); });
     cudaMemPool_t pool = nullptr;
-    check(cudaDeviceGetDefaultMemPool(&pool, device), "memory pool");
+    check_cuda(cudaDeviceGetDefaultMemPool(&pool, device), "memory pool");
     uint64_t keep_everything = std::numeric_limits<uint64_t>::max();
-    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
-          "pool threshold");
+    check_cuda(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything),
+               "pool threshold");
     cudaDeviceProp properties{};
-    check(cudaGetDeviceProperties(&properties, device), "properties");
+    check_cuda(cudaGetDeviceProperties(&properties, device), "properties");
     name_ = std::string("cuda-") + properties.name;
     lt_ = std::make_unique<LtMatmul>();
     configure_few_rows_kernels();
@@ -99,41 +95,42 @@ class CudaOps final : public Ops {
 
   BackendMemory allocate(size_t bytes) override {
     BackendMemory memory = allocate_scratch(bytes);
-    if (bytes > 0) check(cudaMemsetAsync(memory.get(), 0, bytes, stream()), "zero");
+    if (bytes > 0) check_cuda(cudaMemsetAsync(memory.get(), 0, bytes, stream()), "zero");
     return memory;
   }
 
   BackendMemory allocate_scratch(size_t bytes) override {
     void* data = nullptr;
-    check(cudaMallocAsync(&data, std::max<size_t>(bytes, 1), stream()), "allocate");
+    check_cuda(cudaMallocAsync(&data, std::max<size_t>(bytes, 1), stream()), "allocate");
     std::shared_ptr<CUstream_st> owner = stream_;
     return BackendMemory(data, [owner](void* p) { cudaFreeAsync(p, owner.get()); });
   }
 
   BackendMemory allocate_host(size_t bytes) override {
     void* data = nullptr;
-    check(cudaMallocHost(&data, std::max<size_t>(bytes, 1)), "allocate page-locked host memory");
+    check_cuda(cudaMallocHost(&data, std::max<size_t>(bytes, 1)),
+               "allocate page-locked host memory");
     return BackendMemory(data, [](void* p) { cudaFreeHost(p); });
   }
 
   void to_backend(void* destination, const void* source, size_t bytes) override {
     if (bytes == 0) return;
-    check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()),
-          "copy to device");
+    check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyHostToDevice, stream()),
+               "copy to device");
   }
 
   void to_host(void* destination, const void* source, size_t bytes) override {
     if (bytes > 0) {
-      check(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream()),
-            "copy to host");
+      check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream()),
+                 "copy to host");
     }
     synchronize();
   }
 
-  void synchronize() override { check(cudaStreamSynchronize(stream()), "synchronize"); }
+  void synchronize() override { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); }
 
   std::unique_ptr<RecordedOps> record(const std::function<void()>& work) override {
-    check(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "begin capture");
+    check_cuda(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal), "begin capture");
     try {
       work();
     } catch (...) {
@@ -144,11 +141,11 @@ class CudaOps final : public Ops {
       throw;
     }
     cudaGraph_t graph = nullptr;
-    check(cudaStreamEndCapture(stream(), &graph), "end capture");
+    check_cuda(cudaStreamEndCapture(stream(), &graph), "end capture");
     cudaGraphExec_t exec = nullptr;
     cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
-    check(status, "graph instantiate");
+    check_cuda(status, "graph instantiate");
     return std::make_unique<CudaGraph>(exec, stream_);
   }
 
@@ -156,12 +153,12 @@ class CudaOps final : public Ops {
   // it is handed back to the device first, or a second cache would be sized from what the
   // first one left.
   size_t available_memory() const override {
-    check(cudaStreamSynchronize(stream()), "synchronize");
+    check_cuda(cudaStreamSynchronize(stream()), "synchronize");
     cudaMemPool_t pool = nullptr;
-    check(cudaDeviceGetDefaultMemPool(&pool, device_), "memory pool");
-    check(cudaMemPoolTrimTo(pool, 0), "pool trim");
+    check_cuda(cudaDeviceGetDefaultMemPool(&pool, device_), "memory pool");
+    check_cuda(cudaMemPoolTrimTo(pool, 0), "pool trim");
     size_t free = 0, total = 0;
-    check(cudaMemGetInfo(&free, &total), "memory info");
+    check_cuda(cudaMemGetInfo(&free, &total), "memory info");
     return free;
   }
 
@@ -619,7 +616,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream() const {
     thread_local int current = -1;
     if (current != device_) {
-      check(cudaSetDevice(device_), "set device");
+      check_cuda(cudaSetDevice(device_), "set device");
       current = device_;
     }
     return stream_.get();
@@ -711,7 +708,7 @@ class CudaOps final : public Ops {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
                           stream());
     } else if (fp8 && precision_ == MatmulPrecision::kBf16 && LtMatmul::fp8_fits(n, k)) {
-      BackendMemory scratch = allocate_scratch(LtMatmul::fp8_scratch_bytes(rows, k));
+      BackendMemory scratch = allocate_scratch(LtMatmul::fp8_scratch_bytes(rows, n, k));
       lt_->run_fp8(x, scratch.get(), weight.as<const uint8_t>(), weight.block_scales->data, rows, n,
                    k, y, stream());
     } else if (half && k % 8 == 0 && precision_ == MatmulPrecision::kBf16) {

@@ -8,13 +8,9 @@
 #include "kernels/cuda/cuda_kernels.h"
 
 namespace deepinfer::cuda {
-namespace {
-
-void check(cudaError_t status, const char* what) {
+void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) fail("CUDA {}: {}", what, cudaGetErrorString(status));
 }
-
-}  // namespace
 
 int device_count() {
   int count = 0;
@@ -26,7 +22,7 @@ int device_count() {
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes > 0) check(cudaMalloc(&data_, bytes), "cudaMalloc");
+  if (bytes > 0) check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc");
 }
 
 DeviceBuffer::~DeviceBuffer() {
@@ -47,18 +43,19 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
   if (offset + bytes > bytes_) fail("DeviceBuffer::upload: {} bytes past the end", bytes);
-  check(cudaMemcpy(static_cast<char*>(data_) + offset, host, bytes, cudaMemcpyHostToDevice),
-        "upload");
+  check_cuda(cudaMemcpy(static_cast<char*>(data_) + offset, host, bytes, cudaMemcpyHostToDevice),
+             "upload");
 }
 
 void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
   if (offset + bytes > bytes_) fail("DeviceBuffer::download: {} bytes past the end", bytes);
-  check(cudaMemcpy(host, static_cast<const char*>(data_) + offset, bytes, cudaMemcpyDeviceToHost),
-        "download");
+  check_cuda(
+      cudaMemcpy(host, static_cast<const char*>(data_) + offset, bytes, cudaMemcpyDeviceToHost),
+      "download");
 }
 
 void check_launch(const char* what) {
-  check(cudaGetLastError(), what);
+  check_cuda(cudaGetLastError(), what);
 }
 
 bool overlap_launches() {
@@ -70,7 +67,7 @@ bool overlap_launches() {
 }
 
 void synchronize() {
-  check(cudaDeviceSynchronize(), "synchronize");
+  check_cuda(cudaDeviceSynchronize(), "synchronize");
 }
 
 }  // namespace deepinfer::cuda

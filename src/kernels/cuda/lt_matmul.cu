@@ -31,17 +31,19 @@ __global__ void to_half_kernel(const float* x, void* out, bool bf16, int64_t cou
 
 // x quantised to e4m3 for an FP8 product, one warp per (row, 128 columns): each group's
 // largest magnitude maps to e4m3's largest finite value (448), its scale is kept beside it
-// (column-major [k / 128][rows_padded], the layout cuBLASLt reads 1 x 128 scales in).
+// (token-major [k / 128][rows_padded], the layout cuBLASLt reads 1 x 128 scales in). Rows
+// from `rows` to `rows_padded` are zeros.
 __global__ void to_fp8_kernel(const float* x, __nv_fp8_e4m3* out, float* scales, int64_t rows,
                               int64_t k, int64_t rows_padded) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t groups = k / kFp8Group;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t item = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
-       item < rows * groups; item += warps) {
+       item < rows_padded * groups; item += warps) {
     const int64_t row = item / groups;
     const int64_t group = item % groups;
-    const float4 v = reinterpret_cast<const float4*>(x + row * k + group * kFp8Group)[lane];
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (row < rows) v = reinterpret_cast<const float4*>(x + row * k + group * kFp8Group)[lane];
     float largest = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     for (int offset = 16; offset > 0; offset /= 2)
       largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
@@ -52,6 +54,26 @@ __global__ void to_fp8_kernel(const float* x, __nv_fp8_e4m3* out, float* scales,
     if (lane == 0) scales[group * rows_padded + row] = scale;
   }
 }
+
+// Where run_fp8's pieces sit in its scratch, each on a 256-byte boundary: x in e4m3 and its
+// scales; the weight's scales with each row padded to a multiple of 4 blocks (cuBLASLt's
+// stride rule for 128 x 128 scales) when the stored ones are not; y for the padded rows when
+// the row count is not a multiple of kFp8RowMultiple.
+struct Fp8Scratch {
+  int64_t rows_padded, scale_cols, scale_stride;
+  size_t x_scales, weight_scales, y_padded, total;  // byte offsets; x in e4m3 at 0
+
+  Fp8Scratch(int64_t rows, int64_t n, int64_t k) {
+    auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    rows_padded = (rows + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple;
+    scale_cols = k / kFp8Group;
+    scale_stride = (scale_cols + 3) / 4 * 4;
+    x_scales = aligned(static_cast<size_t>(rows_padded * k));
+    weight_scales = x_scales + aligned(static_cast<size_t>(rows_padded * scale_cols) * 4);
+    y_padded = weight_scales + aligned(static_cast<size_t>((n + 127) / 128 * scale_stride) * 4);
+    total = y_padded + aligned(static_cast<size_t>(rows_padded * n) * 4);
+  }
+};
 
 const char* lt_type_name(cudaDataType_t type) {
   return type == CUDA_R_16BF ? "bf16" : type == CUDA_R_16F ? "f16" : "fp8";
@@ -177,35 +199,55 @@ bool LtMatmul::fp8_fits(int64_t n, int64_t k) {
   return k % kFp8Group == 0 && n % 16 == 0;
 }
 
-size_t LtMatmul::fp8_scratch_bytes(int64_t rows, int64_t k) {
-  const int64_t padded = (rows + 3) / 4 * 4;
-  return static_cast<size_t>(rows * k) + 256 +
-         static_cast<size_t>(padded * (k / kFp8Group)) * sizeof(float);
+size_t LtMatmul::fp8_scratch_bytes(int64_t rows, int64_t n, int64_t k) {
+  return Fp8Scratch(rows, n, k).total;
 }
 
 void LtMatmul::run_fp8(const float* x, void* scratch, const uint8_t* weight,
                        const float* weight_scales, int64_t rows, int64_t n, int64_t k, float* y,
                        cudaStream_t stream) {
   if (!fp8_fits(n, k))
-    fail("cuBLASLt FP8 products need k % 128 == 0 and n % 16 == 0: {} x {}", n, k);
-  const int64_t padded = (rows + 3) / 4 * 4;
-  auto* x_fp8 = static_cast<__nv_fp8_e4m3*>(scratch);
-  // The scales start on a 256-byte boundary after the quantised rows.
-  auto* x_scales = reinterpret_cast<float*>(static_cast<char*>(scratch) +
-                                            (static_cast<size_t>(rows * k) + 255) / 256 * 256);
-  const int64_t items = rows * (k / kFp8Group);
+    fail("cuBLASLt FP8 products need k % 128 == 0 and n % 16 == 0, not {} x {}", n, k);
+  const Fp8Scratch layout(rows, n, k);
+  auto* base = static_cast<char*>(scratch);
+  auto* x_fp8 = reinterpret_cast<__nv_fp8_e4m3*>(base);
+  const float* x_scales = reinterpret_cast<float*>(base + layout.x_scales);
+  const int64_t items = layout.rows_padded * layout.scale_cols;
   auto grid = static_cast<unsigned>(std::min<int64_t>((items + 7) / 8, 65535));
-  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, x_fp8, x_scales, rows, k, padded);
+  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, x_fp8, const_cast<float*>(x_scales), rows, k,
+                                          layout.rows_padded);
   check_launch("quantising x for cuBLASLt");
-  const LtPlan& p = impl_->plan(CUDA_R_8F_E4M3, rows, n, k);
+  if (layout.scale_stride != layout.scale_cols || reinterpret_cast<uintptr_t>(weight_scales) % 16) {
+    auto* padded = reinterpret_cast<float*>(base + layout.weight_scales);
+    const auto row_bytes = static_cast<size_t>(layout.scale_cols) * sizeof(float);
+    check_cuda(
+        cudaMemsetAsync(padded, 0,
+                        static_cast<size_t>((n + 127) / 128 * layout.scale_stride) * sizeof(float),
+                        stream),
+        "clearing FP8 weight scales");
+    check_cuda(
+        cudaMemcpy2DAsync(padded, static_cast<size_t>(layout.scale_stride) * sizeof(float),
+                          weight_scales, row_bytes, row_bytes, static_cast<size_t>((n + 127) / 128),
+                          cudaMemcpyDeviceToDevice, stream),
+        "padding FP8 weight scales");
+    weight_scales = padded;
+  }
+  const LtPlan& p = impl_->plan(CUDA_R_8F_E4M3, layout.rows_padded, n, k);
   check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
                                           &weight_scales, sizeof(weight_scales)),
            "weight scales");
-  const float* x_scale_pointer = x_scales;
-  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                          &x_scale_pointer, sizeof(x_scale_pointer)),
+  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
+                                          sizeof(x_scales)),
            "x scales");
-  impl_->multiply(p, weight, x_fp8, y, stream);
+  if (layout.rows_padded == rows) {
+    impl_->multiply(p, weight, x_fp8, y, stream);
+    return;
+  }
+  auto* y_padded = reinterpret_cast<float*>(base + layout.y_padded);
+  impl_->multiply(p, weight, x_fp8, y_padded, stream);
+  check_cuda(cudaMemcpyAsync(y, y_padded, static_cast<size_t>(rows * n) * sizeof(float),
+                             cudaMemcpyDeviceToDevice, stream),
+             "copying an FP8 product's rows");
 }
 
 }  // namespace deepinfer::cuda
