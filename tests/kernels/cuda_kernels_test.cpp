@@ -301,8 +301,8 @@ TEST_F(CudaKernels, Fp8BlockScaledPromptProductsMatchTheCpu) {
                    want_t);
       DeviceBuffer dx = upload(x), dy = poisoned(rows * n);
       DeviceBuffer scratch(LtMatmul::fp8_scratch_bytes(rows, n, k));
-      lt.run_fp8(dx.as<float>(), scratch.data(), dw.as<uint8_t>(), dscales.as<float>(), rows, n, k,
-                 dy.as<float>());
+      ASSERT_TRUE(lt.run_fp8(dx.as<float>(), scratch.data(), dw.as<uint8_t>(), dscales.as<float>(),
+                             rows, n, k, dy.as<float>()));
       EXPECT_LT(relative_error(download(dy), want), 1e-3) << rows << " rows, k " << k;
     }
   }

@@ -229,7 +229,8 @@ class LtMatmul {
   // The scratch run_fp8 needs: x in e4m3 and its scales.
   static size_t fp8_scratch_bytes(int64_t rows, int64_t n, int64_t k);
   // An e4m3 weight [n, k] with f32 scales per 128 x 128 block ([ceil(n / 128), k / 128]).
-  void run_fp8(const float* x, void* scratch, const uint8_t* weight, const float* weight_scales,
+  // False (nothing done) when cuBLASLt has no block-scaled FP8 algorithm for it on this GPU.
+  bool run_fp8(const float* x, void* scratch, const uint8_t* weight, const float* weight_scales,
                int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
 
  private:

@@ -707,10 +707,9 @@ class CudaOps final : public Ops {
     } else if (rows <= kFewRows && fp8 && k % 16 == 0) {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
                           stream());
-    } else if (fp8 && precision_ == MatmulPrecision::kBf16 && LtMatmul::fp8_fits(n, k)) {
-      BackendMemory scratch = allocate_scratch(LtMatmul::fp8_scratch_bytes(rows, n, k));
-      lt_->run_fp8(x, scratch.get(), weight.as<const uint8_t>(), weight.block_scales->data, rows, n,
-                   k, y, stream());
+    } else if (fp8 && precision_ == MatmulPrecision::kBf16 && LtMatmul::fp8_fits(n, k) &&
+               fp8_on_lt(x, weight, rows, y)) {
+      // done on the tensor cores
     } else if (half && k % 8 == 0 && precision_ == MatmulPrecision::kBf16) {
       BackendMemory rounded = allocate_scratch(static_cast<size_t>(rows * k) * 2);
       lt_->run(x, static_cast<uint16_t*>(rounded.get()), weight.as<const uint16_t>(), weight.dtype,
@@ -718,6 +717,13 @@ class CudaOps final : public Ops {
     } else {
       matmul_tiled(x, device_weight(weight), rows, n, y, stream());
     }
+  }
+
+  bool fp8_on_lt(const float* x, const Tensor& weight, int64_t rows, float* y) {
+    const int64_t n = weight.dim(0), k = weight.dim(1);
+    BackendMemory scratch = allocate_scratch(LtMatmul::fp8_scratch_bytes(rows, n, k));
+    return lt_->run_fp8(x, scratch.get(), weight.as<const uint8_t>(), weight.block_scales->data,
+                        rows, n, k, y, stream());
   }
 
   // Split decode attention's per-(row, KV head) counters: the last split to finish merges.

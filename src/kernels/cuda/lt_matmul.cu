@@ -111,16 +111,20 @@ struct LtMatmul::Impl {
   std::map<std::tuple<cudaDataType_t, int64_t, int64_t, int64_t>, std::unique_ptr<LtPlan>> plans;
   static constexpr size_t kMaxPlans = 4096;
 
-  const LtPlan& plan(cudaDataType_t type, int64_t rows, int64_t n, int64_t k);
+  // FP8 plans take the scales' pointers (the heuristic looks at them; each product sets its
+  // own); none when cuBLASLt has no algorithm for the FP8 product on this GPU.
+  const LtPlan* plan(cudaDataType_t type, int64_t rows, int64_t n, int64_t k,
+                     const float* weight_scales = nullptr, const float* x_scales = nullptr);
   void multiply(const LtPlan& p, const void* weight, const void* x, float* y, cudaStream_t stream);
 };
 
 // Column-major view: D (n x rows) = W^T-as-stored (k x n, transposed) * x^T (k x rows).
 // FP8 operands carry DeepSeek-style scales: 128 x 128 blocks on the weight, 1 x 128 groups on
 // x, their pointers set per product.
-const LtPlan& LtMatmul::Impl::plan(cudaDataType_t type, int64_t rows, int64_t n, int64_t k) {
-  std::unique_ptr<LtPlan>& slot = plans[{type, rows, n, k}];
-  if (slot) return *slot;
+const LtPlan* LtMatmul::Impl::plan(cudaDataType_t type, int64_t rows, int64_t n, int64_t k,
+                                   const float* weight_scales, const float* x_scales) {
+  const auto key = std::make_tuple(type, rows, n, k);
+  if (auto found = plans.find(key); found != plans.end()) return found->second.get();
   auto made = std::make_unique<LtPlan>();
   check_lt(cublasLtMatmulDescCreate(&made->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
   cublasOperation_t transpose = CUBLAS_OP_T;
@@ -136,6 +140,12 @@ const LtPlan& LtMatmul::Impl::plan(cudaDataType_t type, int64_t rows, int64_t n,
     check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &x_mode,
                                             sizeof(x_mode)),
              "x scale mode");
+    check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                            &weight_scales, sizeof(weight_scales)),
+             "weight scales");
+    check_lt(cublasLtMatmulDescSetAttribute(made->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                            &x_scales, sizeof(x_scales)),
+             "x scales");
   }
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   check_lt(cublasLtMatrixLayoutCreate(&made->a, type, u(k), u(n), k), "layout a");
@@ -153,16 +163,16 @@ const LtPlan& LtMatmul::Impl::plan(cudaDataType_t type, int64_t rows, int64_t n,
     status = cublasLtMatmulAlgoGetHeuristic(handle, made->op, made->a, made->b, made->d, made->d,
                                             preference, 1, &heuristic, &found);
   cublasLtMatmulPreferenceDestroy(preference);
+  if (type == CUDA_R_8F_E4M3 && (status != CUBLAS_STATUS_SUCCESS || found == 0)) {
+    plans.emplace(key, nullptr);  // asked once per shape
+    return nullptr;
+  }
   check_lt(status, "heuristic");
   if (found == 0)
     fail("cuBLASLt: no algorithm for a {} {}x{}x{} product", lt_type_name(type), rows, n, k);
   made->algo = heuristic.algo;
-  if (plans.size() > kMaxPlans) {
-    plans.clear();
-    return *(plans[{type, rows, n, k}] = std::move(made));
-  }
-  slot = std::move(made);
-  return *slot;
+  if (plans.size() > kMaxPlans) plans.clear();
+  return (plans[key] = std::move(made)).get();
 }
 
 LtMatmul::LtMatmul() : impl_(std::make_unique<Impl>()) {
@@ -191,7 +201,7 @@ void LtMatmul::run(const float* x, uint16_t* x_rounded, const uint16_t* weight, 
   auto blocks = static_cast<unsigned>(std::min<int64_t>((count + 255) / 256, 65535));
   to_half_kernel<<<blocks, 256, 0, stream>>>(x, x_rounded, bf16, count);
   check_launch("rounding x for cuBLASLt");
-  impl_->multiply(impl_->plan(bf16 ? CUDA_R_16BF : CUDA_R_16F, rows, n, k), weight, x_rounded, y,
+  impl_->multiply(*impl_->plan(bf16 ? CUDA_R_16BF : CUDA_R_16F, rows, n, k), weight, x_rounded, y,
                   stream);
 }
 
@@ -203,7 +213,7 @@ size_t LtMatmul::fp8_scratch_bytes(int64_t rows, int64_t n, int64_t k) {
   return Fp8Scratch(rows, n, k).total;
 }
 
-void LtMatmul::run_fp8(const float* x, void* scratch, const uint8_t* weight,
+bool LtMatmul::run_fp8(const float* x, void* scratch, const uint8_t* weight,
                        const float* weight_scales, int64_t rows, int64_t n, int64_t k, float* y,
                        cudaStream_t stream) {
   if (!fp8_fits(n, k))
@@ -211,43 +221,45 @@ void LtMatmul::run_fp8(const float* x, void* scratch, const uint8_t* weight,
   const Fp8Scratch layout(rows, n, k);
   auto* base = static_cast<char*>(scratch);
   auto* x_fp8 = reinterpret_cast<__nv_fp8_e4m3*>(base);
-  const float* x_scales = reinterpret_cast<float*>(base + layout.x_scales);
+  auto* x_scales = reinterpret_cast<float*>(base + layout.x_scales);
+  const bool pad_scales = layout.scale_stride != layout.scale_cols ||
+                          reinterpret_cast<uintptr_t>(weight_scales) % 16 != 0;
+  const float* scales =
+      pad_scales ? reinterpret_cast<float*>(base + layout.weight_scales) : weight_scales;
+  const LtPlan* p = impl_->plan(CUDA_R_8F_E4M3, layout.rows_padded, n, k, scales, x_scales);
+  if (!p) return false;
   const int64_t items = layout.rows_padded * layout.scale_cols;
   auto grid = static_cast<unsigned>(std::min<int64_t>((items + 7) / 8, 65535));
-  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, x_fp8, const_cast<float*>(x_scales), rows, k,
-                                          layout.rows_padded);
+  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, x_fp8, x_scales, rows, k, layout.rows_padded);
   check_launch("quantising x for cuBLASLt");
-  if (layout.scale_stride != layout.scale_cols || reinterpret_cast<uintptr_t>(weight_scales) % 16) {
-    auto* padded = reinterpret_cast<float*>(base + layout.weight_scales);
+  if (pad_scales) {
     const auto row_bytes = static_cast<size_t>(layout.scale_cols) * sizeof(float);
-    check_cuda(
-        cudaMemsetAsync(padded, 0,
-                        static_cast<size_t>((n + 127) / 128 * layout.scale_stride) * sizeof(float),
-                        stream),
-        "clearing FP8 weight scales");
-    check_cuda(
-        cudaMemcpy2DAsync(padded, static_cast<size_t>(layout.scale_stride) * sizeof(float),
-                          weight_scales, row_bytes, row_bytes, static_cast<size_t>((n + 127) / 128),
-                          cudaMemcpyDeviceToDevice, stream),
-        "padding FP8 weight scales");
-    weight_scales = padded;
+    const auto block_rows = static_cast<size_t>((n + 127) / 128);
+    auto* padded = const_cast<float*>(scales);
+    check_cuda(cudaMemsetAsync(
+                   padded, 0, block_rows * static_cast<size_t>(layout.scale_stride) * sizeof(float),
+                   stream),
+               "clearing FP8 weight scales");
+    check_cuda(cudaMemcpy2DAsync(padded, static_cast<size_t>(layout.scale_stride) * sizeof(float),
+                                 weight_scales, row_bytes, row_bytes, block_rows,
+                                 cudaMemcpyDeviceToDevice, stream),
+               "padding FP8 weight scales");
   }
-  const LtPlan& p = impl_->plan(CUDA_R_8F_E4M3, layout.rows_padded, n, k);
-  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                          &weight_scales, sizeof(weight_scales)),
+  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scales,
+                                          sizeof(scales)),
            "weight scales");
-  check_lt(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
-                                          sizeof(x_scales)),
+  const float* x_scale_pointer = x_scales;
+  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                          &x_scale_pointer, sizeof(x_scale_pointer)),
            "x scales");
-  if (layout.rows_padded == rows) {
-    impl_->multiply(p, weight, x_fp8, y, stream);
-    return;
+  float* out = layout.rows_padded == rows ? y : reinterpret_cast<float*>(base + layout.y_padded);
+  impl_->multiply(*p, weight, x_fp8, out, stream);
+  if (out != y) {
+    check_cuda(cudaMemcpyAsync(y, out, static_cast<size_t>(rows * n) * sizeof(float),
+                               cudaMemcpyDeviceToDevice, stream),
+               "copying an FP8 product's rows");
   }
-  auto* y_padded = reinterpret_cast<float*>(base + layout.y_padded);
-  impl_->multiply(p, weight, x_fp8, y_padded, stream);
-  check_cuda(cudaMemcpyAsync(y, y_padded, static_cast<size_t>(rows * n) * sizeof(float),
-                             cudaMemcpyDeviceToDevice, stream),
-             "copying an FP8 product's rows");
+  return true;
 }
 
 }  // namespace deepinfer::cuda
