@@ -29,6 +29,7 @@ using testing::CudaOpsParity;
 using testing::kBf16Activations;
 using testing::kExact;
 using testing::kF32Products;
+using testing::kFp8Activations;
 using testing::kHalfActivations;
 
 // Every weight dtype at decode and prompt row counts, with a bias.
@@ -43,7 +44,7 @@ TEST_F(CudaOpsParity, MatmulEveryDtypeAndRowCount) {
                  Case{DType::kBF16, 37, kBf16Activations}, Case{DType::kF32, 3, kF32Products},
                  Case{DType::kF32, 37, kF32Products}, Case{DType::kF16, 3, kF32Products},
                  Case{DType::kF16, 19, kHalfActivations}, Case{DType::kF8E4M3, 5, kF32Products},
-                 Case{DType::kF8E4M3, 40, kF32Products}}) {
+                 Case{DType::kF8E4M3, 40, kFp8Activations}}) {
     Both x = random({c.rows, k});
     Both w = random({n, k}, c.dtype, 0.05f);
     if (c.dtype == DType::kF8E4M3) attach_scales(w, n, k);
