@@ -60,6 +60,30 @@ class CudaKernels : public ::testing::Test {
     }
     return std::sqrt(diff / norm);
   }
+  // A DeepSeek-style FP8 weight [n, k]: e4m3 values with a positive f32 scale per 128 x 128
+  // block (ragged last blocks where n or k is not a multiple of 128), on the host for the
+  // CPU's product and on the device.
+  struct Fp8Weight {
+    std::vector<uint8_t> bytes;
+    std::vector<float> scales;
+    BlockScales block;
+    Tensor host;
+    DeviceBuffer device, device_scales;
+  };
+  std::unique_ptr<Fp8Weight> fp8_weight(int64_t n, int64_t k) {
+    auto w = std::make_unique<Fp8Weight>();
+    const int64_t scale_rows = (n + 127) / 128, scale_cols = (k + 127) / 128;
+    for (float value : random(static_cast<size_t>(n * k)))
+      w->bytes.push_back(f32_to_f8e4m3(value * 10.0f));
+    w->scales = random(static_cast<size_t>(scale_rows * scale_cols), 0.01f);
+    for (float& scale : w->scales) scale = std::fabs(scale) + 1e-3f;
+    w->block = {w->scales.data(), scale_rows, scale_cols, 128, 128};
+    w->host = Tensor::contiguous(w->bytes.data(), DType::kF8E4M3, {n, k});
+    w->host.block_scales = &w->block;
+    w->device = upload(w->bytes);
+    w->device_scales = upload(w->scales);
+    return w;
+  }
 
   std::mt19937 rng_{std::random_device{}()};
   std::unique_ptr<Ops> cpu_;
@@ -239,22 +263,15 @@ TEST_F(CudaKernels, NormWeightsGiveTheSameBitsAlignedOrNot) {
 // block-scaled product (ragged last blocks in both directions).
 TEST_F(CudaKernels, Fp8BlockScaledMatmulMatchesTheCpu) {
   const int64_t n = 1000, k = 2000;
-  const int64_t scale_rows = (n + 127) / 128, scale_cols = (k + 127) / 128;
-  std::vector<float> values = random(n * k), scales = random(scale_rows * scale_cols, 0.01f);
-  std::vector<uint8_t> weight(values.size());
-  for (size_t i = 0; i < values.size(); ++i) weight[i] = f32_to_f8e4m3(values[i] * 10.0f);
-  BlockScales block{scales.data(), scale_rows, scale_cols, 128, 128};
-  Tensor w_host = Tensor::contiguous(weight.data(), DType::kF8E4M3, {n, k});
-  w_host.block_scales = &block;
-  DeviceBuffer dw = upload(weight), dscales = upload(scales);
+  std::unique_ptr<Fp8Weight> w = fp8_weight(n, k);
   for (int64_t rows : {1, 5, 8}) {
     std::vector<float> x = random(rows * k);
     std::vector<float> want(rows * n);
     Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
-    cpu_->matmul(Tensor::contiguous(x.data(), DType::kF32, {rows, k}), w_host, nullptr, want_t);
+    cpu_->matmul(Tensor::contiguous(x.data(), DType::kF32, {rows, k}), w->host, nullptr, want_t);
     DeviceBuffer dx = upload(x), dy = poisoned(rows * n);
-    matmul_fp8_few_rows(dx.as<float>(), dw.as<uint8_t>(), dscales.as<float>(), rows, n, k,
-                        dy.as<float>());
+    matmul_fp8_few_rows(dx.as<float>(), w->device.as<uint8_t>(), w->device_scales.as<float>(), rows,
+                        n, k, dy.as<float>());
     EXPECT_LT(relative_error(download(dy), want), 1e-5) << rows << " rows";
   }
 }
@@ -282,27 +299,19 @@ TEST_F(CudaKernels, Fp8BlockScaledPromptProductsMatchTheCpu) {
   for (int64_t k : {1024, 1152}) {
     const int64_t n = 1008;
     ASSERT_TRUE(LtMatmul::fp8_fits(n, k));
-    const int64_t scale_rows = (n + 127) / 128, scale_cols = k / 128;
-    std::vector<float> values = random(n * k), scales = random(scale_rows * scale_cols, 0.01f);
-    for (float& scale : scales) scale = std::fabs(scale) + 1e-3f;
-    std::vector<uint8_t> weight(values.size());
-    for (size_t i = 0; i < values.size(); ++i) weight[i] = f32_to_f8e4m3(values[i] * 10.0f);
-    BlockScales block{scales.data(), scale_rows, scale_cols, 128, 128};
-    Tensor w_host = Tensor::contiguous(weight.data(), DType::kF8E4M3, {n, k});
-    w_host.block_scales = &block;
-    DeviceBuffer dw = upload(weight), dscales = upload(scales);
+    std::unique_ptr<Fp8Weight> w = fp8_weight(n, k);
     for (int64_t rows : {9, 64, 333}) {
       std::vector<float> x = random(rows * k);
       for (size_t i = 0; i < x.size(); i += 7) x[i] *= 30.0f;  // groups of unlike ranges
       std::vector<float> quantised = fp8_activations(x);
       std::vector<float> want(rows * n);
       Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
-      cpu_->matmul(Tensor::contiguous(quantised.data(), DType::kF32, {rows, k}), w_host, nullptr,
+      cpu_->matmul(Tensor::contiguous(quantised.data(), DType::kF32, {rows, k}), w->host, nullptr,
                    want_t);
       DeviceBuffer dx = upload(x), dy = poisoned(rows * n);
       DeviceBuffer scratch(LtMatmul::fp8_scratch_bytes(rows, n, k));
-      ASSERT_TRUE(lt.run_fp8(dx.as<float>(), scratch.data(), dw.as<uint8_t>(), dscales.as<float>(),
-                             rows, n, k, dy.as<float>()));
+      ASSERT_TRUE(lt.run_fp8(dx.as<float>(), scratch.data(), w->device.as<uint8_t>(),
+                             w->device_scales.as<float>(), rows, n, k, dy.as<float>()));
       EXPECT_LT(relative_error(download(dy), want), 1e-3) << rows << " rows, k " << k;
     }
   }
