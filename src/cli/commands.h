@@ -66,11 +66,15 @@ std::vector<CLI::Option*> add_kv_tier_options(CLI::App& command, EngineConfig& e
 uint32_t parse_duration_seconds(std::string_view text, const std::string& flag);
 // "agent=72h,chat=168h" -> {agent: 259200, chat: 604800}.
 std::map<std::string, uint32_t> parse_retention_classes(const std::string& text);
-// --speculative-config (JSON as vLLM spells it: method, num_speculative_tokens,
-// prompt_lookup_min, prompt_lookup_max); `prefix` starts its help text.
+// --speculative-config (JSON as vLLM spells it: method, model, num_speculative_tokens,
+// prompt_lookup_min, prompt_lookup_max; and confidence_threshold, verification); `prefix`
+// starts its help text.
 CLI::Option* add_speculative_option(CLI::App& command, EngineConfig& engine,
                                     const std::string& prefix);
 SpeculativeConfig parse_speculative_config(const std::string& text);
+// With a draft model: its folder exists and its tokenizer, when both models have one, is the
+// target's (every id the same token); a clear error otherwise.
+void prepare_speculative(const EngineConfig& engine, const ModelOptions& options);
 // "exact", "default" or a token count -> EngineConfig::swa_replay_tokens.
 int64_t parse_replay_tokens(const std::string& text);
 

@@ -39,7 +39,8 @@ struct EngineBenchArgs {
 std::vector<int32_t> synthetic_tokens(int count, int seed, int32_t vocab) {
   std::vector<int32_t> tokens;
   for (int i = 0; i < count; ++i)
-    tokens.push_back(static_cast<int32_t>((seed * 7919 + i * 104729 + 13) % vocab));
+    tokens.push_back(
+        static_cast<int32_t>((int64_t{seed} * 7919 + int64_t{i} * 104729 + 13) % vocab));
   return tokens;
 }
 
@@ -186,6 +187,7 @@ void run_engine_bench(const EngineBenchArgs& given) {
   CausalLM& model = *loaded.model;
   EngineBenchArgs args = given;
   prepare_kv_cache_dir(args.engine, args.model, model);
+  prepare_speculative(args.engine, args.model);
   nlohmann::json report = {{"model", args.model.model_dir},
                            {"backend", loaded.ops->name()},
                            {"batch_invariant", loaded.ops->batch_invariant()},

@@ -219,6 +219,21 @@ struct GenerateArgs {
   }
 };
 
+// One prompt through the engine, for what only the engine does (speculative decoding).
+std::vector<int32_t> generate_with_engine(CausalLM& model, const std::vector<int32_t>& prompt,
+                                          const GenerateArgs& args) {
+  GenerationRequest request;
+  request.id = "generate";
+  request.prompt = prompt;
+  request.max_tokens = args.max_tokens;
+  request.ignore_eos = args.ignore_eos;
+  request.sampling = args.sampling;
+  if (args.seed >= 0) request.sampling.seed = static_cast<uint64_t>(args.seed);
+  Engine engine(model, args.batch.engine);
+  engine.submit(std::move(request));
+  return engine.run_to_completion().at(0).tokens;
+}
+
 void run_generate(const GenerateArgs& args) {
   bool offline = !args.batch.input.empty();
   if (offline == !args.prompt_ids.empty())
@@ -233,11 +248,17 @@ void run_generate(const GenerateArgs& args) {
     BatchOptions batch = args.batch;
     batch.output = args.output;
     prepare_kv_cache_dir(batch.engine, args.model, *model);
+    prepare_speculative(batch.engine, args.model);
     run_offline_batch(*model, args.model.model_dir, batch);
     return;
   }
   std::vector<int32_t> prompt = parse_id_list(args.prompt_ids, "--prompt-ids");
   check_ids_fit(prompt, args.max_tokens, model->config(), "--prompt-ids");
+  if (args.batch.engine.speculative.enabled()) {
+    prepare_speculative(args.batch.engine, args.model);
+    fmt::print("{}\n", fmt::join(generate_with_engine(*model, prompt, args), " "));
+    return;
+  }
   GenerateOptions options;
   options.max_new_tokens = args.max_tokens;
   options.stop_at_eos = !args.ignore_eos;

@@ -36,6 +36,7 @@ void run_serve(ServeArgs& args) {
   std::signal(SIGPIPE, SIG_IGN);
   LoadedModel loaded = open_model(args.model);
   prepare_kv_cache_dir(args.engine, args.model, *loaded.model);
+  prepare_speculative(args.engine, args.model);
   args.serve.http.port = static_cast<uint16_t>(args.port);
   args.serve.prompt_format = protocol::parse_prompt_format(args.prompt_format);
   server::ApiServer api(*loaded.model, args.model.model_dir, args.engine, args.serve);

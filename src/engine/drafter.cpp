@@ -10,7 +10,12 @@ namespace deepinfer {
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  DI_CHECK(method == "ngram", "speculative method '{}' is not one of: ngram", method);
+  DI_CHECK(method == "ngram" || method == "draft_model",
+           "speculative method '{}' is not one of: ngram, draft_model", method);
+  DI_CHECK(method != "draft_model" || !model.empty(),
+           "the draft_model method needs 'model', the draft's folder");
+  DI_CHECK(confidence_threshold >= 0.0 && confidence_threshold < 1.0,
+           "confidence_threshold {} is not in [0, 1)", confidence_threshold);
   DI_CHECK(num_speculative_tokens >= 0 && num_speculative_tokens <= 64,
            "num_speculative_tokens {} is not in [0, 64]", num_speculative_tokens);
   DI_CHECK(verification == "adaptive" || verification == "always",
@@ -46,25 +51,28 @@ double StepCosts::fixed_seconds() const {
 }
 
 std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int64_t rows,
-                                     int64_t tokens, const StepCosts& costs) {
+                                     int64_t tokens, const StepCosts& costs,
+                                     double seconds_per_draft) {
   std::vector<int64_t> taken(offers.size(), 0);
   const double per_token = costs.seconds_per_token();
+  const double per_draft = per_token + seconds_per_draft;
   double produced = static_cast<double>(rows);
   double seconds = costs.fixed_seconds() + per_token * static_cast<double>(tokens);
   // (expected tokens of the next draft, offer): each offer's next draft is worth its
   // acceptance times the one before, so the best next draft is always at some offer's front.
   std::priority_queue<std::pair<double, size_t>> next;
   for (size_t i = 0; i < offers.size(); ++i)
-    if (offers[i].proposed > 0) next.emplace(offers[i].acceptance, i);
+    if (offers[i].proposed > 0) next.emplace(offers[i].chance(0), i);
   while (!next.empty()) {
     auto [gain, i] = next.top();
     next.pop();
     // Worth it when the tokens it adds per second it costs beat the step's rate so far.
-    if (gain * seconds <= produced * per_token) break;
+    if (gain * seconds <= produced * per_draft) break;
     ++taken[i];
     produced += gain;
-    seconds += per_token;
-    if (taken[i] < offers[i].proposed) next.emplace(gain * offers[i].acceptance, i);
+    seconds += per_draft;
+    if (taken[i] < offers[i].proposed)
+      next.emplace(gain * offers[i].chance(static_cast<size_t>(taken[i])), i);
   }
   return taken;
 }

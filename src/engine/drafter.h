@@ -13,8 +13,13 @@
 namespace deepinfer {
 
 struct SpeculativeConfig {
-  std::string method;              // "" (off) or "ngram"
+  std::string method;              // "" (off), "ngram" or "draft_model"
   int num_speculative_tokens = 5;  // drafts verified per step at most
+  // draft_model: the draft's Hugging Face folder; it must share the target's vocabulary.
+  std::string model;
+  // draft_model: a sequence stops drafting once the draft's confidence in all its drafts so
+  // far (the product of each draft's probability under the draft model) falls below this.
+  double confidence_threshold = 0.05;
   // N-gram lookup: the longest suffix tried first, the shortest accepted last.
   int prompt_lookup_min = 1;
   int prompt_lookup_max = 4;
@@ -48,14 +53,20 @@ class StepCosts {
 struct DraftOffer {
   int64_t proposed = 0;     // drafts available
   double acceptance = 0.0;  // the chance each next draft is accepted, given the ones before
+  // Per draft, its own such chance where the drafter knows one (a draft model's confidence);
+  // empty: `acceptance` for every draft.
+  std::vector<double> chances;
+  double chance(size_t draft) const { return draft < chances.size() ? chances[draft] : acceptance; }
 };
 
 // How many drafts each offer verifies this step: the next draft of a request is expected to
 // add acceptance^k tokens for one more token of step time, so drafts are taken, most likely
 // first, while each adds more tokens than the step's current rate of tokens per unit of time
-// would. `rows` requests produce a token each and `tokens` are computed without drafts.
+// would. `rows` requests produce a token each and `tokens` are computed without drafts;
+// `seconds_per_draft` is what making a draft costs beside verifying it (0 once it is made).
 std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int64_t rows,
-                                     int64_t tokens, const StepCosts& costs);
+                                     int64_t tokens, const StepCosts& costs,
+                                     double seconds_per_draft = 0.0);
 
 // The tokens that followed the latest earlier occurrence of the longest suffix of `tokens`
 // (from max_n down to min_n tokens long) that occurred before, at most `limit` of them; none

@@ -12,11 +12,47 @@ namespace deepinfer {
 
 namespace {
 
-int64_t default_blocks(const CausalLM& model, const EngineConfig& config) {
+double kv_bytes_per_token(const CausalLM& model, int block_size) {
+  const KvCacheShape shape = model.kv_shape(block_size);
+  return static_cast<double>(shape.bytes_per_block()) / shape.block_size;
+}
+
+// Tokens the KV budget holds. A draft model's cache holds as many tokens as the target's, so
+// the budget pays for both.
+int64_t kv_token_capacity(const CausalLM& model, const CausalLM* draft,
+                          const EngineConfig& config) {
+  const int block_size = model.kv_shape(config.block_size).block_size;
+  if (config.num_blocks > 0) return config.num_blocks * block_size;
+  double per_token = kv_bytes_per_token(model, config.block_size);
+  if (draft) per_token += kv_bytes_per_token(*draft, config.block_size);
+  const auto budget = static_cast<double>(kv_budget_bytes(config, model.ops()));
+  return std::max<int64_t>(2 * block_size, static_cast<int64_t>(budget / per_token));
+}
+
+int64_t default_blocks(const CausalLM& model, const DraftModel* drafter,
+                       const EngineConfig& config) {
   if (config.num_blocks > 0) return config.num_blocks;
-  size_t per_block = model.kv_shape(config.block_size).bytes_per_block();
-  return std::max<int64_t>(2,
-                           static_cast<int64_t>(kv_budget_bytes(config, model.ops()) / per_block));
+  return kv_token_capacity(model, drafter ? &drafter->model() : nullptr, config) /
+         model.kv_shape(config.block_size).block_size;
+}
+
+// SpeculativeConfig::method "draft_model": the draft, in the target's backend, with a cache
+// for as many tokens as the target's (plus a partly filled block per running sequence).
+std::unique_ptr<DraftModel> make_drafter(CausalLM& model, const EngineConfig& config) {
+  const SpeculativeConfig& speculative = config.speculative;
+  if (speculative.method != "draft_model") return nullptr;
+  speculative.validate();
+  std::unique_ptr<CausalLM> draft;
+  try {
+    draft = load_model(speculative.model, ModelLoadOptions{}, model.ops());
+  } catch (const Error& error) {
+    fail("the speculative draft model {}: {}", speculative.model, error.what());
+  }
+  const int32_t vocab = config.vocab_limit > 0 ? config.vocab_limit : model.config().vocab_size;
+  const int64_t tokens = kv_token_capacity(model, draft.get(), config);
+  const int draft_block = draft->kv_shape(config.block_size).block_size;
+  return std::make_unique<DraftModel>(std::move(draft), vocab, config.block_size,
+                                      tokens / draft_block + config.max_running + 1);
 }
 
 double seconds_between(std::chrono::steady_clock::time_point from,
@@ -38,7 +74,9 @@ size_t kv_budget_bytes(const EngineConfig& config, const Ops& ops) {
 Engine::Engine(CausalLM& model, const EngineConfig& config)
     : model_(model),
       config_(config),
-      cache_(model.kv_shape(config.block_size), default_blocks(model, config), model.ops()),
+      drafter_(make_drafter(model, config)),
+      cache_(model.kv_shape(config.block_size), default_blocks(model, drafter_.get(), config),
+             model.ops()),
       started_(std::chrono::steady_clock::now()) {
   DI_CHECK(config.max_batched_tokens > 0 && config.max_running > 0,
            "engine: max_batched_tokens and max_running must be positive");
@@ -216,6 +254,7 @@ void Engine::let_go(Sequence& sequence) {
     tiers_->offload(sequence.blocks, sequence.tokens,
                     retention_seconds(sequence.request.cache_retention));
   sequence.blocks.release_all(cache_);
+  if (drafter_) drafter_->forget(&sequence);
 }
 
 int64_t Engine::reset_prefix_cache() {
@@ -241,9 +280,13 @@ uint32_t Engine::retention_seconds(const std::string& retention_class) const {
   return found == config_.kv_retention_classes.end() ? 0 : found->second;
 }
 
-void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count,
-                       std::vector<int32_t> drafts) {
+void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count, Planned* plan) {
+  std::vector<int32_t> drafts;
   Chunk chunk;
+  if (plan) {
+    drafts = std::move(plan->drafts);
+    chunk.draft_distributions = std::move(plan->draft_distributions);
+  }
   chunk.sequence = &sequence;
   chunk.start = sequence.computed;
   chunk.count = count + static_cast<int64_t>(drafts.size());
@@ -289,13 +332,12 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
       continue;
     }
     if (!ensure_blocks(sequence, sequence.computed + count)) continue;  // it was preempted
-    planned.push_back({&sequence, count, {}});
+    planned.push_back({&sequence, count, {}, {}});
     budget -= count;
     ++i;
   }
   choose_drafts(planned, budget);
-  for (Planned& plan : planned)
-    add_chunk(*work, *plan.sequence, plan.count, std::move(plan.drafts));
+  for (Planned& plan : planned) add_chunk(*work, *plan.sequence, plan.count, &plan);
   admit_waiting(*work, budget);
   if (work->chunks.empty()) return nullptr;
   return work;
@@ -477,8 +519,12 @@ void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
         sequence.prompt_logprobs.push_back(std::move(chunk.prompt_scores[i]));
     }
     if (!chunk.drafts.empty()) {
+      ++stats_.drafts;
       stats_.draft_tokens += static_cast<int64_t>(chunk.drafts.size());
       stats_.accepted_draft_tokens += chunk.kept - 1;
+      std::vector<int64_t>& per_position = stats_.accepted_per_position;
+      per_position.resize(std::max(per_position.size(), chunk.drafts.size()));
+      for (int64_t i = 0; i + 1 < chunk.kept; ++i) ++per_position[static_cast<size_t>(i)];
       for (const sampling::Sample& sample : chunk.verified) {
         if (sequence.finished) break;
         record_token(sequence, sample, finished, tokens);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/latency_histogram.h"
+#include "engine/draft_model.h"
 #include "engine/drafter.h"
 #include "engine/policies.h"
 #include "engine/request.h"
@@ -94,9 +95,12 @@ struct EngineStats {
   int64_t replays = 0;
   int64_t replayed_tokens = 0;
   int64_t generated_tokens = 0;
-  // Speculative decoding: draft tokens verified, and those the model agreed with.
+  // Speculative decoding: verifications of at least one draft, the draft tokens verified and
+  // those kept, and how many were kept at each draft position (0: the first draft).
+  int64_t drafts = 0;
   int64_t draft_tokens = 0;
   int64_t accepted_draft_tokens = 0;
+  std::vector<int64_t> accepted_per_position;
   double seconds = 0.0;          // since the engine started, for tokens/s
   double host_seconds = 0.0;     // on the engine thread outside the forward: what overlap hides
   bool has_lower_tiers = false;  // a host-memory or disk tier below the pool
@@ -136,15 +140,29 @@ class Engine {
   struct Chunk;
   struct StepWork;
   std::unique_ptr<StepWork> plan_step();
-  void add_chunk(StepWork& work, Sequence& sequence, int64_t count,
-                 std::vector<int32_t> drafts = {});
-  // Draft tokens a decoding sequence could verify this step (none when it does not speculate).
-  std::vector<int32_t> drafts_for(const Sequence& sequence, int64_t budget) const;
   struct Planned;
+  void add_chunk(StepWork& work, Sequence& sequence, int64_t count, Planned* plan = nullptr);
+  // How many draft tokens a decoding sequence could verify this step (0: it does not
+  // speculate now).
+  int64_t draft_limit(const Sequence& sequence, int64_t budget) const;
   // Gives planned decodes the drafts worth verifying this step (SpeculativeConfig::
   // verification), with their blocks, out of `budget` tokens.
   void choose_drafts(std::vector<Planned>& planned, int64_t& budget);
+  // Runs the draft model for the planned decodes, up to `bounds` drafts each.
+  void propose_with_model(std::vector<Planned>& planned, const std::vector<int64_t>& bounds,
+                          std::vector<DraftOffer>& offers);
+  // How many of each offer's drafts to verify; `seconds_per_draft` is the cost of drafting.
+  std::vector<int64_t> verify_lengths(const std::vector<Planned>& planned,
+                                      const std::vector<DraftOffer>& offers, int64_t rows,
+                                      int64_t tokens, double seconds_per_draft) const;
+  bool fixed_verification(const Sequence& sequence) const;
   void verify_drafts(Chunk& chunk, const float* rows) const;
+  // The token at `position` given a draft drawn from `draft_distribution`: speculative
+  // sampling's accept-or-resample draw from the model's distribution (see verify_draft).
+  sampling::Sample sample_against(const Sequence& sequence, const structured::Matcher* matcher,
+                                  const sampling::TokenHistory& history, const float* logits,
+                                  uint64_t position, int32_t draft,
+                                  std::span<const float> draft_distribution) const;
   void accept_verified(Chunk& chunk);
   // How the completion ends if `token` is its output number `count` (1-based); none: it goes on.
   std::optional<FinishReason> ending_after(const Sequence& sequence, int32_t token,
@@ -179,6 +197,8 @@ class Engine {
 
   CausalLM& model_;
   EngineConfig config_;
+  // The draft model, loaded before the KV cache takes its share of the memory.
+  std::unique_ptr<DraftModel> drafter_;
   KvCache cache_;
   AdmissionLimits limits_;
   int32_t sampled_vocab_ = 0;  // ids below this can be sampled (EngineConfig::vocab_limit)

@@ -7,39 +7,45 @@
 
 namespace deepinfer {
 
-// Every decoding request may speculate (its output is the same either way, see
-// verify_drafts). Drafts stop short of max_tokens and the context length.
-std::vector<int32_t> Engine::drafts_for(const Sequence& sequence, int64_t budget) const {
+// Every decoding request may speculate (its output follows the model's distribution either
+// way, see verify_drafts). Drafts stop short of max_tokens and the context length.
+int64_t Engine::draft_limit(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
   const GenerationRequest& request = sequence.request;
   if (!speculative.enabled() || runner_ || sequence.pending > 0 ||
       sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
-    return {};
-  const int64_t limit =
+    return 0;
+  return std::max<int64_t>(
+      0,
       std::min<int64_t>({speculative.num_speculative_tokens, budget,
                          request.max_tokens - static_cast<int64_t>(sequence.generated.size()) - 1,
-                         model_.config().max_position_embeddings - sequence.length()});
-  return ngram_drafts(sequence.tokens, speculative.prompt_lookup_min, speculative.prompt_lookup_max,
-                      limit);
+                         model_.config().max_position_embeddings - sequence.length()}));
 }
 
 void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
-  if (!config_.speculative.enabled()) return;
-  std::vector<DraftOffer> offers;
+  const SpeculativeConfig& speculative = config_.speculative;
+  if (!speculative.enabled()) return;
+  std::vector<DraftOffer> offers(planned.size());
   int64_t rows = 0, tokens = 0;
-  for (Planned& plan : planned) {
+  for (size_t i = 0; i < planned.size(); ++i) {
+    Planned& plan = planned[i];
     tokens += plan.count;
     const Sequence& sequence = *plan.sequence;
     if (plan.count == 1 || sequence.computed + plan.count == sequence.length()) ++rows;
-    if (plan.count == 1) plan.drafts = drafts_for(sequence, budget);
-    offers.push_back({static_cast<int64_t>(plan.drafts.size()), sequence.acceptance});
+    const int64_t limit = plan.count == 1 ? draft_limit(sequence, budget) : 0;
+    if (!drafter_ && limit > 0)
+      plan.drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
+                                 speculative.prompt_lookup_max, limit);
+    offers[i] = {
+        drafter_ ? limit : static_cast<int64_t>(plan.drafts.size()), sequence.acceptance, {}};
   }
-  std::vector<int64_t> taken(offers.size());
-  if (config_.speculative.verification == "adaptive" && step_costs_.known()) {
-    taken = verified_drafts(offers, rows, tokens, step_costs_);
-  } else {
-    for (size_t i = 0; i < offers.size(); ++i) taken[i] = offers[i].proposed;
+  if (drafter_) {
+    // Drafting costs time of its own: the draft model runs only as far as verifying pays.
+    propose_with_model(planned,
+                       verify_lengths(planned, offers, rows, tokens, drafter_->seconds_per_draft()),
+                       offers);
   }
+  const std::vector<int64_t> taken = verify_lengths(planned, offers, rows, tokens, 0.0);
   for (size_t i = 0; i < planned.size(); ++i) {
     Planned& plan = planned[i];
     const int64_t count = std::min(taken[i], budget);
@@ -47,11 +53,67 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
     if (count <= 0 ||
         !plan.sequence->blocks.try_reserve(cache_, plan.sequence->computed + 1 + count)) {
       plan.drafts.clear();
+      plan.draft_distributions.clear();
       continue;
     }
     plan.drafts.resize(static_cast<size_t>(count));
+    if (!plan.draft_distributions.empty())
+      plan.draft_distributions.resize(static_cast<size_t>(count));
     budget -= count;
   }
+}
+
+void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector<int64_t>& bounds,
+                                std::vector<DraftOffer>& offers) {
+  std::vector<DraftModel::Ask> asks;
+  std::vector<size_t> asking;
+  for (size_t i = 0; i < planned.size(); ++i) {
+    offers[i].proposed = 0;
+    if (bounds[i] <= 0) continue;
+    const Sequence& sequence = *planned[i].sequence;
+    DraftModel::Ask& ask = asks.emplace_back();
+    ask.owner = &sequence;
+    ask.tokens = sequence.tokens;
+    ask.limit = bounds[i];
+    ask.params = &sequence.request.sampling;
+    ask.history = &sequence.history;
+    ask.matcher = sequence.matcher.get();
+    ask.seed = sequence.seed;
+    ask.position = sequence.generated.size();
+    asking.push_back(i);
+  }
+  if (asks.empty()) return;
+  std::vector<DraftModel::Proposal> proposals =
+      drafter_->propose(asks, config_.speculative.confidence_threshold);
+  for (size_t j = 0; j < asking.size(); ++j) {
+    Planned& plan = planned[asking[j]];
+    DraftModel::Proposal& proposal = proposals[j];
+    offers[asking[j]].proposed = static_cast<int64_t>(proposal.tokens.size());
+    offers[asking[j]].chances = std::move(proposal.confidence);
+    plan.drafts = std::move(proposal.tokens);
+    plan.draft_distributions = std::move(proposal.distributions);
+  }
+}
+
+std::vector<int64_t> Engine::verify_lengths(const std::vector<Planned>& planned,
+                                            const std::vector<DraftOffer>& offers, int64_t rows,
+                                            int64_t tokens, double seconds_per_draft) const {
+  std::vector<int64_t> lengths(offers.size());
+  for (size_t i = 0; i < offers.size(); ++i) lengths[i] = offers[i].proposed;
+  if (config_.speculative.verification != "adaptive" || !step_costs_.known()) return lengths;
+  const std::vector<int64_t> adaptive =
+      verified_drafts(offers, rows, tokens, step_costs_, seconds_per_draft);
+  for (size_t i = 0; i < offers.size(); ++i)
+    if (!fixed_verification(*planned[i].sequence)) lengths[i] = adaptive[i];
+  return lengths;
+}
+
+// A seeded, sampled request's tokens under a draft model depend on which positions had a
+// draft; its verify lengths then follow its drafts alone, never the load or the timing, so
+// its seed reproduces the completion (given room for its drafts in the cache and the step).
+bool Engine::fixed_verification(const Sequence& sequence) const {
+  const sampling::SamplingParams& params = sequence.request.sampling;
+  return drafter_ && params.seed.has_value() && params.temperature > 0.0f;
 }
 
 // The model's own tokens after the sequence's last token and each draft (one logits row each),
@@ -71,14 +133,47 @@ void Engine::verify_drafts(Chunk& chunk, const float* rows) const {
   std::unique_ptr<structured::Matcher> matcher =
       sequence.matcher ? sequence.matcher->clone() : nullptr;
   for (size_t r = 0; r <= chunk.drafts.size(); ++r) {
-    chunk.verified.push_back(sample_under(sequence, matcher.get(),
-                                          history ? *history : sequence.history, rows + r * vocab,
-                                          chunk.output_position + r));
+    const sampling::TokenHistory& seen = history ? *history : sequence.history;
+    const uint64_t position = chunk.output_position + r;
+    if (r < chunk.draft_distributions.size()) {
+      chunk.verified.push_back(sample_against(sequence, matcher.get(), seen, rows + r * vocab,
+                                              position, chunk.drafts[r],
+                                              chunk.draft_distributions[r]));
+    } else {
+      chunk.verified.push_back(
+          sample_under(sequence, matcher.get(), seen, rows + r * vocab, position));
+    }
     const int32_t token = chunk.verified.back().token;
     if (r == chunk.drafts.size() || token != chunk.drafts[r]) break;
     if (history) history->add_output(token);
     if (matcher && !matcher->accept(token)) break;  // every token was masked: it ends here
   }
+}
+
+sampling::Sample Engine::sample_against(const Sequence& sequence,
+                                        const structured::Matcher* matcher,
+                                        const sampling::TokenHistory& history, const float* logits,
+                                        uint64_t position, int32_t draft,
+                                        std::span<const float> draft_distribution) const {
+  const int32_t vocab = sampled_vocab_;
+  const sampling::SamplingParams& params = sequence.request.sampling;
+  std::vector<float> masked(logits, logits + vocab);
+  if (matcher) matcher->mask_logits(masked.data(), vocab);
+  const std::vector<float> target = sampling::distribution(masked.data(), vocab, params, history);
+  auto uniform = [&](sampling::DrawStream stream) {
+    return sampling::counter_uniform(sampling::stream_seed(sequence.seed, stream), position);
+  };
+  const sampling::Verdict verdict = sampling::verify_draft(
+      target, draft_distribution, draft, uniform(sampling::DrawStream::kAccept),
+      uniform(sampling::DrawStream::kResample));
+  sampling::Sample sample;
+  sample.token = verdict.token;
+  if (params.logprobs) {
+    sampling::Sample raw = sampling::score_token(logits, vocab, sample.token, params.top_logprobs);
+    sample.logprob = raw.logprob;
+    sample.top = std::move(raw.top);
+  }
+  return sample;
 }
 
 // Appends a speculating chunk's verified tokens (up to the one that ends the completion) and

@@ -69,6 +69,9 @@ struct Engine::Chunk {
   // model's own tokens for them up to the first that differs (see verify_drafts), and how
   // many positions' KV that leaves valid.
   std::vector<int32_t> drafts;
+  // The distribution each draft was drawn from, for sampled requests with a draft model;
+  // empty: each draft is one token for sure.
+  std::vector<std::vector<float>> draft_distributions;
   std::vector<sampling::Sample> verified;
   int64_t kept = 0;
 };
@@ -85,6 +88,7 @@ struct Engine::Planned {
   Sequence* sequence = nullptr;
   int64_t count = 0;
   std::vector<int32_t> drafts;
+  std::vector<std::vector<float>> draft_distributions;
 };
 
 }  // namespace deepinfer

@@ -187,6 +187,11 @@ struct DrawnToken {
 // least top_p of the mass), then min-p (dropping tokens under min_p of the best) cut that
 // ranking; the draw walks the kept tokens in id order.
 DrawnToken draw_token(const float* logits, int64_t vocab, const TokenDraw& draw);
+// The integer masses draw_token draws from under `draw` (its uniform aside), per token: a
+// survivor's weight, 0 for the tokens top-k, top-p and min-p drop; greedy: 1 on the token it
+// picks, 0 elsewhere. They never sum to 0.
+void draw_masses(const float* logits, int64_t vocab, const TokenDraw& draw,
+                 std::vector<uint64_t>& masses);
 
 // Memory a backend's kernels work in: host memory for the CPU, device memory for a GPU.
 // Shared ownership, so a view's owner can be handed around freely.

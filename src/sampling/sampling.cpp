@@ -110,6 +110,75 @@ TokenDraw draw_of(const SamplingParams& params, uint64_t draw_seed, uint64_t pos
   return draw;
 }
 
+std::vector<float> distribution(const float* logits, int32_t vocab_size,
+                                const SamplingParams& params, const TokenHistory& history) {
+  thread_local std::vector<float> processed;
+  thread_local std::vector<uint64_t> masses;
+  processed.assign(logits, logits + vocab_size);
+  process(processed, params, history);
+  draw_masses(processed.data(), vocab_size, draw_of(params, 0, 0), masses);
+  double total = 0.0;
+  for (uint64_t mass : masses) total += static_cast<double>(mass);
+  std::vector<float> probabilities(masses.size());
+  for (size_t i = 0; i < masses.size(); ++i)
+    probabilities[i] = static_cast<float>(static_cast<double>(masses[i]) / total);
+  return probabilities;
+}
+
+uint64_t stream_seed(uint64_t draw_seed, DrawStream stream) {
+  return mix(draw_seed ^ mix(0xa0761d6478bd642full * static_cast<uint64_t>(stream)));
+}
+
+namespace {
+
+// The token where the running sum of weight(i) over tokens of positive weight, in id order,
+// passes uniform * total; `fallback` when nothing weighs anything.
+template <typename Weight>
+int32_t inverse_draw(size_t count, double uniform, int32_t fallback, Weight weight) {
+  double total = 0.0;
+  for (size_t i = 0; i < count; ++i) total += weight(i);
+  if (!(total > 0.0)) return fallback;
+  const double target = uniform * total;
+  double running = 0.0;
+  int32_t last = fallback;
+  for (size_t i = 0; i < count; ++i) {
+    const double w = weight(i);
+    if (w <= 0.0) continue;
+    running += w;
+    last = static_cast<int32_t>(i);
+    if (running > target) return last;
+  }
+  return last;
+}
+
+}  // namespace
+
+int32_t draw_from(std::span<const float> probabilities, double uniform) {
+  return inverse_draw(probabilities.size(), uniform, 0,
+                      [&](size_t i) { return static_cast<double>(probabilities[i]); });
+}
+
+Verdict verify_draft(std::span<const float> target, std::span<const float> draft, int32_t token,
+                     double accept, double resample) {
+  DI_CHECK(
+      target.size() == draft.size() && token >= 0 && static_cast<size_t>(token) < target.size(),
+      "verify_draft: distributions of {} and {} tokens, draft {}", target.size(), draft.size(),
+      token);
+  const auto p = static_cast<double>(target[static_cast<size_t>(token)]);
+  const auto q = static_cast<double>(draft[static_cast<size_t>(token)]);
+  if (accept * q < p) return {token, true};
+  // Rejected only where the draft over-weighs its token, so the residual has mass (up to
+  // rounding: then the target's most likely token stands in).
+  const auto best =
+      static_cast<int32_t>(std::max_element(target.begin(), target.end()) - target.begin());
+  return {inverse_draw(target.size(), resample, best,
+                       [&](size_t i) {
+                         return std::max(
+                             0.0, static_cast<double>(target[i]) - static_cast<double>(draft[i]));
+                       }),
+          false};
+}
+
 bool needs_only_logits(const SamplingParams& params) {
   return params.repetition_penalty == 1.0f && params.presence_penalty == 0.0f &&
          params.frequency_penalty == 0.0f && params.logit_bias.empty() && params.top_logprobs == 0;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -75,6 +76,32 @@ bool needs_only_logits(const SamplingParams& params);
 // gives unseeded requests a random one); `position` the output index being sampled.
 Sample sample(const float* logits, int32_t vocab_size, const SamplingParams& params,
               const TokenHistory& history, uint64_t draw_seed, uint64_t position);
+
+// The distribution sample() draws from under `params`: every token's probability after the
+// penalties, bias, temperature, top-k, top-p and min-p ([vocab], summing to 1; greedy: the
+// token it picks is certain).
+std::vector<float> distribution(const float* logits, int32_t vocab_size,
+                                const SamplingParams& params, const TokenHistory& history);
+
+// Independent streams of draws a completion makes beside plain sampling's (which uses its
+// draw seed itself): a draft model's draws and speculative verification's two.
+enum class DrawStream : uint64_t { kDraft = 1, kAccept = 2, kResample = 3 };
+uint64_t stream_seed(uint64_t draw_seed, DrawStream stream);
+
+// The token where `probabilities`' running sum, in id order, passes uniform * their total
+// (the inverse of the distribution function).
+int32_t draw_from(std::span<const float> probabilities, double uniform);
+
+// Speculative sampling's verdict on a draft token drawn from `draft`: kept with probability
+// min(1, target[token] / draft[token]) (when `accept` falls under that ratio), otherwise
+// replaced by a draw with `resample` from max(0, target - draft), renormalised. Either way the
+// token follows `target` exactly, whatever `draft` was.
+struct Verdict {
+  int32_t token = 0;
+  bool accepted = false;
+};
+Verdict verify_draft(std::span<const float> target, std::span<const float> draft, int32_t token,
+                     double accept, double resample);
 
 // log_softmax of logits [vocab].
 std::vector<float> log_softmax(const float* logits, int32_t vocab_size);

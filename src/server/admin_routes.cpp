@@ -165,11 +165,20 @@ std::string ApiServer::metrics_text() const {
                 static_cast<double>(stats.prompt_tokens));
   metrics.value("vllm:generation_tokens_total", "counter", "Tokens generated.",
                 static_cast<double>(stats.generated_tokens));
+  metrics.value("vllm:spec_decode_num_drafts_total", "counter",
+                "Speculative verifications (a request's drafts in one step).",
+                static_cast<double>(stats.drafts));
   metrics.value("vllm:spec_decode_num_draft_tokens_total", "counter",
                 "Speculative draft tokens verified.", static_cast<double>(stats.draft_tokens));
   metrics.value("vllm:spec_decode_num_accepted_tokens_total", "counter",
                 "Speculative draft tokens accepted.",
                 static_cast<double>(stats.accepted_draft_tokens));
+  for (size_t position = 0; position < stats.accepted_per_position.size(); ++position) {
+    metrics.value("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+                  "Speculative draft tokens accepted, by their place among the drafts.",
+                  static_cast<double>(stats.accepted_per_position[position]),
+                  fmt::format(",position=\"{}\"", position));
+  }
   metrics.value("vllm:request_success_total", "counter", "Finished completions by reason.",
                 static_cast<double>(counters_.finished_stop.load()), ",finished_reason=\"stop\"");
   metrics.value("vllm:request_success_total", "counter", "Finished completions by reason.",

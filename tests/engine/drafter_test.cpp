@@ -43,7 +43,7 @@ TEST(VerifiedDrafts, FollowTheStepsCostAndTheDraftsChances) {
   ASSERT_TRUE(bandwidth_bound.known());
   EXPECT_NEAR(bandwidth_bound.fixed_seconds(), 0.010, 1e-9);
   EXPECT_NEAR(bandwidth_bound.seconds_per_token(), 0.0001, 1e-9);
-  const std::vector<DraftOffer> offers = {{5, 0.9}, {5, 0.3}, {0, 0.9}};
+  const std::vector<DraftOffer> offers = {{5, 0.9, {}}, {5, 0.3, {}}, {0, 0.9, {}}};
   std::vector<int64_t> taken = verified_drafts(offers, 3, 3, bandwidth_bound);
   EXPECT_EQ(taken[0], 5);
   EXPECT_GE(taken[1], 1);

@@ -229,6 +229,72 @@ TEST(Sampling, CompletionSeedsKeepTheFirstAndSpreadTheRest) {
   EXPECT_NE(completion_seed(42, 1), completion_seed(43, 1));
 }
 
+// distribution() is what sample() draws from: the survivors of top-k and top-p, renormalised,
+// after penalties; greedy is certain of its token.
+TEST(Sampling, DistributionIsWhatTheDrawsFollow) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.5f, 2.5f};
+  SamplingParams params;
+  params.temperature = 0.7f;
+  params.top_k = 3;
+  params.presence_penalty = 0.4f;
+  TokenHistory history;
+  history.add_output(4);
+  const std::vector<float> p = distribution(logits.data(), 5, params, history);
+  EXPECT_EQ(p[0], 0.0f);  // outside the top 3 (1, 2, 4)
+  EXPECT_EQ(p[3], 0.0f);
+  EXPECT_NEAR(p[1] + p[2] + p[4], 1.0, 1e-6);
+  EXPECT_NEAR(p[4] / p[2], std::exp((2.1 - 2.0) / 0.7), 1e-4);  // 2.5 - 0.4 against 2.0
+  std::vector<int> counts(5, 0);
+  constexpr int kDraws = 20000;
+  for (int i = 0; i < kDraws; ++i)
+    ++counts[static_cast<size_t>(
+        sample(logits.data(), 5, params, history, 3, static_cast<uint64_t>(i)).token)];
+  for (size_t t = 0; t < 5; ++t) EXPECT_NEAR(counts[t] / double{kDraws}, p[t], 0.015) << t;
+  params.temperature = 0.0f;
+  const std::vector<float> greedy = distribution(logits.data(), 5, params, history);
+  EXPECT_EQ(greedy, (std::vector<float>{0, 1, 0, 0, 0}));
+}
+
+// Speculative sampling keeps the target's distribution for any draft distribution: the
+// verdict's output, summed over drafts drawn from q and both uniforms on fine grids, is p.
+TEST(Sampling, VerifiedDraftsFollowTheTargetWhateverTheDraft) {
+  const std::vector<std::pair<std::vector<float>, std::vector<float>>> cases = {
+      {{0.1f, 0.6f, 0.3f, 0.0f}, {0.4f, 0.2f, 0.2f, 0.2f}},
+      {{0.25f, 0.25f, 0.25f, 0.25f}, {0.0f, 0.0f, 1.0f, 0.0f}},
+      {{0.0f, 1.0f, 0.0f, 0.0f}, {0.5f, 0.5f, 0.0f, 0.0f}},
+      {{0.3f, 0.3f, 0.2f, 0.2f}, {0.3f, 0.3f, 0.2f, 0.2f}}};
+  constexpr int kGrid = 2000;
+  for (const auto& [p, q] : cases) {
+    std::vector<double> output(p.size(), 0.0);
+    double accepted = 0.0;
+    for (size_t draft = 0; draft < q.size(); ++draft) {
+      if (q[draft] == 0.0f) continue;
+      for (int a = 0; a < kGrid; ++a) {
+        const double accept = (a + 0.5) / kGrid;
+        const Verdict verdict = verify_draft(p, q, static_cast<int32_t>(draft), accept, 0.0);
+        if (verdict.accepted) {
+          output[draft] += q[draft] / kGrid;
+          accepted += q[draft] / kGrid;
+          continue;
+        }
+        for (int r = 0; r < kGrid; ++r) {
+          const Verdict resampled =
+              verify_draft(p, q, static_cast<int32_t>(draft), accept, (r + 0.5) / kGrid);
+          EXPECT_FALSE(resampled.accepted);
+          EXPECT_NE(resampled.token, static_cast<int32_t>(draft));
+          output[static_cast<size_t>(resampled.token)] += q[draft] / kGrid / kGrid;
+        }
+      }
+    }
+    double overlap = 0.0;  // the best any verifier can keep: sum of min(p, q)
+    for (size_t t = 0; t < p.size(); ++t) {
+      EXPECT_NEAR(output[t], p[t], 2e-3) << t;
+      overlap += std::min(p[t], q[t]);
+    }
+    EXPECT_NEAR(accepted, overlap, 2e-3);
+  }
+}
+
 TEST(StopStrings, CaughtAcrossTokenBoundariesAndNeverStreamedInPart) {
   StopStrings stops({"o w", "END"});
   bool stopped = false;

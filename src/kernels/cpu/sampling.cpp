@@ -102,13 +102,18 @@ int32_t draw_sampled(const float* logits, int64_t vocab, float max_logit, const 
   return last;
 }
 
-}  // namespace
-
-DrawnToken draw_token(const float* logits, int64_t vocab, const TokenDraw& draw) {
+int64_t best_token(const float* logits, int64_t vocab) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; ++i) {
     if (logits[i] > logits[best]) best = i;
   }
+  return best;
+}
+
+}  // namespace
+
+DrawnToken draw_token(const float* logits, int64_t vocab, const TokenDraw& draw) {
+  const int64_t best = best_token(logits, vocab);
   float max_logit = logits[best];
   DrawnToken out;
   out.token = draw.temperature == 0.0f ? static_cast<int32_t>(best)
@@ -118,6 +123,19 @@ DrawnToken draw_token(const float* logits, int64_t vocab, const TokenDraw& draw)
   for (int64_t i = 0; i < vocab; ++i) total += std::exp(static_cast<double>(logits[i] - max_logit));
   out.logprob = logits[out.token] - max_logit - static_cast<float>(std::log(total));
   return out;
+}
+
+void draw_masses(const float* logits, int64_t vocab, const TokenDraw& draw,
+                 std::vector<uint64_t>& masses) {
+  const int64_t best = best_token(logits, vocab);
+  masses.assign(static_cast<size_t>(vocab), 0);
+  if (draw.temperature == 0.0f) {
+    masses[static_cast<size_t>(best)] = 1;
+    return;
+  }
+  DrawScratch& w = weigh(logits, vocab, logits[best], draw.temperature);
+  mark_survivors(w, draw);
+  for (size_t i = 0; i < masses.size(); ++i) masses[i] = w.kept[i] ? w.masses[i] : 0;
 }
 
 }  // namespace deepinfer

@@ -1,0 +1,148 @@
+#include "engine/draft_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace deepinfer {
+
+// One sequence drafting in this call: what it drafts with, ahead of the sequence's own state.
+struct DraftModel::Drafting {
+  const Ask* ask = nullptr;
+  Track* track = nullptr;
+  Proposal* proposal = nullptr;
+  sampling::TokenHistory history;  // the sequence's, with the drafts so far
+  std::unique_ptr<structured::Matcher> matcher;
+  double confidence = 1.0;  // in all drafts so far
+  bool done = false;
+};
+
+DraftModel::DraftModel(std::unique_ptr<CausalLM> model, int32_t vocab, int block_size,
+                       int64_t num_blocks)
+    : model_(std::move(model)),
+      vocab_(vocab),
+      cache_(model_->kv_shape(block_size), num_blocks, model_->ops()) {
+  DI_CHECK(model_->config().vocab_size >= vocab,
+           "the draft model's vocabulary of {} tokens lacks ids the target samples (up to {})",
+           model_->config().vocab_size, vocab);
+}
+
+void DraftModel::forget(const void* owner) {
+  auto found = tracks_.find(owner);
+  if (found == tracks_.end()) return;
+  found->second.kv.release_all(cache_);
+  tracks_.erase(found);
+}
+
+bool DraftModel::catch_up(const Ask& ask, Track& track, ForwardBatch& batch) {
+  const auto length = static_cast<int64_t>(ask.tokens.size());
+  int64_t& confirmed = track.confirmed;
+  const auto written = static_cast<int64_t>(track.written.size());
+  while (confirmed < std::min(written, length) && track.written[static_cast<size_t>(confirmed)] ==
+                                                      ask.tokens[static_cast<size_t>(confirmed)])
+    ++confirmed;
+  // The last token is always computed again: its row gives the first draft.
+  confirmed = std::min(confirmed, length - 1);
+  if (!track.kv.try_reserve(cache_, length + ask.limit - 1)) return false;
+  track.written.assign(ask.tokens.begin(), ask.tokens.end());
+  std::vector<int32_t> fresh(ask.tokens.begin() + confirmed, ask.tokens.end());
+  batch.add_sequence(fresh, confirmed, track.kv, cache_.shape().block_size, false);
+  return true;
+}
+
+std::vector<float> DraftModel::run(const ForwardBatch& batch) {
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<float> logits(batch.logit_rows.size() * static_cast<size_t>(vocab));
+  model_->forward(batch, cache_, logits.data());
+  return logits;
+}
+
+// The next draft from the draft model's logits: drawn from its distribution under the
+// request's parameters (a stream of draws of its own), or its most likely token for greedy
+// requests; the constraint masks both.
+void DraftModel::draw(Drafting& drafting, const float* logits) {
+  const Ask& ask = *drafting.ask;
+  Proposal& proposal = *drafting.proposal;
+  std::vector<float> row(logits, logits + vocab_);
+  if (drafting.matcher) drafting.matcher->mask_logits(row.data(), vocab_);
+  const auto depth = static_cast<uint64_t>(proposal.tokens.size());
+  int32_t token = 0;
+  double confidence = 0.0;
+  if (ask.params->temperature == 0.0f) {
+    // The most likely token after the penalties and bias, as the target's greedy pick.
+    sampling::SamplingParams softmax = *ask.params;
+    softmax.temperature = 1.0f;
+    softmax.top_k = 0;
+    softmax.top_p = 1.0f;
+    softmax.min_p = 0.0f;
+    const std::vector<float> q =
+        sampling::distribution(row.data(), vocab_, softmax, drafting.history);
+    token = static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
+    confidence = q[static_cast<size_t>(token)];
+  } else {
+    std::vector<float> q =
+        sampling::distribution(row.data(), vocab_, *ask.params, drafting.history);
+    token = sampling::draw_from(
+        q, sampling::counter_uniform(sampling::stream_seed(ask.seed, sampling::DrawStream::kDraft),
+                                     ask.position + depth));
+    confidence = q[static_cast<size_t>(token)];
+    proposal.distributions.push_back(std::move(q));
+  }
+  proposal.tokens.push_back(token);
+  proposal.confidence.push_back(confidence);
+  drafting.confidence *= confidence;
+  drafting.history.add_output(token);
+  const bool fits = !drafting.matcher || drafting.matcher->accept(token);
+  drafting.done = !fits || static_cast<int64_t>(proposal.tokens.size()) >= ask.limit;
+}
+
+std::vector<DraftModel::Proposal> DraftModel::propose(const std::vector<Ask>& asks,
+                                                      double confidence_floor) {
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<Proposal> proposals(asks.size());
+  std::vector<Drafting> going;
+  ForwardBatch batch;
+  for (size_t i = 0; i < asks.size(); ++i) {
+    const Ask& ask = asks[i];
+    if (ask.limit <= 0 || ask.tokens.empty()) continue;
+    Track& track = tracks_[ask.owner];
+    if (!catch_up(ask, track, batch)) continue;
+    Drafting& drafting = going.emplace_back();
+    drafting.ask = &ask;
+    drafting.track = &track;
+    drafting.proposal = &proposals[i];
+    drafting.history = *ask.history;
+    if (ask.matcher) drafting.matcher = ask.matcher->clone();
+  }
+  int64_t drafts = 0;
+  const auto stride = static_cast<size_t>(model_->config().vocab_size);
+  while (!going.empty()) {
+    std::vector<float> logits = run(batch);
+    ForwardBatch next;
+    std::vector<Drafting> still;
+    for (size_t r = 0; r < going.size(); ++r) {
+      Drafting& drafting = going[r];
+      draw(drafting, logits.data() + r * stride);
+      ++drafts;
+      if (drafting.done || drafting.confidence < confidence_floor) continue;
+      Track& track = *drafting.track;
+      const auto at = static_cast<int64_t>(track.written.size());
+      track.written.push_back(drafting.proposal->tokens.back());
+      next.add_sequence({track.written.back()}, at, track.kv, cache_.shape().block_size, false);
+      still.push_back(std::move(drafting));
+    }
+    batch = std::move(next);
+    going = std::move(still);
+  }
+  if (drafts > 0) {
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() /
+        static_cast<double>(drafts);
+    seconds_per_draft_ =
+        seconds_per_draft_ == 0.0 ? seconds : 0.9 * seconds_per_draft_ + 0.1 * seconds;
+  }
+  return proposals;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,80 @@
+// Speculative decoding's draft model (SpeculativeConfig::method "draft_model"): a smaller
+// model sharing the target's vocabulary proposes each sequence's next tokens, one forward per
+// draft position with every drafting sequence in the batch. Sampled requests draw their
+// drafts from the draft's distribution under their own sampling parameters (the engine's
+// rejection sampling needs it); greedy ones take its most likely token.
+//
+// The draft keeps its own paged KV per sequence. Between calls it follows the sequence by
+// comparison: the tokens it computed that still match the sequence's (accepted drafts
+// included) stay, positions after them are written over.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
+#include "sampling/sampling.h"
+#include "structured/structured.h"
+
+namespace deepinfer {
+
+class DraftModel {
+ public:
+  // `vocab`: the ids the target samples from (the draft's vocabulary holds at least those);
+  // `num_blocks` KV blocks of `block_size` tokens (the model may round the size up).
+  DraftModel(std::unique_ptr<CausalLM> model, int32_t vocab, int block_size, int64_t num_blocks);
+
+  const CausalLM& model() const { return *model_; }
+  int64_t num_blocks() const { return cache_.num_blocks(); }
+
+  // One sequence's request for drafts after its tokens.
+  struct Ask {
+    const void* owner = nullptr;  // identifies the sequence's KV between calls
+    std::span<const int32_t> tokens;
+    int64_t limit = 0;  // drafts at most
+    const sampling::SamplingParams* params = nullptr;
+    const sampling::TokenHistory* history = nullptr;
+    const structured::Matcher* matcher = nullptr;  // the sequence's constraint, if any
+    uint64_t seed = 0;                             // the sequence's draw seed
+    uint64_t position = 0;                         // the output position of the first draft
+  };
+  struct Proposal {
+    std::vector<int32_t> tokens;
+    // Sampled requests: the distribution each draft was drawn from ([vocab] each).
+    std::vector<std::vector<float>> distributions;
+    // Per draft, the draft model's probability of it: its confidence.
+    std::vector<double> confidence;
+  };
+  // Drafts for every ask, in order. A sequence stops once the product of its drafts'
+  // confidence falls below `confidence_floor`, or gets none when the draft's cache is full.
+  std::vector<Proposal> propose(const std::vector<Ask>& asks, double confidence_floor);
+  // The sequence's KV is given back (it finished or was preempted).
+  void forget(const void* owner);
+  // The mean time one draft took, over the recent ones (0 before any).
+  double seconds_per_draft() const { return seconds_per_draft_; }
+
+ private:
+  struct Track {
+    SequenceKv kv;
+    std::vector<int32_t> written;  // tokens whose K/V the draft's cache holds
+    int64_t confirmed = 0;         // of them, known to match the sequence
+  };
+  struct Drafting;
+  // Queues the tokens of `ask` its track has not computed; false when the cache is full.
+  bool catch_up(const Ask& ask, Track& track, ForwardBatch& batch);
+  void draw(Drafting& drafting, const float* logits);
+  std::vector<float> run(const ForwardBatch& batch);
+
+  std::unique_ptr<CausalLM> model_;
+  int32_t vocab_;
+  KvCache cache_;
+  std::unordered_map<const void*, Track> tracks_;
+  double seconds_per_draft_ = 0.0;
+};
+
+}  // namespace deepinfer
