@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@
 #include "engine/engine.h"
 #include "kv/block_file.h"
 #include "kv/disk_tier.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -32,9 +34,35 @@ struct EngineBenchArgs {
   int shared_prefix_tokens = 0;
   int unique_tokens = 100;
   int prefix_requests = 3;
+  // Prompts as vLLM's custom benchmark dataset: JSONL lines with a "prompt" text; requests take
+  // them in turn instead of synthetic ids.
+  std::string dataset_path;
+  std::vector<std::vector<int32_t>> dataset;
   EngineConfig engine = cli_engine_config();
   bool json = false;
 };
+
+std::vector<std::vector<int32_t>> load_dataset(const std::string& path,
+                                               const std::string& model_dir) {
+  std::ifstream in(path);
+  if (!in) fail("--dataset-path: cannot read {}", path);
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
+  std::vector<std::vector<int32_t>> prompts;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json json = nlohmann::json::parse(line, nullptr, false);
+    if (json.is_discarded() || !json.is_object() || !json.contains("prompt") ||
+        !json["prompt"].is_string())
+      fail("--dataset-path: {} line {} is not a JSON object with a \"prompt\" string", path,
+           number);
+    prompts.push_back(tokenizer->encode(json["prompt"].get<std::string>()));
+    if (prompts.back().empty())
+      fail("--dataset-path: {} line {} has an empty prompt", path, number);
+  }
+  if (prompts.empty()) fail("--dataset-path: {} holds no prompts", path);
+  return prompts;
+}
 
 std::vector<int32_t> synthetic_tokens(int count, int seed, int32_t vocab) {
   std::vector<int32_t> tokens;
@@ -60,9 +88,14 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
   config.max_running = concurrency;
   Engine engine(model, config);
   int32_t vocab = model.config().vocab_size;
-  for (int r = 0; r < concurrency; ++r)
-    engine.submit(request_of(std::to_string(r), synthetic_tokens(args.prompt_tokens, r + 1, vocab),
-                             args.output_tokens));
+  int64_t prompt_tokens = 0;
+  for (int r = 0; r < concurrency; ++r) {
+    std::vector<int32_t> prompt = args.dataset.empty()
+                                      ? synthetic_tokens(args.prompt_tokens, r + 1, vocab)
+                                      : args.dataset[static_cast<size_t>(r) % args.dataset.size()];
+    prompt_tokens += static_cast<int64_t>(prompt.size());
+    engine.submit(request_of(std::to_string(r), std::move(prompt), args.output_tokens));
+  }
   auto start = Clock::now();
   std::vector<GenerationResult> results = engine.run_to_completion();
   double seconds = seconds_since(start);
@@ -76,10 +109,16 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
           {"steps", stats.steps},
           {"host_ms_per_step", 1000.0 * stats.host_seconds / static_cast<double>(stats.steps)},
           {"output_tokens_per_s", static_cast<double>(output) / seconds},
+          {"drafts", stats.drafts},
           {"draft_tokens", stats.draft_tokens},
           {"accepted_draft_tokens", stats.accepted_draft_tokens},
-          {"total_tokens_per_s",
-           static_cast<double>(output + int64_t{concurrency} * args.prompt_tokens) / seconds}};
+          {"accepted_per_position", stats.accepted_per_position},
+          // vLLM's mean acceptance length: tokens a verification yields, its own included.
+          {"mean_acceptance_length", stats.drafts == 0
+                                         ? 0.0
+                                         : 1.0 + static_cast<double>(stats.accepted_draft_tokens) /
+                                                     static_cast<double>(stats.drafts)},
+          {"total_tokens_per_s", static_cast<double>(output + prompt_tokens) / seconds}};
 }
 
 // Where a shared prefix comes from: recomputed (no prefix caching), the memory tier, the
@@ -186,6 +225,8 @@ void run_engine_bench(const EngineBenchArgs& given) {
   LoadedModel loaded = open_model(given.model);
   CausalLM& model = *loaded.model;
   EngineBenchArgs args = given;
+  if (!args.dataset_path.empty())
+    args.dataset = load_dataset(args.dataset_path, args.model.model_dir);
   prepare_kv_cache_dir(args.engine, args.model, model);
   prepare_speculative(args.engine, args.model);
   nlohmann::json report = {{"model", args.model.model_dir},
@@ -207,8 +248,11 @@ void run_engine_bench(const EngineBenchArgs& given) {
           run["output_tokens"].get<int64_t>(), run["seconds"].get<double>(),
           run["steps"].get<int64_t>(), run["host_ms_per_step"].get<double>());
       if (args.engine.speculative.enabled()) {
-        fmt::print("  speculation: {} drafts verified, {} accepted\n",
-                   run["draft_tokens"].get<int64_t>(), run["accepted_draft_tokens"].get<int64_t>());
+        fmt::print(
+            "  speculation: {} drafts verified, {} accepted; mean acceptance length {:.2f} "
+            "(accepted by position: {})\n",
+            run["draft_tokens"].get<int64_t>(), run["accepted_draft_tokens"].get<int64_t>(),
+            run["mean_acceptance_length"].get<double>(), run["accepted_per_position"].dump());
       }
     }
   }
@@ -277,6 +321,10 @@ void add_engine_bench_command(CLI::App& app) {
                    "Requests measured after the one that fills the cache")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  command->add_option("--dataset-path", args->dataset_path,
+                      "Throughput prompts from a JSONL file of {\"prompt\": TEXT} lines, "
+                      "tokenized with the model's tokenizer and taken in turn (instead of "
+                      "--prompt-tokens synthetic ids)");
   add_engine_options(*command, args->engine, "");
   command->add_flag("--json", args->json, "Print one JSON object instead of lines");
   command->callback([args] { run_engine_bench(*args); });

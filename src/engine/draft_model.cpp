@@ -7,12 +7,31 @@
 
 namespace deepinfer {
 
+namespace {
+
+// The most likely of `vocab` logits and its softmax probability; logits 30 below the best add
+// under 1e-13 each and are skipped.
+std::pair<int32_t, double> most_likely(const float* logits, int32_t vocab) {
+  const auto best = static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
+  const float top = logits[best];
+  double total = 0.0;
+  for (int32_t i = 0; i < vocab; ++i) {
+    const float gap = logits[i] - top;
+    if (gap > -30.0f) total += std::exp(gap);
+  }
+  return {best, 1.0 / total};
+}
+
+}  // namespace
+
 // One sequence drafting in this call: what it drafts with, ahead of the sequence's own state.
 struct DraftModel::Drafting {
   const Ask* ask = nullptr;
   Track* track = nullptr;
   Proposal* proposal = nullptr;
-  sampling::TokenHistory history;  // the sequence's, with the drafts so far
+  // Penalties or bias apply: the sequence's history, with the drafts so far.
+  bool penalised = false;
+  sampling::TokenHistory history;
   std::unique_ptr<structured::Matcher> matcher;
   double confidence = 1.0;  // in all drafts so far
   bool done = false;
@@ -63,26 +82,31 @@ std::vector<float> DraftModel::run(const ForwardBatch& batch) {
 // requests; the constraint masks both.
 void DraftModel::draw(Drafting& drafting, const float* logits) {
   const Ask& ask = *drafting.ask;
+  const sampling::SamplingParams& params = *ask.params;
   Proposal& proposal = *drafting.proposal;
-  std::vector<float> row(logits, logits + vocab_);
-  if (drafting.matcher) drafting.matcher->mask_logits(row.data(), vocab_);
+  std::vector<float> masked;
+  if (drafting.matcher) {
+    masked.assign(logits, logits + vocab_);
+    drafting.matcher->mask_logits(masked.data(), vocab_);
+    logits = masked.data();
+  }
   const auto depth = static_cast<uint64_t>(proposal.tokens.size());
   int32_t token = 0;
   double confidence = 0.0;
-  if (ask.params->temperature == 0.0f) {
+  if (params.temperature == 0.0f && !drafting.penalised) {
+    std::tie(token, confidence) = most_likely(logits, vocab_);
+  } else if (params.temperature == 0.0f) {
     // The most likely token after the penalties and bias, as the target's greedy pick.
-    sampling::SamplingParams softmax = *ask.params;
+    sampling::SamplingParams softmax = params;
     softmax.temperature = 1.0f;
     softmax.top_k = 0;
     softmax.top_p = 1.0f;
     softmax.min_p = 0.0f;
-    const std::vector<float> q =
-        sampling::distribution(row.data(), vocab_, softmax, drafting.history);
+    const std::vector<float> q = sampling::distribution(logits, vocab_, softmax, drafting.history);
     token = static_cast<int32_t>(std::max_element(q.begin(), q.end()) - q.begin());
     confidence = q[static_cast<size_t>(token)];
   } else {
-    std::vector<float> q =
-        sampling::distribution(row.data(), vocab_, *ask.params, drafting.history);
+    std::vector<float> q = sampling::distribution(logits, vocab_, params, drafting.history);
     token = sampling::draw_from(
         q, sampling::counter_uniform(sampling::stream_seed(ask.seed, sampling::DrawStream::kDraft),
                                      ask.position + depth));
@@ -92,7 +116,7 @@ void DraftModel::draw(Drafting& drafting, const float* logits) {
   proposal.tokens.push_back(token);
   proposal.confidence.push_back(confidence);
   drafting.confidence *= confidence;
-  drafting.history.add_output(token);
+  if (drafting.penalised) drafting.history.add_output(token);
   const bool fits = !drafting.matcher || drafting.matcher->accept(token);
   drafting.done = !fits || static_cast<int64_t>(proposal.tokens.size()) >= ask.limit;
 }
@@ -112,7 +136,8 @@ std::vector<DraftModel::Proposal> DraftModel::propose(const std::vector<Ask>& as
     drafting.ask = &ask;
     drafting.track = &track;
     drafting.proposal = &proposals[i];
-    drafting.history = *ask.history;
+    drafting.penalised = !sampling::needs_only_logits(*ask.params);
+    if (drafting.penalised) drafting.history = *ask.history;
     if (ask.matcher) drafting.matcher = ask.matcher->clone();
   }
   int64_t drafts = 0;

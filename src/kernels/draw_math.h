@@ -23,8 +23,10 @@ DEEPINFER_HOST_DEVICE inline float scaled(float logit, float max_logit, float te
   return (logit - max_logit) / temperature;
 }
 
-// A token's integer weight: exp(scaled) of the best one's kBestMass.
+// A token's integer weight: exp(scaled) of the best one's kBestMass. Below -28 that is under
+// 1 and rounds to 0 without the exponential (most of a trained model's vocabulary).
 DEEPINFER_HOST_DEVICE inline uint64_t mass(float scaled_logit) {
+  if (scaled_logit < -28.0f) return 0;
   return static_cast<uint64_t>(::exp(static_cast<double>(scaled_logit)) * kBestMass);
 }
 
