@@ -45,6 +45,7 @@ DraftModel::DraftModel(std::unique_ptr<CausalLM> model, int32_t vocab, int block
   DI_CHECK(model_->config().vocab_size >= vocab,
            "the draft model's vocabulary of {} tokens lacks ids the target samples (up to {})",
            model_->config().vocab_size, vocab);
+  profile_forward_costs(*model_, cache_, kProfiledRows, costs_);
 }
 
 void DraftModel::forget(const void* owner) {
@@ -54,15 +55,28 @@ void DraftModel::forget(const void* owner) {
   tracks_.erase(found);
 }
 
-bool DraftModel::catch_up(const Ask& ask, Track& track, ForwardBatch& batch) {
+int64_t DraftModel::matching(const Track& track, std::span<const int32_t> tokens) {
+  const auto end =
+      std::min(static_cast<int64_t>(track.written.size()), static_cast<int64_t>(tokens.size()));
+  int64_t count = std::min(track.confirmed, end);
+  while (count < end &&
+         track.written[static_cast<size_t>(count)] == tokens[static_cast<size_t>(count)])
+    ++count;
+  return count;
+}
+
+int64_t DraftModel::catch_up(const void* owner, std::span<const int32_t> tokens) const {
+  auto found = tracks_.find(owner);
+  const auto length = static_cast<int64_t>(tokens.size());
+  if (found == tracks_.end()) return length;
+  return length - std::min(matching(found->second, tokens), length - 1);
+}
+
+bool DraftModel::queue_catch_up(const Ask& ask, Track& track, ForwardBatch& batch) {
   const auto length = static_cast<int64_t>(ask.tokens.size());
   int64_t& confirmed = track.confirmed;
-  const auto written = static_cast<int64_t>(track.written.size());
-  while (confirmed < std::min(written, length) && track.written[static_cast<size_t>(confirmed)] ==
-                                                      ask.tokens[static_cast<size_t>(confirmed)])
-    ++confirmed;
   // The last token is always computed again: its row gives the first draft.
-  confirmed = std::min(confirmed, length - 1);
+  confirmed = std::min(matching(track, ask.tokens), length - 1);
   if (!track.kv.try_reserve(cache_, length + ask.limit - 1)) return false;
   track.written.assign(ask.tokens.begin(), ask.tokens.end());
   std::vector<int32_t> fresh(ask.tokens.begin() + confirmed, ask.tokens.end());
@@ -123,7 +137,6 @@ void DraftModel::draw(Drafting& drafting, const float* logits) {
 
 std::vector<DraftModel::Proposal> DraftModel::propose(const std::vector<Ask>& asks,
                                                       double confidence_floor) {
-  const auto started = std::chrono::steady_clock::now();
   std::vector<Proposal> proposals(asks.size());
   std::vector<Drafting> going;
   ForwardBatch batch;
@@ -131,7 +144,7 @@ std::vector<DraftModel::Proposal> DraftModel::propose(const std::vector<Ask>& as
     const Ask& ask = asks[i];
     if (ask.limit <= 0 || ask.tokens.empty()) continue;
     Track& track = tracks_[ask.owner];
-    if (!catch_up(ask, track, batch)) continue;
+    if (!queue_catch_up(ask, track, batch)) continue;
     Drafting& drafting = going.emplace_back();
     drafting.ask = &ask;
     drafting.track = &track;
@@ -140,16 +153,15 @@ std::vector<DraftModel::Proposal> DraftModel::propose(const std::vector<Ask>& as
     if (drafting.penalised) drafting.history = *ask.history;
     if (ask.matcher) drafting.matcher = ask.matcher->clone();
   }
-  int64_t drafts = 0;
   const auto stride = static_cast<size_t>(model_->config().vocab_size);
   while (!going.empty()) {
+    const auto started = std::chrono::steady_clock::now();
     std::vector<float> logits = run(batch);
     ForwardBatch next;
     std::vector<Drafting> still;
     for (size_t r = 0; r < going.size(); ++r) {
       Drafting& drafting = going[r];
       draw(drafting, logits.data() + r * stride);
-      ++drafts;
       if (drafting.done || drafting.confidence < confidence_floor) continue;
       Track& track = *drafting.track;
       const auto at = static_cast<int64_t>(track.written.size());
@@ -157,15 +169,11 @@ std::vector<DraftModel::Proposal> DraftModel::propose(const std::vector<Ask>& as
       next.add_sequence({track.written.back()}, at, track.kv, cache_.shape().block_size, false);
       still.push_back(std::move(drafting));
     }
+    costs_.observe(
+        batch.num_tokens(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     batch = std::move(next);
     going = std::move(still);
-  }
-  if (drafts > 0) {
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() /
-        static_cast<double>(drafts);
-    seconds_per_draft_ =
-        seconds_per_draft_ == 0.0 ? seconds : 0.9 * seconds_per_draft_ + 0.1 * seconds;
   }
   return proposals;
 }

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/drafter.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "sampling/sampling.h"
@@ -53,10 +54,13 @@ class DraftModel {
   // Drafts for every ask, in order. A sequence stops once the product of its drafts'
   // confidence falls below `confidence_floor`, or gets none when the draft's cache is full.
   std::vector<Proposal> propose(const std::vector<Ask>& asks, double confidence_floor);
+  // How many of `tokens` the draft computes before its first draft for `owner`: those after
+  // the longest prefix its cache holds, and the last one always.
+  int64_t catch_up(const void* owner, std::span<const int32_t> tokens) const;
   // The sequence's KV is given back (it finished or was preempted).
   void forget(const void* owner);
-  // The mean time one draft took, over the recent ones (0 before any).
-  double seconds_per_draft() const { return seconds_per_draft_; }
+  // A draft forward's time (with its draws) by its token count.
+  const StepCosts& costs() const { return costs_; }
 
  private:
   struct Track {
@@ -66,7 +70,9 @@ class DraftModel {
   };
   struct Drafting;
   // Queues the tokens of `ask` its track has not computed; false when the cache is full.
-  bool catch_up(const Ask& ask, Track& track, ForwardBatch& batch);
+  bool queue_catch_up(const Ask& ask, Track& track, ForwardBatch& batch);
+  // The tokens at the start of `tokens` that `track` holds (from its confirmed ones on).
+  static int64_t matching(const Track& track, std::span<const int32_t> tokens);
   void draw(Drafting& drafting, const float* logits);
   std::vector<float> run(const ForwardBatch& batch);
 
@@ -74,7 +80,9 @@ class DraftModel {
   int32_t vocab_;
   KvCache cache_;
   std::unordered_map<const void*, Track> tracks_;
-  double seconds_per_draft_ = 0.0;
+  // A forward's time (with its draws) by its token count, profiled up to this many at start.
+  static constexpr int64_t kProfiledRows = 64;
+  StepCosts costs_;
 };
 
 }  // namespace deepinfer

@@ -1,6 +1,7 @@
 #include "engine/drafter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <queue>
 
@@ -26,55 +27,87 @@ void SpeculativeConfig::validate() const {
 }
 
 void StepCosts::observe(int64_t tokens, double seconds) {
-  const auto x = static_cast<double>(tokens);
-  weight_ = kDecay * weight_ + 1;
-  x_ = kDecay * x_ + x;
-  y_ = kDecay * y_ + seconds;
-  xx_ = kDecay * xx_ + x * x;
-  xy_ = kDecay * xy_ + x * seconds;
+  auto [entry, fresh] = times_.emplace(tokens, seconds);
+  if (!fresh) entry->second += kNewWeight * (seconds - entry->second);
 }
 
-bool StepCosts::known() const {
-  if (weight_ < 4) return false;
-  const double mean = x_ / weight_;
-  return xx_ / weight_ - mean * mean > 0.25;  // sizes differ by about a token at least
+double StepCosts::seconds(int64_t tokens) const {
+  if (times_.empty()) return 0.0;
+  auto above = times_.lower_bound(tokens);
+  if (above != times_.end() && above->first == tokens) return above->second;
+  if (above == times_.begin()) return above->second;  // smaller than any measured: at most that
+  auto below = std::prev(above);
+  if (above == times_.end()) {
+    if (below == times_.begin()) return below->second;
+    auto before = std::prev(below);
+    const double slope = std::max(
+        0.0, (below->second - before->second) / static_cast<double>(below->first - before->first));
+    return below->second + slope * static_cast<double>(tokens - below->first);
+  }
+  const double t =
+      static_cast<double>(tokens - below->first) / static_cast<double>(above->first - below->first);
+  return below->second + t * (above->second - below->second);
 }
 
-double StepCosts::seconds_per_token() const {
-  const double mean_x = x_ / weight_, mean_y = y_ / weight_;
-  const double variance = xx_ / weight_ - mean_x * mean_x;
-  return std::max(0.0, (xy_ / weight_ - mean_x * mean_y) / variance);
-}
-
-double StepCosts::fixed_seconds() const {
-  return std::max(0.0, y_ / weight_ - seconds_per_token() * x_ / weight_);
+void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, StepCosts& costs) {
+  SequenceKv kv;
+  if (largest < 1 || !kv.try_reserve(cache, largest)) return;
+  const int block_size = cache.shape().block_size;
+  BackendTensor logits(model.ops(), {1, model.config().vocab_size});
+  Tensor logits_view = logits.view();
+  for (int64_t tokens = 1; tokens <= largest; tokens *= 2) {
+    ForwardBatch batch;
+    batch.add_sequence(std::vector<int32_t>(static_cast<size_t>(tokens), 0), 0, kv, block_size,
+                       false);
+    // The first run of a size warms it (recorded decode steps, caches): the second counts.
+    for (int run = 0; run < 2; ++run) {
+      const auto start = std::chrono::steady_clock::now();
+      model.forward_into(batch, cache, logits_view);
+      model.ops().synchronize();
+      if (run == 1)
+        costs.observe(
+            tokens,
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  kv.release_all(cache);
 }
 
 std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int64_t rows,
                                      int64_t tokens, const StepCosts& costs,
-                                     double seconds_per_draft) {
-  std::vector<int64_t> taken(offers.size(), 0);
-  const double per_token = costs.seconds_per_token();
-  const double per_draft = per_token + seconds_per_draft;
-  double produced = static_cast<double>(rows);
-  double seconds = costs.fixed_seconds() + per_token * static_cast<double>(tokens);
-  // (expected tokens of the next draft, offer): each offer's next draft is worth its
-  // acceptance times the one before, so the best next draft is always at some offer's front.
+                                     const StepCosts* draft_costs) {
+  // Drafts in the order they are worth taking: each offer's next draft is worth its chance
+  // times the one before, so the best next draft is always at some offer's front.
   std::priority_queue<std::pair<double, size_t>> next;
   for (size_t i = 0; i < offers.size(); ++i)
     if (offers[i].proposed > 0) next.emplace(offers[i].chance(0), i);
-  while (!next.empty()) {
+  std::vector<int64_t> taken(offers.size(), 0), best = taken;
+  // Making drafts: one forward of the draft per depth, over the offers drafting that deep.
+  std::vector<int64_t> depth_tokens;
+  double drafting_seconds = 0.0;
+  double produced = static_cast<double>(rows);
+  double best_rate = produced / std::max(costs.seconds(tokens), 1e-9);
+  for (int64_t n = 1; !next.empty(); ++n) {
     auto [gain, i] = next.top();
     next.pop();
-    // Worth it when the tokens it adds per second it costs beat the step's rate so far.
-    if (gain * seconds <= produced * per_draft) break;
-    ++taken[i];
+    const auto depth = static_cast<size_t>(taken[i]++);
     produced += gain;
-    seconds += per_draft;
     if (taken[i] < offers[i].proposed)
       next.emplace(gain * offers[i].chance(static_cast<size_t>(taken[i])), i);
+    if (draft_costs) {
+      if (depth_tokens.size() <= depth) depth_tokens.resize(depth + 1, 0);
+      const int64_t before = depth_tokens[depth];
+      depth_tokens[depth] += depth == 0 ? std::max<int64_t>(offers[i].catch_up, 1) : 1;
+      drafting_seconds += draft_costs->seconds(depth_tokens[depth]) -
+                          (before == 0 ? 0.0 : draft_costs->seconds(before));
+    }
+    const double rate = produced / std::max(costs.seconds(tokens + n) + drafting_seconds, 1e-9);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = taken;
+    }
   }
-  return taken;
+  return best;
 }
 
 std::vector<int32_t> ngram_drafts(std::span<const int32_t> tokens, int min_n, int max_n,

@@ -6,9 +6,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
 
 namespace deepinfer {
 
@@ -34,20 +38,26 @@ struct SpeculativeConfig {
   void validate() const;
 };
 
-// A step's forward time as a line in its token count, fitted to the steps seen so far with
-// recent ones weighing most: what one more verified token costs next to the step's fixed part.
+// A forward's time by its token count: each size's recent time (profiled at start, then
+// updated by every step with recent ones weighing most), interpolated between the sizes
+// measured and extended past the largest with the slope of the two largest. A table rather
+// than a line: on a CPU a few rows cost far less per token than many (different kernels), and
+// on a GPU the time stays flat until the batch fills the machine.
 class StepCosts {
  public:
   void observe(int64_t tokens, double seconds);
-  // Whether the steps seen so far vary enough in size to tell the two parts apart.
-  bool known() const;
-  double fixed_seconds() const;      // the intercept, at least 0
-  double seconds_per_token() const;  // the slope, at least 0
+  // Whether two sizes at least were measured.
+  bool known() const { return times_.size() >= 2; }
+  double seconds(int64_t tokens) const;
 
  private:
-  static constexpr double kDecay = 0.98;
-  double weight_ = 0, x_ = 0, y_ = 0, xx_ = 0, xy_ = 0;
+  static constexpr double kNewWeight = 0.2;
+  std::map<int64_t, double> times_;
 };
+
+// Times forwards of 1, 2, 4, ... `largest` tokens (one scratch sequence in free blocks of
+// `cache`, given back after) into `costs`; nothing when the cache cannot hold them.
+void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, StepCosts& costs);
 
 // One decoding request's drafts on offer and how often its drafts were accepted.
 struct DraftOffer {
@@ -56,17 +66,22 @@ struct DraftOffer {
   // Per draft, its own such chance where the drafter knows one (a draft model's confidence);
   // empty: `acceptance` for every draft.
   std::vector<double> chances;
+  // A draft model: the tokens its first forward computes for this request (those it has not
+  // seen yet, the last one included).
+  int64_t catch_up = 1;
   double chance(size_t draft) const { return draft < chances.size() ? chances[draft] : acceptance; }
 };
 
-// How many drafts each offer verifies this step: the next draft of a request is expected to
-// add acceptance^k tokens for one more token of step time, so drafts are taken, most likely
-// first, while each adds more tokens than the step's current rate of tokens per unit of time
-// would. `rows` requests produce a token each and `tokens` are computed without drafts;
-// `seconds_per_draft` is what making a draft costs beside verifying it (0 once it is made).
+// How many drafts each offer verifies this step. A request's k-th draft adds the product of
+// its first k chances in expected tokens, so the best n drafts are the n most likely ones;
+// n is the count that maximises expected tokens per second of the step: `rows` tokens
+// without drafts plus the drafts' expected ones, over the step's time at `tokens` + n tokens
+// plus, when `draft_costs` is given (the drafts are not made yet), the draft model's
+// forwards: one per draft depth over the requests drafting that deep, the first one with the
+// tokens each must catch up on.
 std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int64_t rows,
                                      int64_t tokens, const StepCosts& costs,
-                                     double seconds_per_draft = 0.0);
+                                     const StepCosts* draft_costs = nullptr);
 
 // The tokens that followed the latest earlier occurrence of the longest suffix of `tokens`
 // (from max_n down to min_n tokens long) that occurred before, at most `limit` of them; none

@@ -102,6 +102,9 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
            config.kv_retention_default);
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
   config.speculative.validate();
+  // Adaptive verification weighs a step's size against its time: known before the first step.
+  if (config.speculative.enabled() && config.speculative.verification == "adaptive")
+    profile_forward_costs(model, cache_, std::min(config.max_batched_tokens, 512), step_costs_);
   replay_tokens_ = replay_tokens(model);
   if (!config.kv_cache_dir.empty() || config.kv_host_bytes > 0) {
     PrefixTierOptions tiers;

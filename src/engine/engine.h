@@ -151,10 +151,10 @@ class Engine {
   // Runs the draft model for the planned decodes, up to `bounds` drafts each.
   void propose_with_model(std::vector<Planned>& planned, const std::vector<int64_t>& bounds,
                           std::vector<DraftOffer>& offers);
-  // How many of each offer's drafts to verify; `seconds_per_draft` is the cost of drafting.
+  // How many of each offer's drafts to verify; `draft_costs`: the drafts are still to make.
   std::vector<int64_t> verify_lengths(const std::vector<Planned>& planned,
                                       const std::vector<DraftOffer>& offers, int64_t rows,
-                                      int64_t tokens, double seconds_per_draft) const;
+                                      int64_t tokens, const StepCosts* draft_costs) const;
   bool fixed_verification(const Sequence& sequence) const;
   void verify_drafts(Chunk& chunk, const float* rows) const;
   // The token at `position` given a draft drawn from `draft_distribution`: speculative

@@ -37,15 +37,19 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
       plan.drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
                                  speculative.prompt_lookup_max, limit);
     offers[i] = {
-        drafter_ ? limit : static_cast<int64_t>(plan.drafts.size()), sequence.acceptance, {}};
+        drafter_ ? limit : static_cast<int64_t>(plan.drafts.size()), sequence.acceptance, {}, 1};
+    if (drafter_ && limit > 0) offers[i].catch_up = drafter_->catch_up(&sequence, sequence.tokens);
   }
+  std::vector<int64_t> taken;
   if (drafter_) {
-    // Drafting costs time of its own: the draft model runs only as far as verifying pays.
-    propose_with_model(planned,
-                       verify_lengths(planned, offers, rows, tokens, drafter_->seconds_per_draft()),
+    // Drafting costs time of its own: the draft model runs only as far as verifying pays (its
+    // drafting, cut short by its confidence, is not second-guessed once paid for).
+    propose_with_model(planned, verify_lengths(planned, offers, rows, tokens, &drafter_->costs()),
                        offers);
+    for (const DraftOffer& offer : offers) taken.push_back(offer.proposed);
+  } else {
+    taken = verify_lengths(planned, offers, rows, tokens, nullptr);
   }
-  const std::vector<int64_t> taken = verify_lengths(planned, offers, rows, tokens, 0.0);
   for (size_t i = 0; i < planned.size(); ++i) {
     Planned& plan = planned[i];
     const int64_t count = std::min(taken[i], budget);
@@ -97,12 +101,12 @@ void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector
 
 std::vector<int64_t> Engine::verify_lengths(const std::vector<Planned>& planned,
                                             const std::vector<DraftOffer>& offers, int64_t rows,
-                                            int64_t tokens, double seconds_per_draft) const {
+                                            int64_t tokens, const StepCosts* draft_costs) const {
   std::vector<int64_t> lengths(offers.size());
   for (size_t i = 0; i < offers.size(); ++i) lengths[i] = offers[i].proposed;
   if (config_.speculative.verification != "adaptive" || !step_costs_.known()) return lengths;
   const std::vector<int64_t> adaptive =
-      verified_drafts(offers, rows, tokens, step_costs_, seconds_per_draft);
+      verified_drafts(offers, rows, tokens, step_costs_, draft_costs);
   for (size_t i = 0; i < offers.size(); ++i)
     if (!fixed_verification(*planned[i].sequence)) lengths[i] = adaptive[i];
   return lengths;

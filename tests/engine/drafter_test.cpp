@@ -30,28 +30,57 @@ TEST(NgramDrafts, NothingWithoutARecurrenceOrRoom) {
   EXPECT_TRUE(ngram_drafts(std::vector<int32_t>{1, 2, 3, 9, 3}, 2, 4, 5).empty());
 }
 
+// The table answers measured sizes, interpolates between them, extends past the largest
+// with the last slope and answers the smallest below it; recent times weigh most.
+TEST(StepCosts, InterpolateBetweenMeasuredSizes) {
+  StepCosts costs;
+  EXPECT_FALSE(costs.known());
+  costs.observe(8, 0.002);
+  EXPECT_FALSE(costs.known());
+  costs.observe(16, 0.003);
+  costs.observe(64, 0.009);
+  ASSERT_TRUE(costs.known());
+  EXPECT_DOUBLE_EQ(costs.seconds(16), 0.003);
+  EXPECT_DOUBLE_EQ(costs.seconds(12), 0.0025);
+  EXPECT_DOUBLE_EQ(costs.seconds(1), 0.002);
+  EXPECT_NEAR(costs.seconds(128), 0.009 + 64 * 0.000125, 1e-12);
+  for (int i = 0; i < 50; ++i) costs.observe(16, 0.005);
+  EXPECT_NEAR(costs.seconds(16), 0.005, 1e-6);
+}
+
 // A step costing 10 ms plus 0.1 ms a token (a large model's decode: weights read once)
 // verifies likely drafts generously; one costing 1 ms a token and nothing fixed (a small
-// model on a CPU: every token costs the same) verifies none.
+// model on a CPU: every token costs the same) verifies none; a step whose time jumps past 8
+// tokens (another kernel) takes drafts only up to the jump.
 TEST(VerifiedDrafts, FollowTheStepsCostAndTheDraftsChances) {
-  StepCosts bandwidth_bound, compute_bound;
-  EXPECT_FALSE(bandwidth_bound.known());
-  for (int64_t tokens : {1, 8, 64, 4, 16, 2, 32, 1}) {
-    bandwidth_bound.observe(tokens, 0.010 + 0.0001 * static_cast<double>(tokens));
-    compute_bound.observe(tokens, 0.001 * static_cast<double>(tokens));
+  StepCosts bandwidth_bound, compute_bound, stepped;
+  for (int64_t tokens : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
+    const auto n = static_cast<double>(tokens);
+    bandwidth_bound.observe(tokens, 0.010 + 0.0001 * n);
+    compute_bound.observe(tokens, 0.001 * n);
+    stepped.observe(tokens, tokens <= 8 ? 0.001 : 0.004 + 0.0001 * n);
   }
-  ASSERT_TRUE(bandwidth_bound.known());
-  EXPECT_NEAR(bandwidth_bound.fixed_seconds(), 0.010, 1e-9);
-  EXPECT_NEAR(bandwidth_bound.seconds_per_token(), 0.0001, 1e-9);
+  stepped.observe(9, 0.004);
   const std::vector<DraftOffer> offers = {{5, 0.9, {}}, {5, 0.3, {}}, {0, 0.9, {}}};
   std::vector<int64_t> taken = verified_drafts(offers, 3, 3, bandwidth_bound);
   EXPECT_EQ(taken[0], 5);
   EXPECT_GE(taken[1], 1);
   EXPECT_EQ(taken[2], 0);
   EXPECT_EQ(verified_drafts(offers, 3, 3, compute_bound), (std::vector<int64_t>{0, 0, 0}));
+  const std::vector<int64_t> capped = verified_drafts(offers, 3, 3, stepped);
+  EXPECT_EQ(capped[0] + capped[1], 5);
   // A large batch leaves little for drafts: one more token's time is worth more rows' tokens.
   const std::vector<int64_t> busy = verified_drafts(offers, 256, 256, bandwidth_bound);
   EXPECT_LT(busy[0] + busy[1], taken[0] + taken[1]);
+  // What making a draft costs counts against it.
+  StepCosts drafting;  // 10 ms a draft forward, whatever its rows
+  drafting.observe(1, 0.010);
+  drafting.observe(64, 0.010);
+  const std::vector<int64_t> costly = verified_drafts(offers, 3, 3, bandwidth_bound, &drafting);
+  EXPECT_LT(costly[0] + costly[1], taken[0] + taken[1]);
+  // Per-draft chances (a draft model's confidence) replace the request's acceptance.
+  const std::vector<DraftOffer> confident = {{3, 0.1, {0.95, 0.95, 0.01}}};
+  EXPECT_EQ(verified_drafts(confident, 1, 1, bandwidth_bound)[0], 2);
 }
 
 TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
