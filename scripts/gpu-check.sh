@@ -126,7 +126,7 @@ run() {
     rm -rf /tmp/deepinfer-kv && mkdir -p /tmp/deepinfer-kv
     "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda --load read --concurrency 1 \
       --prompt-tokens 16 --output-tokens 4 --shared-prefix-tokens 32768 --unique-tokens 100 \
-      --prefix-requests 2 --max-batched-tokens 8192 --kv-host-bytes 8589934592 \
+      --prefix-requests 2 --max-batched-tokens 8192 --kv-cache-fraction 0.5 --kv-host-bytes 8589934592 \
       --kv-cache-dir /tmp/deepinfer-kv 2>&1 | tee "$out/tiers.txt"
   fi
   # ENGINE_ASYNC=64 (for example): the same at that concurrency with --async-scheduling.

@@ -23,6 +23,10 @@ void Ops::to_host(void* destination, const void* source, size_t bytes) {
   if (bytes > 0) std::memcpy(destination, source, bytes);
 }
 
+void Ops::copy_within(void* destination, const void* source, size_t bytes) {
+  if (bytes > 0) std::memcpy(destination, source, bytes);
+}
+
 void Ops::norm_matmuls(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& normed,
                        const std::vector<MatmulJob>& jobs) {
   for (const MatmulJob& job : jobs)

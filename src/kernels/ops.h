@@ -224,6 +224,8 @@ class Ops {
   // before it; to_backend may return before the copy lands (later ops see it).
   virtual void to_backend(void* destination, const void* source, size_t bytes);
   virtual void to_host(void* destination, const void* source, size_t bytes);
+  // A copy inside the backend's memory (device to device on a GPU), queued like its ops.
+  virtual void copy_within(void* destination, const void* source, size_t bytes);
   // Waits for all queued work.
   virtual void synchronize() {}
   // Records the ops `work` submits without running them, for replays that read and write the

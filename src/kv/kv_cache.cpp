@@ -105,27 +105,40 @@ std::vector<std::pair<std::byte*, size_t>> KvCache::block_ranges(int32_t block) 
   return ranges;
 }
 
+// A device's blocks move through one staging block in its memory: the block's ranges (a page
+// per layer slot) are gathered or scattered there by device copies, and host memory sees one
+// copy of the whole payload instead of one small, synchronising copy per range.
+std::byte* KvCache::staging() const {
+  if (!ops_ || ops_->device() == Device::kCpu) return nullptr;
+  if (!staging_) staging_ = ops_->allocate_scratch(shape_.bytes_per_block());
+  return static_cast<std::byte*>(staging_.get());
+}
+
 void KvCache::read_block(int32_t block, std::span<std::byte> out) const {
   DI_CHECK(out.size() == shape_.bytes_per_block(), "read_block: {} bytes for a block of {}",
            out.size(), shape_.bytes_per_block());
+  std::byte* staged = staging();
   size_t offset = 0;
   for (auto [address, bytes] : block_ranges(block)) {
-    if (ops_) {
-      ops_->to_host(out.data() + offset, address, bytes);
+    if (staged) {
+      ops_->copy_within(staged + offset, address, bytes);
     } else {
       std::memcpy(out.data() + offset, address, bytes);
     }
     offset += bytes;
   }
+  if (staged) ops_->to_host(out.data(), staged, out.size());
 }
 
 void KvCache::write_block(int32_t block, std::span<const std::byte> bytes_in) {
   DI_CHECK(bytes_in.size() == shape_.bytes_per_block(), "write_block: {} bytes for a block of {}",
            bytes_in.size(), shape_.bytes_per_block());
+  std::byte* staged = staging();
+  if (staged) ops_->to_backend(staged, bytes_in.data(), bytes_in.size());
   size_t offset = 0;
   for (auto [address, bytes] : block_ranges(block)) {
-    if (ops_) {
-      ops_->to_backend(address, bytes_in.data() + offset, bytes);
+    if (staged) {
+      ops_->copy_within(address, staged + offset, bytes);
     } else {
       std::memcpy(address, bytes_in.data() + offset, bytes);
     }

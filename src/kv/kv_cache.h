@@ -86,6 +86,8 @@ class KvCache {
 
   // Every page slot's storage of one block: (address, bytes) pairs.
   std::vector<std::pair<std::byte*, size_t>> block_ranges(int32_t block) const;
+  // One block's bytes in a GPU's memory, for read_block and write_block (null on the CPU).
+  std::byte* staging() const;
 
   Ops* ops_ = nullptr;  // copies go through it when the storage is a backend's
   KvCacheShape shape_;
@@ -93,6 +95,7 @@ class KvCache {
   int64_t num_blocks_;
   std::vector<BackendMemory> keys_;
   std::vector<BackendMemory> values_;
+  mutable BackendMemory staging_;
   BlockPool pool_;
 };
 

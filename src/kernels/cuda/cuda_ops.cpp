@@ -119,6 +119,12 @@ class CudaOps final : public Ops {
                "copy to device");
   }
 
+  void copy_within(void* destination, const void* source, size_t bytes) override {
+    if (bytes == 0) return;
+    check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream()),
+               "copy on the device");
+  }
+
   void to_host(void* destination, const void* source, size_t bytes) override {
     if (bytes > 0) {
       check_cuda(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToHost, stream()),
