@@ -128,6 +128,14 @@ run() {
       --prompt-tokens 16 --output-tokens 4 --shared-prefix-tokens 32768 --unique-tokens 100 \
       --prefix-requests 2 --max-batched-tokens 8192 --kv-cache-fraction 0.5 --kv-host-bytes 8589934592 \
       --kv-cache-dir /tmp/deepinfer-kv 2>&1 | tee "$out/tiers.txt"
+    # What the directory's disk does outside DeepInfer (one fsync for 2 GiB; the read after
+    # dropping what it can of the page cache).
+    dd if=/dev/zero of=/tmp/deepinfer-kv/dd.bin bs=1M count=2048 conv=fsync 2>&1 | tail -1 |
+      sed 's/^/dd write: /' | tee -a "$out/tiers.txt"
+    sync; echo 1 >/proc/sys/vm/drop_caches 2>/dev/null || true
+    dd if=/tmp/deepinfer-kv/dd.bin of=/dev/null bs=1M 2>&1 | tail -1 | sed 's/^/dd read: /' |
+      tee -a "$out/tiers.txt"
+    rm -f /tmp/deepinfer-kv/dd.bin
   fi
   # ENGINE_ASYNC=64 (for example): the same at that concurrency with --async-scheduling.
   [[ $stages == *engine* && -n ${ENGINE_ASYNC:-} ]] && "$BUNDLE/bin/deepinfer" bench-engine \
