@@ -43,7 +43,7 @@ SpeculativeConfig parse_speculative_config(const std::string& text) {
     }
   }
   if (config.method.empty())
-    fail("--speculative-config: 'method' is required (ngram or draft_model)");
+    fail("--speculative-config: 'method' is required (ngram, draft_model or mtp)");
   try {
     config.validate();
   } catch (const Error& error) {
@@ -62,7 +62,9 @@ CLI::Option* add_speculative_option(CLI::App& command, EngineConfig& engine,
       "4}: drafts are the tokens that followed an earlier occurrence of the last few tokens; "
       "{\"method\": \"draft_model\", \"model\": DIR, \"confidence_threshold\": 0.05}: a "
       "smaller model with the same vocabulary drafts, each sequence until its confidence "
-      "in its drafts falls below the threshold. \"verification\": \"adaptive\" (default: "
+      "in its drafts falls below the threshold; {\"method\": \"mtp\"}: the model's own "
+      "multi-token-prediction module (DeepSeek's num_nextn_predict_layers) drafts from its "
+      "hidden states, chained for several tokens. \"verification\": \"adaptive\" (default: "
       "as many drafts as the measured step cost and the drafts' acceptance make worth it) "
       "or \"always\"";
   return command.add_option_function<std::string>(

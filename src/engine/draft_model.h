@@ -16,15 +16,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "engine/drafter.h"
+#include "engine/model_drafter.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
-#include "sampling/sampling.h"
-#include "structured/structured.h"
 
 namespace deepinfer {
 
-class DraftModel {
+class DraftModel final : public ModelDrafter {
  public:
   // `vocab`: the ids the target samples from (the draft's vocabulary holds at least those);
   // `num_blocks` KV blocks of `block_size` tokens (the model may round the size up).
@@ -33,34 +31,15 @@ class DraftModel {
   const CausalLM& model() const { return *model_; }
   int64_t num_blocks() const { return cache_.num_blocks(); }
 
-  // One sequence's request for drafts after its tokens.
-  struct Ask {
-    const void* owner = nullptr;  // identifies the sequence's KV between calls
-    std::span<const int32_t> tokens;
-    int64_t limit = 0;  // drafts at most
-    const sampling::SamplingParams* params = nullptr;
-    const sampling::TokenHistory* history = nullptr;
-    const structured::Matcher* matcher = nullptr;  // the sequence's constraint, if any
-    uint64_t seed = 0;                             // the sequence's draw seed
-    uint64_t position = 0;                         // the output position of the first draft
-  };
-  struct Proposal {
-    std::vector<int32_t> tokens;
-    // Sampled requests: the distribution each draft was drawn from ([vocab] each).
-    std::vector<std::vector<float>> distributions;
-    // Per draft, the draft model's probability of it: its confidence.
-    std::vector<double> confidence;
-  };
-  // Drafts for every ask, in order. A sequence stops once the product of its drafts'
-  // confidence falls below `confidence_floor`, or gets none when the draft's cache is full.
-  std::vector<Proposal> propose(const std::vector<Ask>& asks, double confidence_floor);
-  // How many of `tokens` the draft computes before its first draft for `owner`: those after
-  // the longest prefix its cache holds, and the last one always.
-  int64_t catch_up(const void* owner, std::span<const int32_t> tokens) const;
-  // The sequence's KV is given back (it finished or was preempted).
-  void forget(const void* owner);
-  // A draft forward's time (with its draws) by its token count.
-  const StepCosts& costs() const { return costs_; }
+  // A sequence gets no drafts when the draft's cache is full.
+  std::vector<Proposal> propose(const std::vector<Ask>& asks, double confidence_floor) override;
+  // Those after the longest prefix of `tokens` its cache holds, and the last one always.
+  int64_t catch_up(const void* owner, std::span<const int32_t> tokens) const override;
+  void forget(const void* owner) override;
+  const StepCosts& costs() const override { return costs_; }
+  double kv_bytes_per_token() const override {
+    return static_cast<double>(cache_.shape().bytes_per_block()) / cache_.shape().block_size;
+  }
 
  private:
   struct Track {
@@ -68,12 +47,10 @@ class DraftModel {
     std::vector<int32_t> written;  // tokens whose K/V the draft's cache holds
     int64_t confirmed = 0;         // of them, known to match the sequence
   };
-  struct Drafting;
   // Queues the tokens of `ask` its track has not computed; false when the cache is full.
   bool queue_catch_up(const Ask& ask, Track& track, ForwardBatch& batch);
   // The tokens at the start of `tokens` that `track` holds (from its confirmed ones on).
   static int64_t matching(const Track& track, std::span<const int32_t> tokens);
-  void draw(Drafting& drafting, const float* logits);
   std::vector<float> run(const ForwardBatch& batch);
 
   std::unique_ptr<CausalLM> model_;

@@ -11,8 +11,8 @@ namespace deepinfer {
 
 void SpeculativeConfig::validate() const {
   if (method.empty()) return;
-  DI_CHECK(method == "ngram" || method == "draft_model",
-           "speculative method '{}' is not one of: ngram, draft_model", method);
+  DI_CHECK(method == "ngram" || method == "draft_model" || method == "mtp",
+           "speculative method '{}' is not one of: ngram, draft_model, mtp", method);
   DI_CHECK(method != "draft_model" || !model.empty(),
            "the draft_model method needs 'model', the draft's folder");
   DI_CHECK(confidence_threshold >= 0.0 && confidence_threshold < 1.0,

@@ -17,7 +17,7 @@
 namespace deepinfer {
 
 struct SpeculativeConfig {
-  std::string method;              // "" (off), "ngram" or "draft_model"
+  std::string method;              // "" (off), "ngram", "draft_model" or "mtp"
   int num_speculative_tokens = 5;  // drafts verified per step at most
   // draft_model: the draft's Hugging Face folder; it must share the target's vocabulary.
   std::string model;

@@ -7,52 +7,71 @@
 
 #include "core/error.h"
 #include "engine/engine_state.h"
+#include "engine/mtp_drafter.h"
 
 namespace deepinfer {
 
 namespace {
 
-double kv_bytes_per_token(const CausalLM& model, int block_size) {
-  const KvCacheShape shape = model.kv_shape(block_size);
+double bytes_per_token(const KvCacheShape& shape) {
   return static_cast<double>(shape.bytes_per_block()) / shape.block_size;
 }
 
-// Tokens the KV budget holds. A draft model's cache holds as many tokens as the target's, so
-// the budget pays for both.
-int64_t kv_token_capacity(const CausalLM& model, const CausalLM* draft,
-                          const EngineConfig& config) {
+// Tokens the KV budget holds. A drafter's cache (`drafter_bytes` a token) holds as many tokens
+// as the target's, so the budget pays for both.
+int64_t kv_token_capacity(const CausalLM& model, double drafter_bytes, const EngineConfig& config) {
   const int block_size = model.kv_shape(config.block_size).block_size;
   if (config.num_blocks > 0) return config.num_blocks * block_size;
-  double per_token = kv_bytes_per_token(model, config.block_size);
-  if (draft) per_token += kv_bytes_per_token(*draft, config.block_size);
+  const double per_token = bytes_per_token(model.kv_shape(config.block_size)) + drafter_bytes;
   const auto budget = static_cast<double>(kv_budget_bytes(config, model.ops()));
   return std::max<int64_t>(2 * block_size, static_cast<int64_t>(budget / per_token));
 }
 
-int64_t default_blocks(const CausalLM& model, const DraftModel* drafter,
-                       const EngineConfig& config) {
-  if (config.num_blocks > 0) return config.num_blocks;
-  return kv_token_capacity(model, drafter ? &drafter->model() : nullptr, config) /
-         model.kv_shape(config.block_size).block_size;
+// The KV bytes a token takes in the drafter's cache (0: no model drafter).
+double drafter_bytes_per_token(const CausalLM& model, const CausalLM* draft,
+                               const EngineConfig& config) {
+  if (draft) return bytes_per_token(draft->kv_shape(config.block_size));
+  if (config.speculative.method == "mtp")
+    return bytes_per_token(model.mtp_kv_shape(config.block_size));
+  return 0.0;
 }
 
-// SpeculativeConfig::method "draft_model": the draft, in the target's backend, with a cache
-// for as many tokens as the target's (plus a partly filled block per running sequence).
-std::unique_ptr<DraftModel> make_drafter(CausalLM& model, const EngineConfig& config) {
+// SpeculativeConfig::method "draft_model" (the draft, in the target's backend) or "mtp" (the
+// target's own module), with a cache for as many tokens as the target's plus a partly filled
+// block per running sequence.
+std::unique_ptr<ModelDrafter> make_drafter(CausalLM& model, const EngineConfig& config) {
   const SpeculativeConfig& speculative = config.speculative;
-  if (speculative.method != "draft_model") return nullptr;
+  if (speculative.method != "draft_model" && speculative.method != "mtp") return nullptr;
   speculative.validate();
   std::unique_ptr<CausalLM> draft;
-  try {
-    draft = load_model(speculative.model, ModelLoadOptions{}, model.ops());
-  } catch (const Error& error) {
-    fail("the speculative draft model {}: {}", speculative.model, error.what());
+  if (speculative.method == "draft_model") {
+    try {
+      draft = load_model(speculative.model, ModelLoadOptions{}, model.ops());
+    } catch (const Error& error) {
+      fail("the speculative draft model {}: {}", speculative.model, error.what());
+    }
+  } else if (model.num_mtp_modules() == 0) {
+    fail(
+        "speculative method 'mtp': {} has no multi-token-prediction modules "
+        "(num_nextn_predict_layers)",
+        model.config().architecture);
   }
   const int32_t vocab = config.vocab_limit > 0 ? config.vocab_limit : model.config().vocab_size;
-  const int64_t tokens = kv_token_capacity(model, draft.get(), config);
-  const int draft_block = draft->kv_shape(config.block_size).block_size;
-  return std::make_unique<DraftModel>(std::move(draft), vocab, config.block_size,
-                                      tokens / draft_block + config.max_running + 1);
+  const int64_t tokens =
+      kv_token_capacity(model, drafter_bytes_per_token(model, draft.get(), config), config);
+  const KvCacheShape shape =
+      draft ? draft->kv_shape(config.block_size) : model.mtp_kv_shape(config.block_size);
+  const int64_t blocks = tokens / shape.block_size + config.max_running + 1;
+  if (draft)
+    return std::make_unique<DraftModel>(std::move(draft), vocab, config.block_size, blocks);
+  return std::make_unique<MtpDrafter>(model, vocab, config.block_size, blocks);
+}
+
+int64_t default_blocks(const CausalLM& model, const ModelDrafter* drafter,
+                       const EngineConfig& config) {
+  if (config.num_blocks > 0) return config.num_blocks;
+  return kv_token_capacity(model, drafter ? drafter->kv_bytes_per_token() : 0.0, config) /
+         model.kv_shape(config.block_size).block_size;
 }
 
 double seconds_between(std::chrono::steady_clock::time_point from,
@@ -101,6 +120,7 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
            "engine: the default retention class '{}' is not one of the classes",
            config.kv_retention_default);
   if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
+  mtp_ = dynamic_cast<MtpDrafter*>(drafter_.get());
   config.speculative.validate();
   // Adaptive verification weighs a step's size against its time: known before the first step.
   if (config.speculative.enabled() && config.speculative.verification == "adaptive")
@@ -295,6 +315,7 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count, Planne
   chunk.count = count + static_cast<int64_t>(drafts.size());
   chunk.epoch = sequence.epoch;
   chunk.first_logit_row = work.batch.logit_rows.size();
+  chunk.first_row = work.batch.tokens.size();
   std::vector<int32_t> input(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     int64_t position = chunk.start + i;
@@ -353,7 +374,17 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
 void Engine::execute(StepWork& work) {
   const auto vocab = static_cast<size_t>(model_.config().vocab_size);
   Tensor logits = step_logits(work.batch.logit_rows.size());
-  model_.forward_into(work.batch, cache_, logits);
+  if (mtp_) {
+    // The MTP module drafts from every position's final-norm output.
+    const int final_index = model_.config().num_layers;
+    model_.forward_into(work.batch, cache_, logits, [&](int index, const Tensor& hidden) {
+      if (index != final_index) return;
+      const float* rows = hidden.as<const float>();
+      step_hidden_.assign(rows, rows + hidden.numel());
+    });
+  } else {
+    model_.forward_into(work.batch, cache_, logits);
+  }
   // Draws see only the ids that can be sampled (the rows keep the model's stride).
   Tensor sampled = Tensor::strided(logits.data, DType::kF32, {logits.dim(0), sampled_vocab_},
                                    {logits.dim(1), 1}, logits.device);
@@ -498,6 +529,7 @@ void Engine::apply_samples(StepWork& done, StepWork* next) {
 void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
                     std::vector<TokenEvent>* tokens) {
   ++stats_.steps;
+  if (mtp_) absorb_hidden(done);
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (sequence.finished) continue;

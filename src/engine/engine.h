@@ -18,6 +18,7 @@
 #include "core/latency_histogram.h"
 #include "engine/draft_model.h"
 #include "engine/drafter.h"
+#include "engine/mtp_drafter.h"
 #include "engine/policies.h"
 #include "engine/request.h"
 #include "engine/step_runner.h"
@@ -157,6 +158,8 @@ class Engine {
                                       int64_t tokens, const StepCosts* draft_costs) const;
   bool fixed_verification(const Sequence& sequence) const;
   void verify_drafts(Chunk& chunk, const float* rows) const;
+  // The MTP module absorbs the positions a step computed (see MtpDrafter).
+  void absorb_hidden(const StepWork& done);
   // The token at `position` given a draft drawn from `draft_distribution`: speculative
   // sampling's accept-or-resample draw from the model's distribution (see verify_draft).
   sampling::Sample sample_against(const Sequence& sequence, const structured::Matcher* matcher,
@@ -197,8 +200,12 @@ class Engine {
 
   CausalLM& model_;
   EngineConfig config_;
-  // The draft model, loaded before the KV cache takes its share of the memory.
-  std::unique_ptr<DraftModel> drafter_;
+  // A model drafter (a draft model or the MTP module), made before the KV cache takes its
+  // share of the memory.
+  std::unique_ptr<ModelDrafter> drafter_;
+  MtpDrafter* mtp_ = nullptr;  // drafter_ when it is the MTP module
+  // The step's final-norm hidden states [tokens, hidden] (host memory), for the MTP module.
+  std::vector<float> step_hidden_;
   KvCache cache_;
   AdmissionLimits limits_;
   int32_t sampled_vocab_ = 0;  // ids below this can be sampled (EngineConfig::vocab_limit)

@@ -206,4 +206,20 @@ void Engine::accept_verified(Chunk& chunk) {
   }
 }
 
+// What the step computed for each sequence still running: a speculating chunk's verified
+// positions, every position of the others.
+void Engine::absorb_hidden(const StepWork& done) {
+  const auto width = static_cast<size_t>(model_.config().hidden_size);
+  std::vector<MtpDrafter::Rows> rows;
+  for (const Chunk& chunk : done.chunks) {
+    const Sequence& sequence = *chunk.sequence;
+    if (sequence.finished || chunk.epoch != sequence.epoch) continue;
+    const int64_t count = chunk.drafts.empty() ? chunk.count : chunk.kept;
+    if ((chunk.first_row + static_cast<size_t>(count)) * width > step_hidden_.size()) continue;
+    rows.push_back({&sequence, sequence.tokens, chunk.start, count,
+                    step_hidden_.data() + chunk.first_row * width});
+  }
+  mtp_->absorb(rows);
+}
+
 }  // namespace deepinfer

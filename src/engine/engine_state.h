@@ -58,6 +58,7 @@ struct Engine::Chunk {
   int64_t start = 0;  // position of the first token
   int64_t count = 0;
   uint64_t epoch = 0;
+  size_t first_row = 0;  // of the batch
   size_t first_logit_row = 0;
   size_t logit_rows = 0;
   bool samples = false;      // the chunk ends at the sequence's end: its last row is sampled

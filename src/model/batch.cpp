@@ -186,4 +186,13 @@ double CausalLM::flops_per_token(double context) const {
   return 2.0 * weights + attention_flops_per_token(context);
 }
 
+KvCacheShape CausalLM::mtp_kv_shape(int /*block_size*/) const {
+  fail("{} has no multi-token-prediction modules", config().architecture);
+}
+
+void CausalLM::mtp_forward(int /*index*/, const ForwardBatch& /*batch*/, const Tensor& /*previous*/,
+                           KvCache& /*cache*/, Tensor& /*hidden*/, Tensor& /*logits*/) {
+  fail("{} has no multi-token-prediction modules", config().architecture);
+}
+
 }  // namespace deepinfer

@@ -33,8 +33,16 @@ struct DeepseekLayer {
   MoeWeights moe;
 };
 
+// A multi-token-prediction module: the next token's embedding and the previous depth's
+// hidden state, each normalised, joined by eh_proj, then one decoder layer and its own head.
 struct MtpModule {
   DeepseekLayer layer;
+  const Tensor* embed = nullptr;  // its own embedding, or the model's
+  const Tensor* enorm = nullptr;
+  const Tensor* hnorm = nullptr;
+  const Tensor* eh_proj = nullptr;
+  const Tensor* head_norm = nullptr;
+  const Tensor* head = nullptr;  // its own head, or the model's lm_head
   std::map<std::string, const Tensor*> weights;
 };
 
@@ -144,6 +152,14 @@ class DeepseekModel final : public CausalLM {
   void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
                     const HiddenStateSink& hidden_sink) override;
 
+  KvCacheShape mtp_kv_shape(int block_size) const override {
+    KvCacheShape shape = kv_shape(block_size);
+    shape.num_layers = 1;
+    return shape;
+  }
+  void mtp_forward(int index, const ForwardBatch& batch, const Tensor& previous, KvCache& cache,
+                   Tensor& hidden, Tensor& logits) override;
+
   int num_mtp_modules() const override { return static_cast<int>(mtp_.size()); }
   std::map<std::string, const Tensor*> mtp_module_weights(int index) const override {
     DI_CHECK(index >= 0 && index < num_mtp_modules(), "MTP module {} does not exist", index);
@@ -245,14 +261,17 @@ void DeepseekModel::bind_weights() {
     std::string prefix = fmt::format("model.layers.{}.", index);
     MtpModule module;
     module.layer = bind_layer(prefix, index);
-    layer_weight(store, prefix + "enorm.weight", {hidden});
-    layer_weight(store, prefix + "hnorm.weight", {hidden});
-    layer_weight(store, prefix + "eh_proj.weight", {hidden, 2 * hidden});
-    layer_weight(store, prefix + "shared_head.norm.weight", {hidden});
-    if (store.contains(prefix + "shared_head.head.weight"))
-      layer_weight(store, prefix + "shared_head.head.weight", {c.vocab_size, hidden});
-    if (store.contains(prefix + "embed_tokens.weight"))
-      layer_weight(store, prefix + "embed_tokens.weight", {c.vocab_size, hidden});
+    module.enorm = layer_weight(store, prefix + "enorm.weight", {hidden});
+    module.hnorm = layer_weight(store, prefix + "hnorm.weight", {hidden});
+    module.eh_proj = layer_weight(store, prefix + "eh_proj.weight", {hidden, 2 * hidden});
+    module.head_norm = layer_weight(store, prefix + "shared_head.norm.weight", {hidden});
+    module.head =
+        store.contains(prefix + "shared_head.head.weight")
+            ? layer_weight(store, prefix + "shared_head.head.weight", {c.vocab_size, hidden})
+            : lm_head_;
+    module.embed = store.contains(prefix + "embed_tokens.weight")
+                       ? layer_weight(store, prefix + "embed_tokens.weight", {c.vocab_size, hidden})
+                       : embed_;
     for (const std::string& name : store.names()) {
       if (name.rfind(prefix, 0) == 0) module.weights[name.substr(prefix.size())] = &store.get(name);
     }
@@ -502,6 +521,43 @@ void DeepseekModel::forward_into(const ForwardBatch& batch, KvCache& cache, Tens
   }
   final_logits(ops_, batch, hidden, *final_norm_, *lm_head_, static_cast<float>(c.rms_norm_eps),
                c.num_layers, logits, hidden_sink);
+}
+
+void DeepseekModel::mtp_forward(int index, const ForwardBatch& batch, const Tensor& previous,
+                                KvCache& cache, Tensor& hidden, Tensor& logits) {
+  DI_CHECK(index >= 0 && index < num_mtp_modules(), "MTP module {} does not exist", index);
+  const MtpModule& module = mtp_[static_cast<size_t>(index)];
+  const ModelConfig& c = config_;
+  const int64_t tokens = batch.num_tokens(), width = c.hidden_size;
+  DI_CHECK(tokens > 0 && previous.dim(0) == tokens && previous.dim(1) == width,
+           "MTP forward: {} rows of previous hidden state for {} tokens", previous.dim(0), tokens);
+  auto eps = static_cast<float>(c.rms_norm_eps);
+  Scratch s(ops_, c, tokens);
+  BatchTables tables(ops_, batch);
+  AttentionBatch view_batch = tables.attention(0);
+  // [enorm(embedding) | hnorm(previous)] through eh_proj.
+  BackendTensor embedded(ops_, {tokens, width});
+  Tensor embedded_view = embedded.view();
+  ops_.embedding(*module.embed, tables.tokens(), embedded_view);
+  BackendTensor joined(ops_, {tokens, 2 * width});
+  Tensor first = view(joined.data(), {tokens, width}, {2 * width, 1});
+  Tensor second = view(joined.data() + width, {tokens, width}, {2 * width, 1});
+  Tensor normed = s.normed.view();
+  ops_.rmsnorm(embedded_view, *module.enorm, eps, normed);
+  ops_.copy(normed, first);
+  ops_.rmsnorm(previous, *module.hnorm, eps, normed);
+  ops_.copy(normed, second);
+  Tensor state = s.hidden.view();
+  ops_.matmul(joined.view(), *module.eh_proj, nullptr, state);
+  std::vector<float> cos(static_cast<size_t>(tokens * dims_.rope / 2));
+  std::vector<float> sin(cos.size());
+  rope_.compute(batch.positions.data(), tokens, cos.data(), sin.data());
+  BackendMemory cos_copy, sin_copy;
+  attention_block(module.layer, 0, batch, view_batch, cache, s, backend_floats(ops_, cos, cos_copy),
+                  backend_floats(ops_, sin, sin_copy));
+  feed_forward(module.layer, s);
+  ops_.copy(state, hidden);
+  final_logits(ops_, batch, state, *module.head_norm, *module.head, eps, 1, logits, nullptr);
 }
 
 }  // namespace

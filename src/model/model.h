@@ -109,6 +109,15 @@ class CausalLM {
   virtual std::map<std::string, const Tensor*> mtp_module_weights(int /*index*/) const {
     return {};
   }
+  // The cache of one MTP module (its one decoder layer).
+  virtual KvCacheShape mtp_kv_shape(int block_size) const;
+  // Runs MTP module `index` over `batch`, whose row at position i holds the token after it
+  // (t[i+1]), with `previous` [T, hidden] the state the depth before left at that position:
+  // the model's final-norm output for the first depth, the module's own `hidden` after that.
+  // `cache` is the module's (mtp_kv_shape). Writes the module's output [T, hidden] into
+  // `hidden` and the logits of batch.logit_rows into `logits` (backend memory, as forward_into).
+  virtual void mtp_forward(int index, const ForwardBatch& batch, const Tensor& previous,
+                           KvCache& cache, Tensor& hidden, Tensor& logits);
 };
 
 // Loads a Hugging Face model folder. Weights stay in their stored dtype.
