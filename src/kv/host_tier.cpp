@@ -11,7 +11,7 @@ void HostTier::put(BlockHash key, uint64_t salt, std::vector<int32_t> tokens,
   if (entries_.count(key)) return;  // the same key means the same tokens, salt and content
   while (!recency_.empty() && stats_.bytes + payload.size() > capacity_bytes_) {
     auto oldest = entries_.find(recency_.front());
-    stats_.bytes -= oldest->second.payload.size();
+    stats_.bytes -= oldest->second.payload->size();
     entries_.erase(oldest);
     recency_.pop_front();
     ++stats_.evicted;
@@ -22,21 +22,21 @@ void HostTier::put(BlockHash key, uint64_t salt, std::vector<int32_t> tokens,
   Entry& entry = entries_[key];
   entry.salt = salt;
   entry.tokens = std::move(tokens);
-  entry.payload = std::move(payload);
+  entry.payload = std::make_shared<const std::vector<std::byte>>(std::move(payload));
   entry.recency = recency_.insert(recency_.end(), key);
 }
 
-std::optional<std::vector<std::byte>> HostTier::get(BlockHash key, uint64_t salt,
-                                                    std::span<const int32_t> tokens) {
+std::shared_ptr<const std::vector<std::byte>> HostTier::get(BlockHash key, uint64_t salt,
+                                                            std::span<const int32_t> tokens) {
   std::lock_guard lock(mutex_);
   auto found = entries_.find(key);
   if (found == entries_.end() || found->second.salt != salt ||
       !std::equal(tokens.begin(), tokens.end(), found->second.tokens.begin(),
                   found->second.tokens.end()))
-    return std::nullopt;
+    return nullptr;
   recency_.splice(recency_.end(), recency_, found->second.recency);
   ++stats_.loaded;
-  stats_.bytes_read += found->second.payload.size();
+  stats_.bytes_read += found->second.payload->size();
   return found->second.payload;
 }
 

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -35,9 +36,11 @@ class HostTier {
   // whole budget is not kept.
   void put(BlockHash key, uint64_t salt, std::vector<int32_t> tokens,
            std::vector<std::byte> payload);
-  // A copy of the block's payload when held under exactly these tokens and salt.
-  std::optional<std::vector<std::byte>> get(BlockHash key, uint64_t salt,
-                                            std::span<const int32_t> tokens);
+  // The block's payload when held under exactly these tokens and salt (null otherwise): shared,
+  // not copied, so that a prefix of thousands of blocks costs no host copy on its way back.
+  // Payloads never change; one the tier lets go of lives on with its readers.
+  std::shared_ptr<const std::vector<std::byte>> get(BlockHash key, uint64_t salt,
+                                                    std::span<const int32_t> tokens);
   bool contains(BlockHash key) const;
   HostTierStats stats() const;
 
@@ -45,7 +48,7 @@ class HostTier {
   struct Entry {
     uint64_t salt = 0;
     std::vector<int32_t> tokens;
-    std::vector<std::byte> payload;
+    std::shared_ptr<const std::vector<std::byte>> payload;
     std::list<BlockHash>::iterator recency;
   };
 

@@ -177,7 +177,7 @@ void PrefixTiers::run(Fetch& fetch) {
       continue;
     }
     fetch.loaded.push_back(block);
-    fetch.payloads.push_back(std::move(*payload));
+    fetch.payloads.push_back(std::move(payload));
     fetch.retentions.push_back(retention);
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -188,9 +188,10 @@ void PrefixTiers::run(Fetch& fetch) {
   if (!fetch.loaded.empty()) stats_.load_seconds.observe(seconds);
 }
 
-std::optional<std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch, const Block& block,
-                                                        std::optional<uint32_t>& retention,
-                                                        int64_t& from_host) {
+std::shared_ptr<const std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch,
+                                                                const Block& block,
+                                                                std::optional<uint32_t>& retention,
+                                                                int64_t& from_host) {
   const uint64_t salt = group_salt(fetch.salt, block.group);
   auto tokens = tokens_of_block(fetch.tokens, block.index, fetch.block_size);
   if (host_) {
@@ -199,11 +200,12 @@ std::optional<std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch, cons
       return payload;
     }
   }
-  if (!disk_) return std::nullopt;
+  if (!disk_) return nullptr;
   uint32_t seconds = 0;
   auto payload = disk_->load(block.key, salt, tokens, fetch.payload_bytes, &seconds);
-  if (payload) retention = seconds;
-  return payload;
+  if (!payload) return nullptr;
+  retention = seconds;
+  return std::make_shared<const std::vector<std::byte>>(std::move(*payload));
 }
 
 bool PrefixTiers::ready(uint64_t ticket) const {
@@ -230,7 +232,7 @@ std::vector<int32_t> PrefixTiers::install(uint64_t ticket) {
     if (pool.find_cached(loaded.key, content) >= 0) continue;  // memory has it again
     int32_t block = cache.allocate();
     if (block < 0) break;
-    cache.write_block(block, fetch->payloads[i]);
+    cache.write_block(block, *fetch->payloads[i]);
     pool.publish(block, loaded.key, content, group_salt(fetch->salt, loaded.group), loaded.group);
     pool.mark_persisted(block, fetch->retentions[i]);
     installed.push_back(block);

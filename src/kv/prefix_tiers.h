@@ -98,7 +98,7 @@ class PrefixTiers {
     // Filled by a fetch thread.
     bool done = false;
     std::vector<Block> loaded;
-    std::vector<std::vector<std::byte>> payloads;
+    std::vector<std::shared_ptr<const std::vector<std::byte>>> payloads;
     std::vector<std::optional<uint32_t>> retentions;  // the disk file's, for each payload
   };
   // Offers one published block; false when the queue is full.
@@ -113,9 +113,9 @@ class PrefixTiers {
 
   // A block's payload from host memory or disk, checked; none when neither has it.
   // (`retention`: the disk file's; `from_host` counts the ones host memory gave.)
-  std::optional<std::vector<std::byte>> load(const Fetch& fetch, const Block& block,
-                                             std::optional<uint32_t>& retention,
-                                             int64_t& from_host);
+  std::shared_ptr<const std::vector<std::byte>> load(const Fetch& fetch, const Block& block,
+                                                     std::optional<uint32_t>& retention,
+                                                     int64_t& from_host);
 
   KvCache& cache_;
   PrefixTierOptions options_;
