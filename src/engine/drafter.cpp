@@ -49,6 +49,10 @@ double StepCosts::seconds(int64_t tokens) const {
   return below->second + t * (above->second - below->second);
 }
 
+namespace {
+constexpr double kLongestProfiledForward = 0.25;  // seconds
+}  // namespace
+
 void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, StepCosts& costs) {
   SequenceKv kv;
   if (largest < 1 || !kv.try_reserve(cache, largest)) return;
@@ -60,15 +64,16 @@ void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, Ste
     batch.add_sequence(std::vector<int32_t>(static_cast<size_t>(tokens), 0), 0, kv, block_size,
                        false);
     // The first run of a size warms it (recorded decode steps, caches): the second counts.
+    double seconds = 0.0;
     for (int run = 0; run < 2; ++run) {
       const auto start = std::chrono::steady_clock::now();
       model.forward_into(batch, cache, logits_view);
       model.ops().synchronize();
-      if (run == 1)
-        costs.observe(
-            tokens,
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
+    costs.observe(tokens, seconds);
+    // Larger sizes are extrapolated rather than timed at start (a big model on a CPU).
+    if (seconds > kLongestProfiledForward) break;
   }
   kv.release_all(cache);
 }

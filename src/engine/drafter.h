@@ -56,7 +56,8 @@ class StepCosts {
 };
 
 // Times forwards of 1, 2, 4, ... `largest` tokens (one scratch sequence in free blocks of
-// `cache`, given back after) into `costs`; nothing when the cache cannot hold them.
+// `cache`, given back after) into `costs`, stopping after one that takes a quarter second;
+// nothing when the cache cannot hold them.
 void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, StepCosts& costs);
 
 // One decoding request's drafts on offer and how often its drafts were accepted.

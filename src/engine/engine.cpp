@@ -64,7 +64,8 @@ std::unique_ptr<ModelDrafter> make_drafter(CausalLM& model, const EngineConfig& 
   const int64_t blocks = tokens / shape.block_size + config.max_running + 1;
   if (draft)
     return std::make_unique<DraftModel>(std::move(draft), vocab, config.block_size, blocks);
-  return std::make_unique<MtpDrafter>(model, vocab, config.block_size, blocks);
+  return std::make_unique<MtpDrafter>(model, vocab, config.block_size, blocks,
+                                      speculative.num_speculative_tokens);
 }
 
 int64_t default_blocks(const CausalLM& model, const ModelDrafter* drafter,

@@ -69,13 +69,13 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
 
 void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector<int64_t>& bounds,
                                 std::vector<DraftOffer>& offers) {
-  std::vector<DraftModel::Ask> asks;
+  std::vector<ModelDrafter::Ask> asks;
   std::vector<size_t> asking;
   for (size_t i = 0; i < planned.size(); ++i) {
     offers[i].proposed = 0;
     if (bounds[i] <= 0) continue;
     const Sequence& sequence = *planned[i].sequence;
-    DraftModel::Ask& ask = asks.emplace_back();
+    ModelDrafter::Ask& ask = asks.emplace_back();
     ask.owner = &sequence;
     ask.tokens = sequence.tokens;
     ask.limit = bounds[i];
@@ -87,11 +87,11 @@ void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector
     asking.push_back(i);
   }
   if (asks.empty()) return;
-  std::vector<DraftModel::Proposal> proposals =
+  std::vector<ModelDrafter::Proposal> proposals =
       drafter_->propose(asks, config_.speculative.confidence_threshold);
   for (size_t j = 0; j < asking.size(); ++j) {
     Planned& plan = planned[asking[j]];
-    DraftModel::Proposal& proposal = proposals[j];
+    ModelDrafter::Proposal& proposal = proposals[j];
     offers[asking[j]].proposed = static_cast<int64_t>(proposal.tokens.size());
     offers[asking[j]].chances = std::move(proposal.confidence);
     plan.drafts = std::move(proposal.tokens);
@@ -127,6 +127,9 @@ bool Engine::fixed_verification(const Sequence& sequence) const {
 // draft that is one token for sure: the draw lands on the draft with the target's probability
 // of it, and otherwise on a token from the target's distribution without it (the residual),
 // so the output follows the target's distribution and a seed gives the plain run's tokens.
+// A draft drawn from a drafter's distribution (a sampled request with a model drafter) gets
+// the general rule instead (sample_against): kept with probability min(1, p / q), otherwise
+// replaced from the residual; the output still follows the target's distribution.
 void Engine::verify_drafts(Chunk& chunk, const float* rows) const {
   const Sequence& sequence = *chunk.sequence;
   const sampling::SamplingParams& params = sequence.request.sampling;

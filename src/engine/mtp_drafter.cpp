@@ -7,9 +7,11 @@
 
 namespace deepinfer {
 
-MtpDrafter::MtpDrafter(CausalLM& model, int32_t vocab, int block_size, int64_t num_blocks)
+MtpDrafter::MtpDrafter(CausalLM& model, int32_t vocab, int block_size, int64_t num_blocks,
+                       int64_t max_chain)
     : model_(model),
       vocab_(vocab),
+      max_chain_(std::max<int64_t>(max_chain, 1)),
       cache_(model.mtp_kv_shape(block_size), num_blocks, model.ops()) {
   DI_CHECK(model.num_mtp_modules() > 0,
            "speculative method 'mtp': {} has no multi-token-prediction modules "
@@ -61,7 +63,7 @@ void MtpDrafter::absorb(const std::vector<Rows>& rows) {
       track.kv.release_all(cache_);
       track = Track{};
     }
-    if (!track.kv.try_reserve(cache_, track.absorbed + count + kMaxChain)) continue;
+    if (!track.kv.try_reserve(cache_, track.absorbed + count + max_chain_)) continue;
     std::vector<int32_t> next_tokens(part.tokens.begin() + part.start + 1,
                                      part.tokens.begin() + part.start + 1 + count);
     const size_t first_row = batch.tokens.size();
@@ -113,7 +115,7 @@ std::vector<MtpDrafter::Proposal> MtpDrafter::propose(const std::vector<Ask>& as
   }
   // Depth d + 1: the module on its own output at the previous position and draft d, written
   // into slots after the absorbed ones (the next absorb writes over them).
-  for (int64_t depth = 1; !going.empty() && depth < kMaxChain; ++depth) {
+  for (int64_t depth = 1; !going.empty() && depth < max_chain_; ++depth) {
     ForwardBatch batch;
     for (size_t r = 0; r < going.size(); ++r) {
       Track& track = *tracks[r];

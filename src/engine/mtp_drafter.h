@@ -19,8 +19,8 @@ namespace deepinfer {
 class MtpDrafter final : public ModelDrafter {
  public:
   // `vocab`: the ids the target samples; `num_blocks` blocks of `block_size` tokens for the
-  // module's cache.
-  MtpDrafter(CausalLM& model, int32_t vocab, int block_size, int64_t num_blocks);
+  // module's cache; a sequence drafts `max_chain` tokens at most.
+  MtpDrafter(CausalLM& model, int32_t vocab, int block_size, int64_t num_blocks, int64_t max_chain);
 
   // Positions one step computed for a sequence: the target's final-norm output for each
   // ([count, hidden], host memory); the tokens after them must be known.
@@ -57,11 +57,9 @@ class MtpDrafter final : public ModelDrafter {
   void run(const ForwardBatch& batch, const std::vector<float>& previous,
            std::vector<float>& hidden, std::vector<float>& logits);
 
-  // Drafts a sequence chains at most (slots kept past its absorbed ones).
-  static constexpr int64_t kMaxChain = 64;
-
   CausalLM& model_;
   int32_t vocab_;
+  int64_t max_chain_;  // drafts a sequence chains at most (slots kept past its absorbed ones)
   KvCache cache_;
   std::unordered_map<const void*, Track> tracks_;
   StepCosts costs_;

@@ -84,7 +84,7 @@ TEST(MtpDrafter, DraftsDoNotDependOnHowPositionsArrive) {
   const std::vector<int32_t> tokens = prompt_of(40, 1);
   const std::vector<float> hidden = final_hidden(*model, tokens);
   const auto width = static_cast<size_t>(model->config().hidden_size);
-  MtpDrafter whole(*model, 300, 16, 64), pieces(*model, 300, 16, 64);
+  MtpDrafter whole(*model, 300, 16, 64, 4), pieces(*model, 300, 16, 64, 4);
   whole.absorb({{&tokens, tokens, 0, 39, hidden.data()}});
   int64_t start = 0;
   for (int64_t count : {10, 1, 17, 11}) {
@@ -97,7 +97,7 @@ TEST(MtpDrafter, DraftsDoNotDependOnHowPositionsArrive) {
   // The module attends to the earlier positions: a different first one changes its output.
   std::vector<float> altered = hidden;
   for (size_t i = 0; i < width; ++i) altered[i] = -altered[i];
-  MtpDrafter other(*model, 300, 16, 64);
+  MtpDrafter other(*model, 300, 16, 64, 4);
   other.absorb({{&tokens, tokens, 0, 39, altered.data()}});
   sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -112,7 +112,7 @@ TEST(MtpDrafter, DraftsDoNotDependOnHowPositionsArrive) {
   // A sequence whose last token the module has not absorbed gets none.
   std::vector<int32_t> longer = tokens;
   longer.push_back(7);
-  MtpDrafter behind(*model, 300, 16, 64);
+  MtpDrafter behind(*model, 300, 16, 64, 4);
   behind.absorb({{&longer, longer, 0, 39, hidden.data()}});
   EXPECT_TRUE(drafts_after(behind, longer).empty());
 }
