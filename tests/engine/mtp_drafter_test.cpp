@@ -17,25 +17,10 @@ using testing::serve;
 using testing::Served;
 using testing::TempDir;
 
+// The small DeepSeek-V3 with one MTP module.
 MakeModelOptions deepseek_with_mtp() {
-  MakeModelOptions o;
-  o.family = "deepseek_v3";
-  o.vocab_size = 300;
-  o.hidden_size = 64;
-  o.intermediate_size = 96;
+  MakeModelOptions o = testing::small_deepseek_v3();
   o.num_layers = 2;
-  o.num_heads = 4;
-  o.q_lora_rank = 32;
-  o.kv_lora_rank = 32;
-  o.qk_nope_head_dim = 16;
-  o.qk_rope_head_dim = 8;
-  o.v_head_dim = 16;
-  o.num_experts = 8;
-  o.num_shared_experts = 1;
-  o.experts_per_token = 2;
-  o.moe_intermediate_size = 32;
-  o.expert_groups = 4;
-  o.topk_groups = 2;
   o.num_mtp_layers = 1;
   o.seed = 5;
   return o;
@@ -63,17 +48,23 @@ std::vector<float> final_hidden(CausalLM& model, const std::vector<int32_t>& tok
   return hidden;
 }
 
-std::vector<int32_t> drafts_after(MtpDrafter& drafter, const std::vector<int32_t>& tokens) {
+// The module's greedy proposal of up to `limit` drafts after `tokens`.
+DraftProposal greedy_proposal(MtpDrafter& drafter, const std::vector<int32_t>& tokens,
+                              int64_t limit) {
   sampling::SamplingParams greedy;
   greedy.temperature = 0.0f;
   sampling::TokenHistory history;
   DraftAsk ask;
   ask.owner = &tokens;
   ask.tokens = tokens;
-  ask.limit = 4;
+  ask.limit = limit;
   ask.params = &greedy;
   ask.history = &history;
-  return drafter.propose({ask}, 0.0).at(0).tokens;
+  return drafter.propose({ask}, 0.0).at(0);
+}
+
+std::vector<int32_t> drafts_after(MtpDrafter& drafter, const std::vector<int32_t>& tokens) {
+  return greedy_proposal(drafter, tokens, 4).tokens;
 }
 
 TEST(MtpDrafter, DraftsDoNotDependOnHowPositionsArrive) {
@@ -99,16 +90,8 @@ TEST(MtpDrafter, DraftsDoNotDependOnHowPositionsArrive) {
   for (size_t i = 0; i < width; ++i) altered[i] = -altered[i];
   MtpDrafter other(*model, 300, 16, 64, 4);
   other.absorb({{&tokens, tokens, 0, 39, altered.data()}});
-  sampling::SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  sampling::TokenHistory history;
-  DraftAsk ask;
-  ask.owner = &tokens;
-  ask.tokens = tokens;
-  ask.limit = 1;
-  ask.params = &greedy;
-  ask.history = &history;
-  EXPECT_NE(other.propose({ask}, 0.0).at(0).confidence, whole.propose({ask}, 0.0).at(0).confidence);
+  EXPECT_NE(greedy_proposal(other, tokens, 1).confidence,
+            greedy_proposal(whole, tokens, 1).confidence);
   // A sequence whose last token the module has not absorbed gets none.
   std::vector<int32_t> longer = tokens;
   longer.push_back(7);

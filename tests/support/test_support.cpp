@@ -154,6 +154,29 @@ void write_deepseek_v4_tokenizer(const std::filesystem::path& folder, bool v41) 
   std::ofstream(folder / "tokenizer.json") << spec.dump();
 }
 
+MakeModelOptions small_deepseek_v3() {
+  MakeModelOptions o;
+  o.family = "deepseek_v3";
+  o.vocab_size = 300;
+  o.hidden_size = 64;
+  o.intermediate_size = 96;
+  o.num_layers = 3;
+  o.num_heads = 4;
+  o.q_lora_rank = 32;
+  o.kv_lora_rank = 32;
+  o.qk_nope_head_dim = 16;
+  o.qk_rope_head_dim = 8;
+  o.v_head_dim = 16;
+  o.num_experts = 8;
+  o.num_shared_experts = 1;
+  o.experts_per_token = 2;
+  o.moe_intermediate_size = 32;
+  o.expert_groups = 4;
+  o.topk_groups = 2;
+  o.seed = 7;
+  return o;
+}
+
 MakeModelOptions small_deepseek_v4() {
   MakeModelOptions o;
   o.family = "deepseek_v4";

@@ -107,6 +107,10 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command);
 
+// A small DeepSeek-V3 for make_random_model: 3 layers of MLA (q LoRA 32, latent 32) and 8
+// experts top-2 in 4 groups, a 300-token vocabulary.
+MakeModelOptions small_deepseek_v3();
+
 // A small DeepSeek-V4 for make_random_model: 4 layers (window, CSA, HCA, CSA), one hash
 // layer, 8 experts of width 136 (FP8 scale blocks and the GPU's expert chunks do not divide it).
 MakeModelOptions small_deepseek_v4();
