@@ -63,6 +63,42 @@ void Ops::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
   kv_write(k, &v, batch, cache);
 }
 
+namespace {
+
+// The chosen (row, expert) pairs grouped by expert, each expert's rows in row order: one
+// gather, one activation and one combine serve every expert of the batch.
+struct ExpertGroups {
+  std::vector<int32_t> rows;    // pair -> row of x
+  std::vector<float> scales;    // pair -> routing weight
+  std::vector<size_t> experts;  // the chosen experts, ascending
+  std::vector<int64_t> first;   // each chosen expert's first pair, then the pair count
+};
+
+ExpertGroups group_by_expert(const std::vector<int32_t>& chosen, const std::vector<float>& weights,
+                             size_t per_token, size_t num_experts) {
+  std::vector<int64_t> next(num_experts + 1, 0);
+  for (int32_t e : chosen) ++next[static_cast<size_t>(e) + 1];
+  ExpertGroups groups;
+  for (size_t e = 0; e < num_experts; ++e) {
+    if (next[e + 1] > 0) {
+      groups.experts.push_back(e);
+      groups.first.push_back(next[e]);
+    }
+    next[e + 1] += next[e];
+  }
+  groups.first.push_back(next[num_experts]);
+  groups.rows.resize(chosen.size());
+  groups.scales.resize(chosen.size());
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    auto pair = static_cast<size_t>(next[static_cast<size_t>(chosen[i])]++);
+    groups.rows[pair] = static_cast<int32_t>(i / per_token);
+    groups.scales[pair] = weights[i];
+  }
+  return groups;
+}
+
+}  // namespace
+
 void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
                          const int32_t* token_ids, Tensor& out) {
   const ExpertRouting& routing = experts.routing;
@@ -81,51 +117,61 @@ void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const Rou
   std::vector<float> weights(chosen.size());
   route_experts(router_logits, experts.correction_bias, routing, fixed_experts, chosen.data(),
                 weights.data());
+  const ExpertGroups groups = group_by_expert(chosen, weights, per_token, experts.gate.size());
+  const auto pairs = static_cast<int64_t>(groups.rows.size());
+  if (pairs == 0) return;
 
-  // The rows (and their weights) each expert takes, in row order.
-  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(routing.num_experts));
-  std::vector<std::vector<float>> scales(rows.size());
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    auto e = static_cast<size_t>(chosen[i]);
-    rows[e].push_back(static_cast<int32_t>(i / per_token));
-    scales[e].push_back(weights[i]);
+  // Every pair's input row, then each expert's slice of the pairs' activations and outputs.
+  BackendTensor inputs(*this, {pairs, hidden}), outputs(*this, {pairs, hidden});
+  Tensor gathered = inputs.view();
+  gather_rows(x, groups.rows, gathered);
+  int64_t activation_floats = 0;
+  bool one_width = true;
+  for (size_t a = 0; a < groups.experts.size(); ++a) {
+    int64_t inter = experts.gate[groups.experts[a]]->dim(0);
+    one_width = one_width && inter == experts.gate[groups.experts[0]]->dim(0);
+    activation_floats += (groups.first[a + 1] - groups.first[a]) * inter;
   }
-  struct Active {
-    size_t expert;
-    BackendTensor input, gate, up, output;
-  };
-  std::vector<Active> active;
-  for (size_t e = 0; e < rows.size(); ++e) {
-    if (rows[e].empty()) continue;
-    auto count = static_cast<int64_t>(rows[e].size());
-    int64_t inter = experts.gate[e]->dim(0);
-    active.push_back({e, BackendTensor(*this, {count, hidden}),
-                      BackendTensor(*this, {count, inter}), BackendTensor(*this, {count, inter}),
-                      BackendTensor(*this, {count, hidden})});
-    Tensor input = active.back().input.view();
-    gather_rows(x, rows[e], input);
-  }
+  BackendTensor gates(*this, {activation_floats}), ups(*this, {activation_floats});
   std::deque<Tensor> views;  // the jobs point into it: a deque keeps elements where they are
-  auto view_of = [&](const BackendTensor& tensor) { return &views.emplace_back(tensor.view()); };
-  // Every chosen expert's gate and up products in one parallel pass, then the downs in another.
+  auto slice = [&](const BackendTensor& all, int64_t offset, int64_t rows, int64_t width) {
+    return &views.emplace_back(
+        Tensor::contiguous(all.data() + offset, DType::kF32, {rows, width}, device()));
+  };
   std::vector<MatmulJob> up_jobs, down_jobs;
-  for (Active& a : active) {
-    up_jobs.push_back({experts.gate[a.expert], nullptr, view_of(a.gate), view_of(a.input)});
-    up_jobs.push_back({experts.up[a.expert], nullptr, view_of(a.up), view_of(a.input)});
+  int64_t activation_offset = 0;
+  for (size_t a = 0; a < groups.experts.size(); ++a) {
+    const size_t e = groups.experts[a];
+    const int64_t first = groups.first[a], count = groups.first[a + 1] - first;
+    const int64_t inter = experts.gate[e]->dim(0);
+    Tensor* input = slice(inputs, first * hidden, count, hidden);
+    Tensor* gate = slice(gates, activation_offset, count, inter);
+    up_jobs.push_back({experts.gate[e], nullptr, gate, input});
+    up_jobs.push_back({experts.up[e], nullptr, slice(ups, activation_offset, count, inter), input});
+    down_jobs.push_back(
+        {experts.down[e], nullptr, slice(outputs, first * hidden, count, hidden), gate});
+    activation_offset += count * inter;
   }
-  if (!up_jobs.empty()) matmuls(x, up_jobs);
-  for (Active& a : active) {
-    Tensor gate = a.gate.view();
+  matmuls(x, up_jobs);
+  // SwiGLU over every pair at once where the experts share a width (they normally do).
+  auto activate = [&](Tensor& gate, const Tensor& up) {
     if (routing.swiglu_limit > 0) {
-      clamped_silu_mul(gate, a.up.view(), routing.swiglu_limit, gate);
+      clamped_silu_mul(gate, up, routing.swiglu_limit, gate);
     } else {
-      silu_mul(gate, a.up.view(), gate);
+      silu_mul(gate, up, gate);
     }
-    down_jobs.push_back({experts.down[a.expert], nullptr, view_of(a.output), view_of(a.gate)});
+  };
+  if (one_width) {
+    const int64_t inter = activation_floats / pairs;
+    Tensor* gate = slice(gates, 0, pairs, inter);
+    activate(*gate, *slice(ups, 0, pairs, inter));
+  } else {
+    for (size_t a = 0; a < groups.experts.size(); ++a)
+      activate(*up_jobs[2 * a].out, *up_jobs[2 * a + 1].out);
   }
-  if (!down_jobs.empty()) matmuls(x, down_jobs);
-  for (const Active& a : active)
-    add_scaled_rows(out, rows[a.expert], scales[a.expert], a.output.view());
+  matmuls(x, down_jobs);
+  // Pairs are in expert order, so each row adds its experts' outputs in ascending expert order.
+  add_scaled_rows(out, groups.rows, groups.scales, outputs.view());
 }
 
 size_t Ops::available_memory() const {

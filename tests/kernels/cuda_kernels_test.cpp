@@ -89,6 +89,22 @@ class CudaKernels : public ::testing::Test {
   std::unique_ptr<Ops> cpu_;
 };
 
+// Rows up to 1,024 aligned floats take one warp a row, the rest a block a row.
+TEST_F(CudaKernels, RmsnormOfNarrowAndWideRows) {
+  for (int64_t n : {int64_t{4096}, int64_t{1024}, int64_t{512}, int64_t{130}}) {
+    const int64_t rows = 13;
+    std::vector<float> x = random(rows * n), weight = random(n);
+    std::vector<uint16_t> weight_bf16 = to_bf16(weight);
+    std::vector<float> want(rows * n);
+    Tensor want_t = Tensor::contiguous(want.data(), DType::kF32, {rows, n});
+    cpu_->rmsnorm(Tensor::contiguous(x.data(), DType::kF32, {rows, n}),
+                  Tensor::contiguous(weight_bf16.data(), DType::kBF16, {n}), 1e-6f, want_t);
+    DeviceBuffer dx = upload(x), dw = upload(weight_bf16), dy = poisoned(rows * n);
+    rmsnorm(dx.as<float>(), n, dw.data(), DType::kBF16, rows, n, 1e-6f, dy.as<float>(), n);
+    EXPECT_LT(relative_error(download(dy), want), 1e-6) << n;
+  }
+}
+
 TEST_F(CudaKernels, RmsnormSiluMulAddEmbedding) {
   const int64_t rows = 7, n = 4096;
   std::vector<float> x = random(rows * n), weight = random(n), up = random(rows * n);

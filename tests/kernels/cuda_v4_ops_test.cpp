@@ -15,6 +15,7 @@ namespace {
 
 using testing::Both;
 using testing::CudaOpsParity;
+using testing::kBf16Activations;
 using testing::kExact;
 using testing::kF32Products;
 
@@ -86,36 +87,63 @@ class CudaV4Records : public CudaOpsParity {
       gpu_->to_backend(gpu_cache_->layer(l).keys, zeros.data(), zeros.size() * 4);
   }
 
-  static constexpr int kHeads = 10, kDim = 64;
+  // Heads, head size and the entries' rate (stripes of dim / rate floats, at most kRow).
+  struct AttentionShape {
+    int heads = 10, dim = 64, rate = 4;
+  };
 
-  // Attention of kHeads heads of kDim for the rows of `queries` over window rows (written for
-  // every token of batch_) and entries of 16 floats at rate 4: the `chosen` ones (k a row,
-  // -1 skipped) or every causal one, on both backends.
+  // Up to k entries a row of `queries` chosen at random among those complete at its position
+  // (some -1, skipped).
+  std::vector<int32_t> random_choices(const PagedBatch& queries, int k, int rate) {
+    std::vector<int32_t> chosen;
+    for (size_t s = 0; s + 1 < queries.query_start.size(); ++s) {
+      const int32_t rows = queries.query_start[s + 1] - queries.query_start[s];
+      for (int32_t r = 0; r < rows; ++r) {
+        const int32_t position = queries.context_lens[s] - rows + r;
+        std::uniform_int_distribution<int> pick(-1, std::max(0, (position + 1) / rate - 1));
+        for (int i = 0; i < k; ++i) {
+          const int w = pick(rng_);
+          chosen.push_back(w < (position + 1) / rate ? w : -1);
+        }
+      }
+    }
+    return chosen;
+  }
+
+  // Attention of the shape's heads for the rows of `queries` over window rows (written for
+  // every token of batch_) and entries striped at the shape's rate: the `chosen` ones (k a row,
+  // -1 skipped) or every causal one, on both backends. Rows the GPU takes to its tensor cores
+  // round to bf16 there.
   void expect_attention_matches(const PagedBatch& queries, int window,
-                                const std::vector<int32_t>& chosen, int k) {
+                                const std::vector<int32_t>& chosen, int k, AttentionShape shape) {
     const auto rows = static_cast<int64_t>(chosen.size()) / k;
-    Both stripes = random({343, 16});
+    const int64_t stripe = (shape.dim + shape.rate - 1) / shape.rate;
+    ASSERT_LE(stripe, kRow);
+    Both stripes = random({343, stripe});
     cpu_->write_records(stripes.host_view, batch_->host, records(false, 0, 0));
     gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
-    KvCacheShape window_shape{1, 1, kDim, kDim, kBlock, true, {}, DType::kF32};
+    KvCacheShape window_shape{1, 1, shape.dim, shape.dim, kBlock, true, {}, DType::kF32};
     KvCache cpu_window(window_shape, kPool), gpu_window(window_shape, kPool, *gpu_);
-    Both keys = random({343, 1, kDim});
+    Both keys = random({343, 1, shape.dim});
     cpu_->kv_write(keys.host_view, nullptr, batch_->host, cpu_window.layer(0));
     gpu_->kv_write(keys.device_view, nullptr, batch_->device, gpu_window.layer(0));
     BackendMemory device_chosen = gpu_->allocate(chosen.size() * 4);
     gpu_->to_backend(device_chosen.get(), chosen.data(), chosen.size() * 4);
-    Both q = random({rows, kHeads, kDim}), sinks = random({kHeads});
+    Both q = random({rows, shape.heads, shape.dim}), sinks = random({shape.heads});
+    const double tolerance = sparse_attention_on_tensor_cores(rows, shape.heads, shape.dim)
+                                 ? kBf16Activations
+                                 : kF32Products;
     for (bool sparse : {true, false}) {
-      Both out = output({rows, kHeads, kDim});
+      Both out = output({rows, shape.heads, shape.dim});
       cpu_->sparse_attention(q.host_view, queries.host, cpu_window.layer(0), window,
-                             EntryStripes{records(false, 0, 0), 16, 4},
+                             EntryStripes{records(false, 0, 0), stripe, shape.rate},
                              sparse ? chosen.data() : nullptr, k, sinks.host_view, 0.125f,
                              out.host_view);
       gpu_->sparse_attention(q.device_view, queries.device, gpu_window.layer(0), window,
-                             EntryStripes{records(true, 0, 0), 16, 4},
+                             EntryStripes{records(true, 0, 0), stripe, shape.rate},
                              sparse ? static_cast<const int32_t*>(device_chosen.get()) : nullptr, k,
                              sinks.device_view, 0.125f, out.device_view);
-      EXPECT_LT(error(out), kF32Products) << (sparse ? "chosen entries" : "every entry");
+      EXPECT_LT(error(out), tolerance) << (sparse ? "chosen entries" : "every entry");
     }
   }
 
@@ -255,22 +283,27 @@ TEST_F(CudaV4Records, CompressionSelectionAndAttentionMatchTheCpu) {
   }
 }
 
-// The tiled path (head sizes a multiple of 32 up to 512): 10 heads of 64 (a partial second
-// group of 8), entries of 64 floats in stripes of 16 at rate 4, chosen at random (some -1)
-// or all causal ones.
-TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
-  const int64_t tokens = 343;
-  const int k = 6;
-  std::vector<int32_t> chosen(static_cast<size_t>(tokens * k));
-  std::uniform_int_distribution<int> pick(-1, 74);  // at most 75 entries (300 / 4)
-  for (int64_t t = 0; t < tokens; ++t) {
-    int64_t position = t < 43 ? t : t - 43;
-    for (int i = 0; i < k; ++i) {
-      int w = pick(rng_);
-      chosen[static_cast<size_t>(t * k + i)] = w < (position + 1) / 4 ? w : -1;
-    }
+// Prompt rows (343 of them) on the tensor cores: 10 heads of 64 with entries in stripes of 16;
+// V4-Flash's 64 heads of 512 and 6 more (a second, mostly empty group of heads), a window of
+// 100 (keys over several tiles of 64); 96 dims (below the accumulators' 128) with stripes of 2
+// floats, read one by one; the V4 fixture's 4 heads of 32.
+TEST_F(CudaV4Records, PromptAttentionOnTensorCoresMatchesTheCpu) {
+  const AttentionShape shapes[] = {{10, 64, 4}, {70, 512, 16}, {3, 96, 48}, {4, 32, 2}};
+  for (const AttentionShape& shape : shapes) {
+    SCOPED_TRACE(::testing::Message() << shape.heads << " heads of " << shape.dim);
+    ASSERT_TRUE(sparse_attention_on_tensor_cores(343, shape.heads, shape.dim));
+    const int k = 6;
+    expect_attention_matches(*batch_, 9, random_choices(*batch_, k, shape.rate), k, shape);
+    expect_attention_matches(*batch_, 100, random_choices(*batch_, k, shape.rate), k, shape);
   }
-  expect_attention_matches(*batch_, 9, chosen, k);
+}
+
+// 100 rows of 10 heads: too few for the tensor cores, enough for the tiled f32 kernel unsplit.
+TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
+  auto rows = paged_batch({0, 20, 100}, {43, 300}, kBlock, kMaxBlocks);
+  ASSERT_FALSE(sparse_attention_on_tensor_cores(100, 10, 64));
+  EXPECT_EQ(sparse_attention_workspace_floats(100, 10, 64, 9 + 6), 0);
+  expect_attention_matches(*rows, 9, random_choices(*rows, 6, 4), 6, {});
 }
 
 // Decode rows (one query per sequence, at positions 42 and 299) give the tiled kernel too few
@@ -278,8 +311,8 @@ TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
 // sequence's keys leave some splits empty.
 TEST_F(CudaV4Records, DecodeRowsSplitTheirKeys) {
   auto decode = paged_batch({0, 1, 2}, {43, 300}, kBlock, kMaxBlocks);
-  expect_attention_matches(*decode, 40, {0, 9, -1, 3, 9, 1, 74, 0, 50, -1, 12, 33}, 6);
-  EXPECT_GT(sparse_attention_workspace_floats(2, kHeads, kDim, 40 + 300 / 4), 0);
+  expect_attention_matches(*decode, 40, {0, 9, -1, 3, 9, 1, 74, 0, 50, -1, 12, 33}, 6, {});
+  EXPECT_GT(sparse_attention_workspace_floats(2, 10, 64, 40 + 300 / 4), 0);
 }
 
 }  // namespace

@@ -262,12 +262,21 @@ void head_matmul(const float* x, int64_t x_token_stride, int64_t x_head_stride,
                  const DeviceWeight& weight, const HeadSlices& slices, bool transposed,
                  int64_t tokens, int heads, float* out, int64_t out_token_stride,
                  int64_t out_head_stride, cudaStream_t stream = nullptr);
-// out[i] = x[rows[i]] and y[rows[i]] += scales[i] * x[i] over rows of `width` (rows, scales on
-// the device; repeated rows add up in entry order).
+// out[i] = x[rows[i]] over rows of `width` (rows on the device).
 void gather_rows(const float* x, const int32_t* rows, int64_t count, int64_t width, float* out,
                  cudaStream_t stream = nullptr);
-void add_scaled_rows(float* y, const int32_t* rows, const float* scales, int64_t count,
-                     int64_t width, const float* x, cudaStream_t stream = nullptr);
+// Entries grouped by the row of y they add to: y[targets[t]] += scales[i] * x[i] for the
+// entries i = entries[starts[t]], ..., entries[starts[t + 1] - 1], in that order (one block a
+// target, so no two blocks write one row and the sums are deterministic). All on the device.
+struct ScaledRows {
+  const int32_t* targets;
+  const int32_t* starts;   // [target_count + 1]
+  const int32_t* entries;  // [starts[target_count]]
+  const float* scales;     // by entry
+  int64_t target_count;
+};
+void add_scaled_rows(float* y, const ScaledRows& rows, int64_t width, const float* x,
+                     cudaStream_t stream = nullptr);
 // out = gelu_tanh(gate) * up, elementwise.
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t count,
                    cudaStream_t stream = nullptr);

@@ -344,12 +344,39 @@ class CudaOps final : public Ops {
   void add_scaled_rows(Tensor& y, const std::vector<int32_t>& rows,
                        const std::vector<float>& scales, const Tensor& x) override {
     require_device(y, "add_scaled_rows");
-    BackendMemory indices = upload(rows);
+    if (rows.empty()) return;
+    // The entries grouped by target row (a counting sort, entry order kept within a row),
+    // packed as targets, starts and entries for one upload.
+    const int64_t y_rows = rows_of(y);
+    std::vector<int32_t> per_row(static_cast<size_t>(y_rows) + 1, 0);
+    for (int32_t row : rows) {
+      DI_CHECK(row >= 0 && row < y_rows, "add_scaled_rows: row {} outside y {}", row,
+               y.shape_string());
+      ++per_row[static_cast<size_t>(row) + 1];
+    }
+    std::vector<int32_t> packed;
+    for (int64_t row = 0; row < y_rows; ++row) {
+      if (per_row[static_cast<size_t>(row) + 1] > 0) packed.push_back(static_cast<int32_t>(row));
+    }
+    const auto targets = static_cast<int64_t>(packed.size());
+    packed.push_back(0);
+    for (int64_t row = 0; row < y_rows; ++row) {
+      per_row[static_cast<size_t>(row) + 1] += per_row[static_cast<size_t>(row)];
+      if (per_row[static_cast<size_t>(row) + 1] > per_row[static_cast<size_t>(row)])
+        packed.push_back(per_row[static_cast<size_t>(row) + 1]);
+    }
+    const size_t entries_at = packed.size();
+    packed.resize(entries_at + rows.size());
+    for (size_t i = 0; i < rows.size(); ++i)
+      packed[entries_at + static_cast<size_t>(per_row[static_cast<size_t>(rows[i])]++)] =
+          static_cast<int32_t>(i);
+    BackendMemory indices = upload(packed);
     BackendMemory factors = upload(scales);
-    cuda::add_scaled_rows(y.as<float>(), static_cast<const int32_t*>(indices.get()),
-                          static_cast<const float*>(factors.get()),
-                          static_cast<int64_t>(rows.size()), y.dim(-1), x.as<const float>(),
-                          stream());
+    const auto* device_indices = static_cast<const int32_t*>(indices.get());
+    cuda::add_scaled_rows(y.as<float>(),
+                          {device_indices, device_indices + targets, device_indices + entries_at,
+                           static_cast<const float*>(factors.get()), targets},
+                          y.dim(-1), x.as<const float>(), stream());
   }
 
   void route_experts(const Tensor& router_logits, const std::vector<float>& correction_bias,
@@ -505,8 +532,9 @@ class CudaOps final : public Ops {
         q.as<const float>(), q.dim(0), static_cast<int>(q.dim(1)), static_cast<int>(q.dim(2)),
         device_rows(batch), batch.block_tables, batch.max_blocks_per_seq, window_cache.key_floats(),
         window_cache.block_size, window, {device_entries.view, entries.stripe, entries.rate},
-        selected, k, window + entry_keys, sinks.as<const float>(), scale, out.as<float>(),
-        static_cast<float*>(workspace.get()), stream());
+        selected, k, window + entry_keys, sinks.as<const float>(), scale,
+        precision_ == MatmulPrecision::kBf16, out.as<float>(), static_cast<float*>(workspace.get()),
+        stream());
   }
 
   void clamped_silu_mul(const Tensor& gate, const Tensor& up, float limit, Tensor& out) override {

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/deepseek_v4_kernels.h"
+#include "kernels/cuda/v4_rows.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -30,42 +31,6 @@ __device__ float block_sum(float value, float* scratch) {
 
 __device__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
-}
-
-__device__ float* record_at(const DeviceRecords& r, int seq, int64_t position, int64_t element) {
-  const int64_t e = r.offset + element;
-  const int layer = static_cast<int>(e / r.row);
-  const int32_t block =
-      r.tables[layer][static_cast<int64_t>(seq) * r.max_blocks_per_seq + position / r.block_size];
-  return r.layers[layer] +
-         (static_cast<int64_t>(block) * r.block_size + position % r.block_size) * r.row + e % r.row;
-}
-
-// Element c of entry w.
-__device__ float* entry_at(const DeviceStripes& s, int seq, int64_t w, int64_t c) {
-  return record_at(s.records, seq, w * s.rate + c / s.stripe, c % s.stripe);
-}
-
-// The sequence and position of batch row t.
-// The first window row a query at `position` reads (a replayed prefix's windows start at its
-// first position).
-__device__ int64_t window_first(const DeviceRows& rows, int seq, int64_t position, int window) {
-  const int64_t start = rows.first_positions ? rows.first_positions[seq] : 0;
-  return max(start, position - window + 1);
-}
-
-__device__ void place_of(const DeviceRows& rows, int64_t t, int& seq, int64_t& position) {
-  int lo = 0, hi = rows.num_seqs - 1;
-  while (lo < hi) {  // the last sequence whose first row is at or before t
-    int mid = (lo + hi + 1) / 2;
-    if (rows.query_start[mid] <= t) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  seq = lo;
-  position = rows.context_lens[lo] - (rows.query_start[lo + 1] - t);
 }
 
 // Hyper-connections in four launches, each spread over the whole GPU even for one token:
@@ -754,8 +719,15 @@ void sparse_attention(const float* q, int64_t tokens, int heads, int dim, Device
                       const int32_t* window_tables, int max_blocks_per_seq,
                       const float* window_keys, int block_size, int window, DeviceStripes entries,
                       const int32_t* selected, int k, int64_t max_keys, const float* sinks,
-                      float scale, float* out, float* workspace, cudaStream_t stream) {
+                      float scale, bool tensor_cores, float* out, float* workspace,
+                      cudaStream_t stream) {
   if (tokens == 0) return;
+  if (tensor_cores && sparse_attention_on_tensor_cores(tokens, heads, dim)) {
+    sparse_attention_mma(q, tokens, heads, dim, rows, window_tables, max_blocks_per_seq,
+                         window_keys, block_size, window, entries, selected, k, sinks, scale, out,
+                         stream);
+    return;
+  }
   const int64_t groups = (heads + kHeadsPerBlock - 1) / kHeadsPerBlock;
   if (dim % 32 == 0 && dim <= kMaxTiledDim) {
     const KeySplits splits = sparse_attention_splits(tokens, heads, max_keys, workspace);

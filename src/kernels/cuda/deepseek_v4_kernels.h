@@ -64,10 +64,21 @@ void index_select(const float* queries, const float* head_weights, int64_t token
 // Scratch floats sparse_attention needs for `max_keys` keys a query (0: none): a grid of few
 // blocks (a decode of a few rows) splits the keys, and the splits' states meet there.
 int64_t sparse_attention_workspace_floats(int64_t tokens, int heads, int dim, int64_t max_keys);
+// Whether sparse_attention, allowed the tensor cores, runs `tokens` rows on them (bf16
+// products, f32 softmax and sums): head sizes a multiple of 32 up to 512, and rows enough to
+// fill the GPU. Fewer rows (decodes), other head sizes and f32 precision take f32 kernels.
+bool sparse_attention_on_tensor_cores(int64_t tokens, int heads, int dim);
+// The tensor-core kernel itself (sparse_attention_mma.cu), without key splits.
+void sparse_attention_mma(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
+                          const int32_t* window_tables, int max_blocks_per_seq,
+                          const float* window_keys, int block_size, int window,
+                          DeviceStripes entries, const int32_t* selected, int k, const float* sinks,
+                          float scale, float* out, cudaStream_t stream);
 void sparse_attention(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
                       const int32_t* window_tables, int max_blocks_per_seq,
                       const float* window_keys, int block_size, int window, DeviceStripes entries,
                       const int32_t* selected, int k, int64_t max_keys, const float* sinks,
-                      float scale, float* out, float* workspace, cudaStream_t stream);
+                      float scale, bool tensor_cores, float* out, float* workspace,
+                      cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -67,6 +67,45 @@ __global__ void rmsnorm_kernel(const float* x, int64_t x_stride, const void* wei
     out[i] = row[i] * scale * load_weight(weight, dtype, i);
 }
 
+constexpr int kWarpRowQuads = 8;  // float4s a lane keeps: rows up to 1,024 floats
+
+// One warp per row, for narrow rows of 16-byte-aligned floats (prefill's per-head norms run
+// over half a million 512-float rows, where a block-wide reduction costs more than the row's
+// own memory traffic).
+__global__ void rmsnorm_warp_rows_kernel(const float* x, int64_t x_stride, const void* weight,
+                                         DType dtype, int64_t rows, int64_t n, float eps, float* y,
+                                         int64_t y_stride) {
+  release_dependents();
+  await_producer();
+  const int64_t r = blockIdx.x * int64_t{kThreads / 32} + threadIdx.x / 32;
+  if (r >= rows) return;  // the whole warp leaves together
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const auto* row = reinterpret_cast<const float4*>(x + r * x_stride);
+  const int64_t quads = n / 4;
+  float4 values[kWarpRowQuads];
+  float sum = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kWarpRowQuads; ++c) {
+    const int64_t q = lane + int64_t{c} * 32;
+    values[c] = q < quads ? row[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    sum += values[c].x * values[c].x + values[c].y * values[c].y + values[c].z * values[c].z +
+           values[c].w * values[c].w;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const float scale = rsqrtf(sum / static_cast<float>(n) + eps);
+  auto* out = reinterpret_cast<float4*>(y + r * y_stride);
+#pragma unroll
+  for (int c = 0; c < kWarpRowQuads; ++c) {
+    const int64_t q = lane + int64_t{c} * 32;
+    if (q >= quads) break;
+    const int64_t i = 4 * q;
+    out[q] = make_float4(values[c].x * scale * load_weight(weight, dtype, i),
+                         values[c].y * scale * load_weight(weight, dtype, i + 1),
+                         values[c].z * scale * load_weight(weight, dtype, i + 2),
+                         values[c].w * scale * load_weight(weight, dtype, i + 3));
+  }
+}
+
 __global__ void silu_mul_kernel(const float* gate, const float* up, float* out, int64_t count) {
   release_dependents();
   await_producer();
@@ -133,6 +172,17 @@ int grid_for(int64_t count) {
 void rmsnorm(const float* x, int64_t x_stride, const void* weight, DType weight_dtype, int64_t rows,
              int64_t n, float eps, float* y, int64_t y_stride, cudaStream_t stream) {
   if (rows == 0) return;
+  const bool aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(y) % 16 == 0 && x_stride % 4 == 0 &&
+                       y_stride % 4 == 0 && n % 4 == 0;
+  if (aligned && n <= 4 * 32 * kWarpRowQuads) {
+    const int64_t rows_per_block = kThreads / 32;
+    launch_overlapped(rmsnorm_warp_rows_kernel,
+                      static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block), kThreads,
+                      0, stream, x, x_stride, weight, weight_dtype, rows, n, eps, y, y_stride);
+    check_launch("rmsnorm");
+    return;
+  }
   launch_overlapped(rmsnorm_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, x, x_stride,
                     weight, weight_dtype, n, eps, y, y_stride);
   check_launch("rmsnorm");

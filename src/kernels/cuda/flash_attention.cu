@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/kv_elements.cuh"
+#include "kernels/cuda/mma.cuh"
 
 namespace deepinfer::cuda {
 namespace {
@@ -52,10 +53,6 @@ constexpr int kChunksPerKey = kDim / kChunk;            // 16
 constexpr int kKeysPerPass = kThreads / kChunksPerKey;  // 8
 constexpr int kPasses = kKeys / kKeysPerPass;           // 8
 
-__device__ inline uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
 // 16 bytes global -> shared without passing through registers; `bytes` 0 writes zeros.
 __device__ inline void copy_async(void* shared, const void* global, int bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
@@ -67,17 +64,6 @@ __device__ inline void commit_copies() {
 template <int kPending>
 __device__ inline void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-__device__ inline uint4 to_bf16_chunk(const float* at) {
-  const float4 low = reinterpret_cast<const float4*>(at)[0];
-  const float4 high = reinterpret_cast<const float4*>(at)[1];
-  __nv_bfloat162 pairs[4] = {
-      __floats2bfloat162_rn(low.x, low.y), __floats2bfloat162_rn(low.z, low.w),
-      __floats2bfloat162_rn(high.x, high.y), __floats2bfloat162_rn(high.z, high.w)};
-  uint4 packed;
-  memcpy(&packed, pairs, sizeof(packed));
-  return packed;
 }
 
 // Keys [first_key, first_key + kKeys) into one shared K/V buffer; keys past the context
@@ -129,44 +115,6 @@ __device__ void load_queries(Shared& sh, const float* q, int heads, int kv_head,
     d[0] = __floats2bfloat162_rn(value.x * scale, value.y * scale);
     d[1] = __floats2bfloat162_rn(value.z * scale, value.w * scale);
   }
-}
-
-// D += A B for one m16n8k16 bf16 product with f32 accumulation. Fragment layouts (PTX ISA,
-// "mma.m16n8k16"): with g = lane / 4 and t = lane % 4, A holds rows g and g + 8 at columns
-// 2t, 2t + 1 (and + 8); B columns g at rows 2t, 2t + 1 (and + 8); D rows g, g + 8 at columns
-// 2t, 2t + 1.
-__device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four 8 x 8 bf16 matrices: lanes 8i..8i+7 give the row addresses of matrix i; lane l gets
-// row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each.
-__device__ inline void load_fragments(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-
-// Four 8 x 8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i.
-__device__ inline void load_transposed(uint32_t (&r)[4], const __nv_bfloat16* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-
-__device__ inline uint32_t word(const __nv_bfloat16* at) {
-  return *reinterpret_cast<const uint32_t*>(at);
-}
-
-__device__ inline uint32_t pack(float low, float high) {
-  __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
-  uint32_t bits;
-  memcpy(&bits, &pair, sizeof(bits));
-  return bits;
 }
 
 // One warp's 16 rows through the walk over keys: this thread's share of them (rows g and

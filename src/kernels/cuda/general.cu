@@ -90,13 +90,17 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
   for (int64_t i = threadIdx.x; i < width; i += blockDim.x) out[blockIdx.x * width + i] = source[i];
 }
 
-// One thread per column walks the entries in order, so repeated rows add up deterministically.
-__global__ void add_scaled_rows_kernel(float* y, const int32_t* rows, const float* scales,
-                                       int64_t count, int64_t width, const float* x) {
-  const int64_t column = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  if (column >= width) return;
-  for (int64_t i = 0; i < count; ++i)
-    y[int64_t{rows[i]} * width + column] += scales[i] * x[i * width + column];
+__global__ void add_scaled_rows_kernel(float* y, ScaledRows rows, int64_t width, const float* x) {
+  const int32_t begin = rows.starts[blockIdx.x], end = rows.starts[blockIdx.x + 1];
+  float* target = y + int64_t{rows.targets[blockIdx.x]} * width;
+  for (int64_t column = threadIdx.x; column < width; column += blockDim.x) {
+    float sum = target[column];
+    for (int32_t i = begin; i < end; ++i) {
+      const int64_t entry = rows.entries[i];
+      sum += rows.scales[entry] * x[entry * width + column];
+    }
+    target[column] = sum;
+  }
 }
 
 __global__ void gelu_tanh_mul_kernel(const float* gate, const float* up, float* out,
@@ -177,11 +181,11 @@ void gather_rows(const float* x, const int32_t* rows, int64_t count, int64_t wid
   check_launch("gather_rows");
 }
 
-void add_scaled_rows(float* y, const int32_t* rows, const float* scales, int64_t count,
-                     int64_t width, const float* x, cudaStream_t stream) {
-  if (count == 0) return;
-  add_scaled_rows_kernel<<<static_cast<unsigned>((width + kThreads - 1) / kThreads), kThreads, 0,
-                           stream>>>(y, rows, scales, count, width, x);
+void add_scaled_rows(float* y, const ScaledRows& rows, int64_t width, const float* x,
+                     cudaStream_t stream) {
+  if (rows.target_count == 0) return;
+  add_scaled_rows_kernel<<<static_cast<unsigned>(rows.target_count), kThreads, 0, stream>>>(
+      y, rows, width, x);
   check_launch("add_scaled_rows");
 }
 
