@@ -68,9 +68,9 @@ void add_model_options(CLI::App& command, ModelOptions& options, const std::stri
   command
       .add_option("--matmul-precision", options.matmul_precision,
                   "Prompt matmuls over bf16 weights: f32 activations (exact) or bf16 (AVX512-BF16 "
-                  "dot products on the CPU, cuBLASLt on CUDA, where DeepSeek-V4's sparse "
-                  "attention over prompts also runs in bf16); default f32 on the CPU, bf16 on "
-                  "CUDA")
+                  "dot products on the CPU, cuBLASLt on CUDA, where DeepSeek-V4's indexer "
+                  "scores and sparse attention over prompts also run in bf16); default f32 on "
+                  "the CPU, bf16 on CUDA")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->envname("DEEPINFER_MATMUL_PRECISION");
   command

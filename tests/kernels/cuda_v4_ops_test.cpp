@@ -3,6 +3,8 @@
 // over the window, the chosen (or all causal) entries and the sinks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -295,6 +297,74 @@ TEST_F(CudaV4Records, PromptAttentionOnTensorCoresMatchesTheCpu) {
     const int k = 6;
     expect_attention_matches(*batch_, 9, random_choices(*batch_, k, shape.rate), k, shape);
     expect_attention_matches(*batch_, 100, random_choices(*batch_, k, shape.rate), k, shape);
+  }
+}
+
+// The indexer's scores of prompt rows on the tensor cores round queries and keys to bf16, so a
+// row may swap near-tied entries: every entry the GPU chooses must score, in f32 on the host,
+// within a bf16 margin of the row's k-th best, and a row chooses as many as it can see. Shapes:
+// V4-Flash's 64 heads of 128 (keys at the start of 32-float stripes, read 16 bytes at a time);
+// 40 heads (a part-filled last tile) of 64 behind 16 other floats in stripes of 10, read one by
+// one.
+TEST_F(CudaV4Records, PromptIndexerOnTensorCoresChoosesTheBestEntries) {
+  struct Shape {
+    int heads, dim, rate;
+    int64_t key_offset;
+  };
+  const int64_t tokens = 343;
+  const int k = 6;
+  for (const Shape& shape : {Shape{64, 128, 4, 0}, Shape{40, 64, 8, 16}}) {
+    SCOPED_TRACE(::testing::Message() << shape.heads << " heads of " << shape.dim);
+    ASSERT_TRUE(index_scores_on_tensor_cores(tokens, shape.heads, shape.dim));
+    const int64_t stripe = (shape.key_offset + shape.dim + shape.rate - 1) / shape.rate;
+    ASSERT_LE(stripe, kRow);
+    Both stripes = random({tokens, stripe});
+    gpu_->write_records(stripes.device_view, batch_->device, records(true, 0, 0));
+    Both queries = random({tokens, shape.heads, shape.dim});
+    Both weights = random({tokens, shape.heads});
+    BackendMemory selected = gpu_->allocate(static_cast<size_t>(tokens * k) * 4);
+    gpu_->index_select(queries.device_view, weights.device_view, 0.3f, batch_->device,
+                       EntryStripes{records(true, 0, 0), stripe, shape.rate}, shape.key_offset, k,
+                       static_cast<int32_t*>(selected.get()));
+    std::vector<int32_t> got(static_cast<size_t>(tokens * k));
+    gpu_->to_host(got.data(), selected.get(), got.size() * 4);
+    const std::vector<float> stored = host_floats(stripes), q = host_floats(queries),
+                             w = host_floats(weights);
+    for (size_t seq = 0; seq < 2; ++seq) {
+      const int32_t start = batch_->query_start[seq];
+      for (int32_t position = 0; position < batch_->context_lens[seq]; ++position) {
+        const int64_t t = start + position, visible = (position + 1) / shape.rate;
+        std::vector<float> truth(static_cast<size_t>(visible));
+        for (int64_t e = 0; e < visible; ++e) {
+          double score = 0;
+          for (int h = 0; h < shape.heads; ++h) {
+            double dot = 0;
+            for (int c = 0; c < shape.dim; ++c) {
+              const int64_t element = shape.key_offset + c;
+              const int64_t row = start + e * shape.rate + element / stripe;
+              dot += double(q[static_cast<size_t>((t * shape.heads + h) * shape.dim + c)]) *
+                     stored[static_cast<size_t>(row * stripe + element % stripe)];
+            }
+            score += w[static_cast<size_t>(t * shape.heads + h)] * std::max(dot, 0.0);
+          }
+          truth[static_cast<size_t>(e)] = static_cast<float>(0.3 * score);
+        }
+        std::vector<float> ranked = truth;
+        std::sort(ranked.begin(), ranked.end(), std::greater<>());
+        const auto wanted = static_cast<size_t>(std::min<int64_t>(k, visible));
+        float margin = 0.0f;
+        for (float v : truth) margin = std::max(margin, 2e-2f * std::abs(v));
+        std::set<int32_t> chosen;
+        for (int i = 0; i < k; ++i) {
+          const int32_t e = got[static_cast<size_t>(t * k + i)];
+          if (e < 0) continue;
+          ASSERT_LT(e, visible) << "row " << t;
+          EXPECT_GE(truth[static_cast<size_t>(e)], ranked[wanted - 1] - margin) << "row " << t;
+          chosen.insert(e);
+        }
+        EXPECT_EQ(chosen.size(), wanted) << "row " << t;
+      }
+    }
   }
 }
 

@@ -509,8 +509,8 @@ class CudaOps final : public Ops {
     cuda::index_select(queries.as<const float>(), head_weights.as<const float>(), tokens,
                        static_cast<int>(queries.dim(1)), static_cast<int>(queries.dim(2)), scale,
                        device_rows(batch), {device_entries.view, entries.stripe, entries.rate},
-                       key_offset, k, max_visible, static_cast<float*>(scores.get()), selected,
-                       stream());
+                       key_offset, k, max_visible, precision_ == MatmulPrecision::kBf16,
+                       static_cast<float*>(scores.get()), selected, stream());
   }
 
   void sparse_attention(const Tensor& q, const AttentionBatch& batch,

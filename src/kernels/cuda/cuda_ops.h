@@ -11,9 +11,9 @@ namespace deepinfer::cuda {
 
 // The backend on GPU `device`; an Error naming the reason when there is no usable GPU.
 // kBf16 runs prompt products on cuBLASLt with activations rounded to bf16, and DeepSeek-V4's
-// sparse attention over prompts on the tensor cores; kF32 keeps both in f32 (plain tiled
-// kernels: exact, far slower), for models whose choices (DeepSeek-V4's top-k indexer) turn on
-// differences that rounding makes.
+// indexer scores and sparse attention over prompts on the tensor cores; kF32 keeps them in
+// f32 (plain tiled kernels: exact, far slower), for models whose choices (DeepSeek-V4's top-k
+// indexer) turn on differences that rounding makes.
 std::unique_ptr<Ops> make_cuda_ops(int device = 0,
                                    MatmulPrecision precision = MatmulPrecision::kBf16);
 

@@ -687,10 +687,25 @@ void compress_windows(DeviceRecords inputs, const Compressor& compressor,
 
 void index_select(const float* queries, const float* head_weights, int64_t tokens, int heads,
                   int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
-                  int k, int64_t max_visible, float* scores, int32_t* selected,
+                  int k, int64_t max_visible, bool tensor_cores, float* scores, int32_t* selected,
                   cudaStream_t stream) {
   if (tokens == 0) return;
   const int64_t visible = max_visible > 0 ? max_visible : 1;
+  if (tensor_cores && index_scores_on_tensor_cores(tokens, heads, dim)) {
+    index_scores_mma(queries, head_weights, tokens, heads, dim, scale, rows, entries, key_offset,
+                     visible, scores, stream);
+  } else {
+    index_scores(queries, head_weights, tokens, heads, dim, scale, rows, entries, key_offset,
+                 visible, scores, stream);
+  }
+  index_topk_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
+      rows, entries.rate, k, visible, scores, selected);
+  check_launch("index_select");
+}
+
+void index_scores(const float* queries, const float* head_weights, int64_t tokens, int heads,
+                  int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
+                  int64_t visible, float* scores, cudaStream_t stream) {
   const int64_t chunks = (visible + kEntriesPerScoreBlock - 1) / kEntriesPerScoreBlock;
   const size_t shared = (static_cast<size_t>(heads) * (dim + 1) + kWarps * dim) * sizeof(float);
   if (chunks > 65535 || shared > 200 * 1024)
@@ -704,9 +719,6 @@ void index_select(const float* queries, const float* head_weights, int64_t token
                         kThreads, shared, stream>>>(queries, head_weights, heads, dim, scale, rows,
                                                     entries, key_offset, visible, scores);
   check_launch("index_select (scores)");
-  index_topk_kernel<<<static_cast<unsigned>(tokens), kThreads, 0, stream>>>(
-      rows, entries.rate, k, visible, scores, selected);
-  check_launch("index_select");
 }
 
 int64_t sparse_attention_workspace_floats(int64_t tokens, int heads, int dim, int64_t max_keys) {

@@ -56,11 +56,23 @@ void compress_windows(DeviceRecords inputs, const Compressor& compressor,
                       const float* position_bias, const float* norm, const int32_t* windows,
                       int64_t count, const float* cos, const float* sin, DeviceStripes entries,
                       cudaStream_t stream);
-// scores: scratch [tokens, max_visible] floats.
+// scores: scratch [tokens, max_visible] floats. tensor_cores allows bf16 products for the
+// scores where index_scores_on_tensor_cores.
 void index_select(const float* queries, const float* head_weights, int64_t tokens, int heads,
                   int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
-                  int k, int64_t max_visible, float* scores, int32_t* selected,
+                  int k, int64_t max_visible, bool tensor_cores, float* scores, int32_t* selected,
                   cudaStream_t stream);
+// The scores alone, in f32 on CUDA cores, into scores [tokens, visible].
+void index_scores(const float* queries, const float* head_weights, int64_t tokens, int heads,
+                  int dim, float scale, DeviceRows rows, DeviceStripes entries, int64_t key_offset,
+                  int64_t visible, float* scores, cudaStream_t stream);
+// Whether the indexer's scores of `tokens` rows go to the tensor cores (bf16 products, f32
+// sums): up to 64 heads of a multiple of 16 up to 256 dims, and rows enough to fill the GPU.
+bool index_scores_on_tensor_cores(int64_t tokens, int heads, int dim);
+// The tensor-core scores (indexer_mma.cu).
+void index_scores_mma(const float* queries, const float* head_weights, int64_t tokens, int heads,
+                      int dim, float scale, DeviceRows rows, DeviceStripes entries,
+                      int64_t key_offset, int64_t max_visible, float* scores, cudaStream_t stream);
 // Scratch floats sparse_attention needs for `max_keys` keys a query (0: none): a grid of few
 // blocks (a decode of a few rows) splits the keys, and the splits' states meet there.
 int64_t sparse_attention_workspace_floats(int64_t tokens, int heads, int dim, int64_t max_keys);

@@ -62,4 +62,10 @@ __device__ inline uint32_t pack(float low, float high) {
   return bits;
 }
 
+// Four floats as bf16 at `at` (8-byte aligned).
+__device__ inline void store_bf16x4(__nv_bfloat16* at, float4 v) {
+  const uint2 packed = make_uint2(pack(v.x, v.y), pack(v.z, v.w));
+  *reinterpret_cast<uint2*>(at) = packed;
+}
+
 }  // namespace deepinfer::cuda

@@ -16,6 +16,7 @@ constexpr int kRouteThreads = 256;
 constexpr int kGroupThreads = 1024;
 constexpr int kRowsPerItem = 8;
 constexpr int kWarpsPerBlock = 8;
+constexpr int kColumnsPerWarp = 4;
 
 struct Best {
   float value;
@@ -227,49 +228,72 @@ struct ExpertProducts {
   int count;
 };
 
-// Warp per (output column, item): the expert's weight row against the item's pairs' x rows
-// (x row of pair p: p / pairs_per_x_row). Output row p of `out` [pairs, columns].
+// Warp per (kColumnsPerWarp output columns, item): those weight rows against the item's
+// pairs' x rows (x row of pair p: p / pairs_per_x_row), into row p of `out` [pairs, columns].
+// Each lane takes 16-byte chunks of the rows and works through them 8 elements at a time, so
+// every 8 floats of x it loads serve all its columns (x is re-read per column otherwise, and
+// that traffic, not the weights, bounded the kernel). A group of columns never straddles the
+// two products or a 128-column scale block: their widths are multiples of the chunk.
 template <typename Chunks>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     expert_rows_kernel(const float* __restrict__ x, int64_t k, int pairs_per_x_row, Items items,
                        ExpertProducts products, float* out) {
-  constexpr int kPer = Chunks::kPerChunk;
+  constexpr int kPer = Chunks::kPerChunk, kParts = kPer / 8;
   const int item = blockIdx.y;
   if (item >= *items.count) return;
   const int64_t columns = products.matrix[0].n + (products.count > 1 ? products.matrix[1].n : 0);
-  const int64_t global_column = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
-  if (global_column >= columns) return;
-  const bool second = global_column >= products.matrix[0].n;
-  const ExpertMatrix& matrix = products.matrix[second ? 1 : 0];
-  const int64_t column = global_column - (second ? products.matrix[0].n : 0);
+  const int64_t first_column =
+      (blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32) * kColumnsPerWarp;
+  if (first_column >= columns) return;
+  const bool second = first_column >= products.matrix[0].n;
+  // A copy chosen by value: indexing the parameter array at run time would copy it to the stack.
+  const ExpertMatrix matrix = second ? products.matrix[1] : products.matrix[0];
+  const int64_t column = first_column - (second ? products.matrix[0].n : 0);
   const int expert = items.expert[item];
   const Chunks format =
       format_of<Chunks>(matrix.scales ? matrix.scales[expert] : nullptr, matrix.scale_cols);
   const int64_t chunks = k / kPer;
-  const uint4* row = static_cast<const uint4*>(matrix.weights[expert]) + column * chunks;
+  const uint4* weight_rows = static_cast<const uint4*>(matrix.weights[expert]) + column * chunks;
   const int rows = items.rows[item];
   const int32_t* pair = items.order + items.start[item];
-  const float* x_rows[kRowsPerItem];
-#pragma unroll
-  for (int r = 0; r < kRowsPerItem; ++r)
-    x_rows[r] = x + (r < rows ? pair[r] / pairs_per_x_row : 0) * k;
-  float acc[kRowsPerItem] = {};
+  float acc[kRowsPerItem][kColumnsPerWarp] = {};
   const int lane = threadIdx.x % 32;
   for (int64_t chunk = lane; chunk < chunks; chunk += 32) {
-    float w[kPer];
-    format.widen(row[chunk], w);
+    uint4 packed[kColumnsPerWarp];
+#pragma unroll
+    for (int c = 0; c < kColumnsPerWarp; ++c) packed[c] = __ldg(weight_rows + c * chunks + chunk);
     const float scale = format.scale(column, chunk);
 #pragma unroll
-    for (int r = 0; r < kRowsPerItem; ++r) {
-      if (r >= rows) break;
-      acc[r] += chunk_dot<kPer>(w, x_rows[r] + chunk * kPer) * scale;
+    for (int part = 0; part < kParts; ++part) {
+      float w[kColumnsPerWarp][8];
+#pragma unroll
+      for (int c = 0; c < kColumnsPerWarp; ++c) format.widen_part(packed[c], part, w[c]);
+#pragma unroll
+      for (int r = 0; r < kRowsPerItem; ++r) {
+        if (r >= rows) break;
+        const auto* at = reinterpret_cast<const float4*>(x + (pair[r] / pairs_per_x_row) * k +
+                                                         chunk * kPer + part * 8);
+        const float4 low = at[0], high = at[1];
+#pragma unroll
+        for (int c = 0; c < kColumnsPerWarp; ++c) {
+          const float dot = w[c][0] * low.x + w[c][1] * low.y + w[c][2] * low.z + w[c][3] * low.w +
+                            w[c][4] * high.x + w[c][5] * high.y + w[c][6] * high.z +
+                            w[c][7] * high.w;
+          acc[r][c] += dot * scale;
+        }
+      }
     }
   }
 #pragma unroll
   for (int r = 0; r < kRowsPerItem; ++r) {
-    float sum = acc[r];
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (lane == 0 && r < rows) out[pair[r] * columns + global_column] = sum;
+    if (r >= rows) break;
+#pragma unroll
+    for (int c = 0; c < kColumnsPerWarp; ++c) {
+      float sum = acc[r][c];
+      for (int offset = 16; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (lane == 0) out[pair[r] * columns + first_column + c] = sum;
+    }
   }
 }
 
@@ -350,7 +374,8 @@ void launch_products(const float* x, int64_t k, int pairs_per_x_row, const Items
                      const ExpertProducts& products, unsigned grid_items, float* out,
                      cudaStream_t stream) {
   const int64_t columns = products.matrix[0].n + (products.count > 1 ? products.matrix[1].n : 0);
-  dim3 grid(static_cast<unsigned>((columns + kWarpsPerBlock - 1) / kWarpsPerBlock), grid_items);
+  constexpr int64_t kColumnsPerBlock = kWarpsPerBlock * kColumnsPerWarp;
+  dim3 grid(static_cast<unsigned>((columns + kColumnsPerBlock - 1) / kColumnsPerBlock), grid_items);
   expert_rows_kernel<Chunks>
       <<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, k, pairs_per_x_row, items, products, out);
 }

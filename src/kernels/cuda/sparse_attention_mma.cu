@@ -53,20 +53,6 @@ struct RowKeys {
   int window_count, total;
 };
 
-__device__ inline void store_bf16x4(__nv_bfloat16* at, float4 v) {
-  const uint2 packed = make_uint2(pack(v.x, v.y), pack(v.z, v.w));
-  *reinterpret_cast<uint2*>(at) = packed;
-}
-
-// Elements c..c+3 of entry w: one 16-byte load when the stripes keep 4-float groups whole and
-// aligned (`vectorised`), else four.
-__device__ inline float4 entry_quad(const DeviceStripes& entries, bool vectorised, int seq,
-                                    int64_t w, int c) {
-  if (vectorised) return *reinterpret_cast<const float4*>(entry_at(entries, seq, w, c));
-  return make_float4(*entry_at(entries, seq, w, c), *entry_at(entries, seq, w, c + 1),
-                     *entry_at(entries, seq, w, c + 2), *entry_at(entries, seq, w, c + 3));
-}
-
 // Keys [base, base + kKeys) of the row into shared memory as bf16, a warp a key at a time;
 // keys past the row's or unchosen entries (-1) become zeros masked by -inf.
 __device__ void gather_keys(const RowKeys& row, int base, int dim, const int32_t* table,
@@ -272,9 +258,7 @@ void launch(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
   const Layout layout(dim);
   cudaFuncSetAttribute(sparse_attention_mma_kernel<kMaxDim>,
                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(layout.bytes));
-  const bool vectorised =
-      entries.rate == 0 ||
-      (entries.stripe % 4 == 0 && entries.records.row % 4 == 0 && entries.records.offset % 4 == 0);
+  const bool vectorised = entries.rate == 0 || stripes_vectorised(entries, 0);
   const dim3 grid(static_cast<unsigned>(tokens),
                   static_cast<unsigned>((heads + kHeads - 1) / kHeads));
   sparse_attention_mma_kernel<kMaxDim><<<grid, kThreads, layout.bytes, stream>>>(

@@ -24,6 +24,21 @@ __device__ inline float* entry_at(const DeviceStripes& s, int seq, int64_t w, in
   return record_at(s.records, seq, w * s.rate + c / s.stripe, c % s.stripe);
 }
 
+// Elements c..c+3 of entry w: one 16-byte load when the stripes keep 4-float groups whole and
+// aligned (`vectorised`, see stripes_vectorised), else four.
+__device__ inline float4 entry_quad(const DeviceStripes& entries, bool vectorised, int seq,
+                                    int64_t w, int64_t c) {
+  if (vectorised) return *reinterpret_cast<const float4*>(entry_at(entries, seq, w, c));
+  return make_float4(*entry_at(entries, seq, w, c), *entry_at(entries, seq, w, c + 1),
+                     *entry_at(entries, seq, w, c + 2), *entry_at(entries, seq, w, c + 3));
+}
+
+// Whether every aligned group of 4 entry elements starting at `offset` is one 16-byte load.
+inline bool stripes_vectorised(const DeviceStripes& entries, int64_t offset) {
+  return entries.stripe % 4 == 0 && entries.records.row % 4 == 0 &&
+         entries.records.offset % 4 == 0 && offset % 4 == 0;
+}
+
 // The first window row a query at `position` reads (a replayed prefix's windows start at its
 // first position).
 __device__ inline int64_t window_first(const DeviceRows& rows, int seq, int64_t position,

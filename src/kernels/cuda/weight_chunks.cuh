@@ -35,6 +35,10 @@ struct HalfChunks {
       w[2 * j + 1] = f.y;
     }
   }
+  // Elements 8 part .. 8 part + 7 of a chunk (a chunk is one part).
+  __device__ void widen_part(uint4 packed, int, float (&w)[8]) const {
+    widen(packed, w);
+  }
 };
 using Bf16Chunks = HalfChunks<__nv_bfloat162>;
 using F16Chunks = HalfChunks<__half2>;
@@ -54,6 +58,16 @@ struct Fp8Chunks {
     for (int j = 0; j < 8; ++j) {
       const __half2 half_pair = __nv_cvt_fp8x2_to_halfraw2(pairs[j], __NV_E4M3);
       const float2 f = __half22float2(half_pair);
+      w[2 * j] = f.x;
+      w[2 * j + 1] = f.y;
+    }
+  }
+  // Elements 8 part .. 8 part + 7 of the chunk (part 0 or 1).
+  __device__ void widen_part(uint4 packed, int part, float (&w)[8]) const {
+    const auto* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&packed) + 4 * part;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(__nv_cvt_fp8x2_to_halfraw2(pairs[j], __NV_E4M3));
       w[2 * j] = f.x;
       w[2 * j + 1] = f.y;
     }
