@@ -78,6 +78,10 @@ class KvCache {
   // of them: what a lower tier (host memory, disk) stores for it, and restores into a block.
   void read_block(int32_t block, std::span<std::byte> out) const;
   void write_block(int32_t block, std::span<const std::byte> bytes);
+  // Host memory read_block and write_block copy to and from fastest (page-locked for a GPU).
+  BackendMemory allocate_host(size_t bytes) const {
+    return ops_ ? ops_->allocate_host(bytes) : host_memory(bytes);
+  }
   void release(int32_t block) { pool_.release(block); }
 
  private:

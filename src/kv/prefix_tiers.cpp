@@ -14,7 +14,10 @@ std::span<const int32_t> tokens_of_block(std::span<const int32_t> tokens, int64_
 
 PrefixTiers::PrefixTiers(KvCache& cache, PrefixTierOptions options)
     : cache_(cache), options_(std::move(options)) {
-  if (options_.host_bytes > 0) host_.emplace(options_.host_bytes);
+  if (options_.host_bytes > 0) {
+    host_.emplace(options_.host_bytes, cache_.shape().bytes_per_block(),
+                  [&cache](size_t bytes) { return cache.allocate_host(bytes); });
+  }
   if (options_.disk) disk_.emplace(*options_.disk);
   for (int i = 0; i < std::max(1, options_.fetch_threads); ++i)
     threads_.emplace_back([this] { fetch_loop(); });
@@ -50,11 +53,20 @@ PrefixTiers::~PrefixTiers() {
 
 bool PrefixTiers::offer(int32_t block, uint32_t retention_seconds) {
   BlockPool& pool = cache_.pool();
-  std::vector<std::byte> payload(cache_.shape().bytes_per_block());
-  cache_.read_block(block, payload);
-  if (host_) {
-    host_->put(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
-               disk_ ? payload : std::move(payload));
+  const size_t bytes = cache_.shape().bytes_per_block();
+  // The block goes straight into a host slot (page-locked on a GPU), and from there to the
+  // disk's queue; without a slot, into memory of the disk's own.
+  std::shared_ptr<std::byte> slot = host_ ? host_->reserve() : nullptr;
+  std::vector<std::byte> payload;
+  if (slot) {
+    cache_.read_block(block, {slot.get(), bytes});
+    if (disk_) payload.assign(slot.get(), slot.get() + bytes);
+    host_->put(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block), std::move(slot));
+  } else if (disk_) {
+    payload.resize(bytes);
+    cache_.read_block(block, payload);
+  } else {
+    return true;  // every host slot is being read: eviction offers the block again
   }
   if (disk_) {
     if (!disk_->offer(pool.key_of(block), pool.salt_of(block), pool.tokens_of(block),
@@ -188,10 +200,9 @@ void PrefixTiers::run(Fetch& fetch) {
   if (!fetch.loaded.empty()) stats_.load_seconds.observe(seconds);
 }
 
-std::shared_ptr<const std::vector<std::byte>> PrefixTiers::load(const Fetch& fetch,
-                                                                const Block& block,
-                                                                std::optional<uint32_t>& retention,
-                                                                int64_t& from_host) {
+std::shared_ptr<const std::byte> PrefixTiers::load(const Fetch& fetch, const Block& block,
+                                                   std::optional<uint32_t>& retention,
+                                                   int64_t& from_host) {
   const uint64_t salt = group_salt(fetch.salt, block.group);
   auto tokens = tokens_of_block(fetch.tokens, block.index, fetch.block_size);
   if (host_) {
@@ -205,7 +216,8 @@ std::shared_ptr<const std::vector<std::byte>> PrefixTiers::load(const Fetch& fet
   auto payload = disk_->load(block.key, salt, tokens, fetch.payload_bytes, &seconds);
   if (!payload) return nullptr;
   retention = seconds;
-  return std::make_shared<const std::vector<std::byte>>(std::move(*payload));
+  auto owned = std::make_shared<const std::vector<std::byte>>(std::move(*payload));
+  return std::shared_ptr<const std::byte>(owned, owned->data());
 }
 
 bool PrefixTiers::ready(uint64_t ticket) const {
@@ -232,7 +244,7 @@ std::vector<int32_t> PrefixTiers::install(uint64_t ticket) {
     if (pool.find_cached(loaded.key, content) >= 0) continue;  // memory has it again
     int32_t block = cache.allocate();
     if (block < 0) break;
-    cache.write_block(block, *fetch->payloads[i]);
+    cache.write_block(block, {fetch->payloads[i].get(), fetch->payload_bytes});
     pool.publish(block, loaded.key, content, group_salt(fetch->salt, loaded.group), loaded.group);
     pool.mark_persisted(block, fetch->retentions[i]);
     installed.push_back(block);

@@ -98,8 +98,8 @@ class PrefixTiers {
     // Filled by a fetch thread.
     bool done = false;
     std::vector<Block> loaded;
-    std::vector<std::shared_ptr<const std::vector<std::byte>>> payloads;
-    std::vector<std::optional<uint32_t>> retentions;  // the disk file's, for each payload
+    std::vector<std::shared_ptr<const std::byte>> payloads;  // payload_bytes each
+    std::vector<std::optional<uint32_t>> retentions;         // the disk file's, for each payload
   };
   // Offers one published block; false when the queue is full.
   bool offer(int32_t block, uint32_t retention_seconds);
@@ -113,9 +113,8 @@ class PrefixTiers {
 
   // A block's payload from host memory or disk, checked; none when neither has it.
   // (`retention`: the disk file's; `from_host` counts the ones host memory gave.)
-  std::shared_ptr<const std::vector<std::byte>> load(const Fetch& fetch, const Block& block,
-                                                     std::optional<uint32_t>& retention,
-                                                     int64_t& from_host);
+  std::shared_ptr<const std::byte> load(const Fetch& fetch, const Block& block,
+                                        std::optional<uint32_t>& retention, int64_t& from_host);
 
   KvCache& cache_;
   PrefixTierOptions options_;
