@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "core/error.h"
+#include "kernels/cpu/isa.h"
 
 namespace deepinfer::cpu {
 namespace {
@@ -14,10 +15,10 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
+// The instruction set's dot product: one summation order for a given n, whatever the batch.
 float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  static const auto kernel = select_kernels().dot;
+  return kernel(a, b, n);
 }
 
 // 1 / rms of n values (an unweighted RMSNorm's factor).
@@ -96,18 +97,21 @@ void copy_record(const PagedRecords& records, int seq, int64_t position, int64_t
   }
 }
 
-// Elements [first, first + width) of the sequence's entries 0..count-1 into out [count, width].
+// Elements [first, first + width) of entry w into out.
+void gather_entry(const EntryStripes& entries, int seq, int64_t w, int64_t first, int64_t width,
+                  float* out) {
+  for (int64_t c = first; c < first + width;) {
+    int64_t token = w * entries.rate + c / entries.stripe;
+    int64_t run = std::min(first + width - c, entries.stripe - c % entries.stripe);
+    copy_record<false>(entries.records, seq, token, c % entries.stripe, out + (c - first), run);
+    c += run;
+  }
+}
+
+// The same for the sequence's entries 0..count-1, into out [count, width].
 void gather_entries(const EntryStripes& entries, int seq, int64_t count, int64_t first,
                     int64_t width, float* out) {
-  for (int64_t w = 0; w < count; ++w) {
-    for (int64_t c = first; c < first + width;) {
-      int64_t token = w * entries.rate + c / entries.stripe;
-      int64_t run = std::min(first + width - c, entries.stripe - c % entries.stripe);
-      copy_record<false>(entries.records, seq, token, c % entries.stripe,
-                         out + w * width + (c - first), run);
-      c += run;
-    }
-  }
+  for (int64_t w = 0; w < count; ++w) gather_entry(entries, seq, w, first, width, out + w * width);
 }
 
 void rotate_tail(float* x, int64_t n, int rope_dims, const float* cos, const float* sin) {
@@ -311,10 +315,28 @@ void sparse_attention(ThreadPool& pool, const Tensor& q, const AttentionBatch& b
   std::vector<RowPlace> places = row_places(batch);
   for (int s = 0; s < batch.num_seqs; ++s) {
     int64_t count = entries.rate > 0 ? batch.context_lens[s] / entries.rate : 0;
-    std::vector<float> gathered(static_cast<size_t>(count * dim));
-    gather_entries(entries, s, count, 0, dim, gathered.data());
     const int32_t* table = batch.block_tables + int64_t{s} * batch.max_blocks_per_seq;
     int64_t first = batch.query_start[s], end = batch.query_start[s + 1];
+    // The entries the rows read, gathered once: the chosen ones (a decode's k of a long
+    // context's many), or every one.
+    std::vector<int64_t> place_of(selected ? static_cast<size_t>(count) : 0, -1);
+    std::vector<int64_t> wanted;
+    if (selected) {
+      for (int64_t i = first * k; i < end * k; ++i) {
+        const int32_t w = selected[i];
+        if (w >= 0 && w < count && place_of[static_cast<size_t>(w)] < 0) {
+          place_of[static_cast<size_t>(w)] = static_cast<int64_t>(wanted.size());
+          wanted.push_back(w);
+        }
+      }
+    }
+    std::vector<float> gathered(static_cast<size_t>((selected ? wanted.size() : count) * dim));
+    if (selected) {
+      for (size_t i = 0; i < wanted.size(); ++i)
+        gather_entry(entries, s, wanted[i], 0, dim, gathered.data() + i * dim);
+    } else {
+      gather_entries(entries, s, count, 0, dim, gathered.data());
+    }
     pool.parallel_for((end - first) * heads, 1, [&](int64_t begin, int64_t stop) {
       std::vector<const float*> keys;
       std::vector<float> logits;
@@ -331,7 +353,8 @@ void sparse_attention(ThreadPool& pool, const Tensor& q, const AttentionBatch& b
         if (selected) {
           for (int i = 0; i < k; ++i) {
             int32_t w = selected[t * k + i];
-            if (w >= 0) keys.push_back(gathered.data() + w * dim);
+            if (w >= 0 && w < count)
+              keys.push_back(gathered.data() + place_of[static_cast<size_t>(w)] * dim);
           }
         } else if (entries.rate > 0) {
           for (int64_t w = 0; w < (position + 1) / entries.rate; ++w)
