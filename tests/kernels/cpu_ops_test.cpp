@@ -222,6 +222,18 @@ TEST(IsaKernels, DotMatchesReference) {
   }
 }
 
+TEST(IsaKernels, AxpyMatchesReference) {
+  for (const IsaKernels* table : simd_tables()) {
+    for (int64_t n : {1, 15, 16, 33, 200}) {
+      std::vector<float> x = random_values(static_cast<size_t>(n), 4);
+      std::vector<float> want = random_values(static_cast<size_t>(n), 5), got = want;
+      cpu::generic_kernels().axpy(0.75f, x.data(), want.data(), n);
+      table->axpy(0.75f, x.data(), got.data(), n);
+      EXPECT_LE(testing::max_abs_difference(want.data(), got.data(), want.size()), 1e-6f) << n;
+    }
+  }
+}
+
 // The batch-invariant kernel: row r's outputs are bitwise the same whether it runs alone, as
 // part of any row count (full tiles, remainder rows) or in any column split, for every weight
 // type; and they still match the reference.

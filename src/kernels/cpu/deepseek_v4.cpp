@@ -15,10 +15,16 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
-// The instruction set's dot product: one summation order for a given n, whatever the batch.
+// The instruction set's dot product (one summation order for a given n, whatever the batch)
+// and y += a x.
 float dot(const float* a, const float* b, int64_t n) {
   static const auto kernel = select_kernels().dot;
   return kernel(a, b, n);
+}
+
+void axpy(float a, const float* x, float* y, int64_t n) {
+  static const auto kernel = select_kernels().axpy;
+  kernel(a, x, y, n);
 }
 
 // 1 / rms of n values (an unweighted RMSNorm's factor).
@@ -374,7 +380,7 @@ void sparse_attention(ThreadPool& pool, const Tensor& q, const AttentionBatch& b
         for (size_t j = 0; j < keys.size(); ++j) {
           float e = std::exp(logits[j] - top);
           sum += e;
-          for (int64_t i = 0; i < dim; ++i) o[i] += e * keys[j][i];
+          axpy(e, keys[j], o, dim);
         }
         for (int64_t i = 0; i < dim; ++i) o[i] /= sum;
       }

@@ -44,6 +44,8 @@ struct IsaKernels {
                              int64_t rows, int64_t n_begin, int64_t n_end, int64_t depth, float* y,
                              int64_t ldy);
   float (*dot)(const float* a, const float* b, int64_t n);
+  // y[i] += a * x[i] for i < n.
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
   // Independent FMA chains for `iterations` rounds: the peak-FLOP/s probe. Returns a value
   // the caller must consume. FLOPs = iterations * fma_probe_flops_per_iteration.
   float (*fma_probe)(int64_t iterations);

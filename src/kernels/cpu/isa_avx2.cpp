@@ -68,8 +68,9 @@ inline float hsum(Vec v) {
 
 const IsaKernels* avx2_kernels() {
   static const IsaKernels table{
-      "avx2",    avx2::matmul,    avx2::matmul_columns,          avx2::matmul_fixed_order,
-      avx2::dot, avx2::fma_probe, avx2::kProbeFlopsPerIteration, nullptr};
+      "avx2",    avx2::matmul, avx2::matmul_columns, avx2::matmul_fixed_order,
+      avx2::dot, avx2::axpy,   avx2::fma_probe,      avx2::kProbeFlopsPerIteration,
+      nullptr};
   return &table;
 }
 

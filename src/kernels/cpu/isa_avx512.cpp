@@ -145,6 +145,7 @@ const IsaKernels* avx512_kernels() {
       avx512::matmul_columns,
       avx512::matmul_fixed_order,
       avx512::dot,
+      avx512::axpy,
       avx512::fma_probe,
       avx512::kProbeFlopsPerIteration,
       __builtin_cpu_supports("avx512bf16") ? avx512::matmul_bf16 : nullptr};

@@ -57,6 +57,10 @@ float generic_dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+void generic_axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
 float generic_fma_probe(int64_t iterations) {
   float chains[4] = {1.0f, 1.1f, 1.2f, 1.3f};
   for (int64_t i = 0; i < iterations; ++i) {
@@ -68,10 +72,9 @@ float generic_fma_probe(int64_t iterations) {
 }  // namespace
 
 const IsaKernels& generic_kernels() {
-  static const IsaKernels table{"generic",      generic_matmul,    generic_matmul_columns,
+  static const IsaKernels table{"generic",      generic_matmul, generic_matmul_columns,
                                 generic_matmul,  // already one order for every row count
-                                generic_dot,    generic_fma_probe, 8,
-                                nullptr};
+                                generic_dot,    generic_axpy,   generic_fma_probe,      8, nullptr};
   return table;
 }
 
