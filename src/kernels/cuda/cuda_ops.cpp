@@ -64,6 +64,42 @@ class CudaGraph final : public RecordedOps {
   std::shared_ptr<CUstream_st> stream_;
 };
 
+// add_scaled_rows' entries grouped by the row of y they add to, entry order kept within a
+// row (a counting sort), packed for one upload: the distinct rows, where each one's entries
+// start (one more than the rows), then the entries.
+struct EntriesByRow {
+  std::vector<int32_t> packed;
+  int64_t targets = 0;
+  size_t entries_at = 0;
+};
+
+EntriesByRow group_entries_by_row(const std::vector<int32_t>& rows, const Tensor& y) {
+  const int64_t y_rows = rows_of(y);
+  std::vector<int32_t> count(static_cast<size_t>(y_rows), 0);
+  for (int32_t row : rows) {
+    DI_CHECK(row >= 0 && row < y_rows, "add_scaled_rows: row {} outside y {}", row,
+             y.shape_string());
+    ++count[static_cast<size_t>(row)];
+  }
+  EntriesByRow grouped;
+  std::vector<int32_t> starts = {0}, next(static_cast<size_t>(y_rows));
+  for (int32_t row = 0; row < y_rows; ++row) {
+    if (count[static_cast<size_t>(row)] == 0) continue;
+    grouped.packed.push_back(row);
+    next[static_cast<size_t>(row)] = starts.back();
+    starts.push_back(starts.back() + count[static_cast<size_t>(row)]);
+  }
+  grouped.targets = static_cast<int64_t>(grouped.packed.size());
+  grouped.packed.insert(grouped.packed.end(), starts.begin(), starts.end());
+  grouped.entries_at = grouped.packed.size();
+  grouped.packed.resize(grouped.entries_at + rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto at = static_cast<size_t>(next[static_cast<size_t>(rows[i])]++);
+    grouped.packed[grouped.entries_at + at] = static_cast<int32_t>(i);
+  }
+  return grouped;
+}
+
 class CudaOps final : public Ops {
  public:
   CudaOps(int device, MatmulPrecision precision) : device_(device), precision_(precision) {
@@ -345,37 +381,13 @@ class CudaOps final : public Ops {
                        const std::vector<float>& scales, const Tensor& x) override {
     require_device(y, "add_scaled_rows");
     if (rows.empty()) return;
-    // The entries grouped by target row (a counting sort, entry order kept within a row),
-    // packed as targets, starts and entries for one upload.
-    const int64_t y_rows = rows_of(y);
-    std::vector<int32_t> per_row(static_cast<size_t>(y_rows) + 1, 0);
-    for (int32_t row : rows) {
-      DI_CHECK(row >= 0 && row < y_rows, "add_scaled_rows: row {} outside y {}", row,
-               y.shape_string());
-      ++per_row[static_cast<size_t>(row) + 1];
-    }
-    std::vector<int32_t> packed;
-    for (int64_t row = 0; row < y_rows; ++row) {
-      if (per_row[static_cast<size_t>(row) + 1] > 0) packed.push_back(static_cast<int32_t>(row));
-    }
-    const auto targets = static_cast<int64_t>(packed.size());
-    packed.push_back(0);
-    for (int64_t row = 0; row < y_rows; ++row) {
-      per_row[static_cast<size_t>(row) + 1] += per_row[static_cast<size_t>(row)];
-      if (per_row[static_cast<size_t>(row) + 1] > per_row[static_cast<size_t>(row)])
-        packed.push_back(per_row[static_cast<size_t>(row) + 1]);
-    }
-    const size_t entries_at = packed.size();
-    packed.resize(entries_at + rows.size());
-    for (size_t i = 0; i < rows.size(); ++i)
-      packed[entries_at + static_cast<size_t>(per_row[static_cast<size_t>(rows[i])]++)] =
-          static_cast<int32_t>(i);
-    BackendMemory indices = upload(packed);
+    const EntriesByRow grouped = group_entries_by_row(rows, y);
+    BackendMemory indices = upload(grouped.packed);
     BackendMemory factors = upload(scales);
-    const auto* device_indices = static_cast<const int32_t*>(indices.get());
+    const auto* at = static_cast<const int32_t*>(indices.get());
     cuda::add_scaled_rows(y.as<float>(),
-                          {device_indices, device_indices + targets, device_indices + entries_at,
-                           static_cast<const float*>(factors.get()), targets},
+                          {at, at + grouped.targets, at + grouped.entries_at,
+                           static_cast<const float*>(factors.get()), grouped.targets},
                           y.dim(-1), x.as<const float>(), stream());
   }
 

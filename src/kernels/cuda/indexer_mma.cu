@@ -73,19 +73,7 @@ __device__ void tile_partial_scores(const __nv_bfloat16* q, const __nv_bfloat16*
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head0 = (warp % 4) * 16, key0 = (warp / 4) * 32;
   float s[4][4] = {};
-  for (int c = 0; c < dim; c += 16) {
-    uint32_t a[4];
-    load_fragments(a, q + (head0 + lane % 16) * stride + c + (lane / 16) * 8);
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      // Matrices: entries +0..7 at dims c and c + 8, then entries +8..15 at both.
-      uint32_t b[4];
-      const int key = key0 + pair * 16 + lane % 8 + (lane / 16) * 8;
-      load_fragments(b, keys + key * stride + c + ((lane / 8) % 2) * 8);
-      mma_bf16(s[2 * pair], a, b[0], b[1]);
-      mma_bf16(s[2 * pair + 1], a, b[2], b[3]);
-    }
-  }
+  warp_scores(q, keys, stride, dim, head0, key0, s);
   // A lane holds heads g and g + 8 at entries 2t and 2t + 1 of each 8-entry tile; the lanes of
   // one t (lane bits 2..4 are g) add their heads together.
   const int g = lane / 4, t = lane % 4;

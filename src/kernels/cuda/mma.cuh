@@ -68,4 +68,25 @@ __device__ inline void store_bf16x4(__nv_bfloat16* at, float4 v) {
   *reinterpret_cast<uint2*>(at) = packed;
 }
 
+// S = Q K^T for one warp: 16 query rows from row0 against 32 keys from key0, both bf16 in
+// shared memory in rows of `stride` elements, over `dim` (a multiple of 16). s[j] holds keys
+// key0 + 8j .. key0 + 8j + 7 in the accumulator layout (rows g, g + 8; keys 2t, 2t + 1).
+__device__ inline void warp_scores(const __nv_bfloat16* queries, const __nv_bfloat16* keys,
+                                   int stride, int dim, int row0, int key0, float (&s)[4][4]) {
+  const int lane = threadIdx.x % 32;
+  for (int c = 0; c < dim; c += 16) {
+    uint32_t a[4];
+    load_fragments(a, queries + (row0 + lane % 16) * stride + c + (lane / 16) * 8);
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {
+      // Matrices: keys +0..7 at dims c and c + 8, then keys +8..15 at both.
+      uint32_t b[4];
+      const int key = key0 + pair * 16 + lane % 8 + (lane / 16) * 8;
+      load_fragments(b, keys + key * stride + c + ((lane / 8) % 2) * 8);
+      mma_bf16(s[2 * pair], a, b[0], b[1]);
+      mma_bf16(s[2 * pair + 1], a, b[2], b[3]);
+    }
+  }
+}
+
 }  // namespace deepinfer::cuda

@@ -91,19 +91,7 @@ __device__ void tile_scores(const __nv_bfloat16* queries, const __nv_bfloat16* k
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int head0 = (warp % 4) * 16, key0 = (warp / 4) * 32;
   float s[4][4] = {};
-  for (int c = 0; c < dim; c += 16) {
-    uint32_t a[4];
-    load_fragments(a, queries + (head0 + lane % 16) * stride + c + (lane / 16) * 8);
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      // Matrices: keys +0..7 at dims c and c + 8, then keys +8..15 at both.
-      uint32_t b[4];
-      const int key = key0 + pair * 16 + lane % 8 + (lane / 16) * 8;
-      load_fragments(b, keys + key * stride + c + ((lane / 8) % 2) * 8);
-      mma_bf16(s[2 * pair], a, b[0], b[1]);
-      mma_bf16(s[2 * pair + 1], a, b[2], b[3]);
-    }
-  }
+  warp_scores(queries, keys, stride, dim, head0, key0, s);
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
