@@ -305,16 +305,32 @@ uint32_t Engine::retention_seconds(const std::string& retention_class) const {
 }
 
 void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count, Planned* plan) {
-  std::vector<int32_t> drafts;
   Chunk chunk;
   if (plan) {
-    drafts = std::move(plan->drafts);
+    chunk.drafts = std::move(plan->drafts);
     chunk.draft_distributions = std::move(plan->draft_distributions);
+    chunk.drafts_deferred = plan->drafts_deferred;
   }
+  const auto drafts = static_cast<int64_t>(chunk.drafts.size());
   chunk.sequence = &sequence;
   chunk.start = sequence.computed;
-  chunk.count = count + static_cast<int64_t>(drafts.size());
+  chunk.count = count + drafts;
   chunk.epoch = sequence.epoch;
+  chunk.samples = chunk.start + count == sequence.length();
+  chunk.prompt_rows = sequence.wants_prompt_logprobs() && chunk.start < sequence.prompt_size() - 1;
+  chunk.output_position = static_cast<uint64_t>(sequence.outputs());
+  append_rows(work, chunk);
+  sequence.computed += chunk.count;
+  sequence.speculated += drafts;
+  if (chunk.samples) ++sequence.pending;
+  work.chunks.push_back(std::move(chunk));
+}
+
+// The chunk's rows at the end of the batch: its known tokens, placeholders for the one a
+// launched step samples, then its drafts.
+void Engine::append_rows(StepWork& work, Chunk& chunk) {
+  const Sequence& sequence = *chunk.sequence;
+  const int64_t count = chunk.count - static_cast<int64_t>(chunk.drafts.size());
   chunk.first_logit_row = work.batch.logit_rows.size();
   chunk.first_row = work.batch.tokens.size();
   std::vector<int32_t> input(static_cast<size_t>(count));
@@ -323,20 +339,15 @@ void Engine::add_chunk(StepWork& work, Sequence& sequence, int64_t count, Planne
     if (position < static_cast<int64_t>(sequence.tokens.size())) {
       input[static_cast<size_t>(i)] = sequence.tokens[static_cast<size_t>(position)];
     } else {
-      work.placeholders.emplace_back(work.batch.tokens.size() + static_cast<size_t>(i), &sequence);
+      work.placeholders.emplace_back(work.batch.tokens.size() + static_cast<size_t>(i),
+                                     chunk.sequence);
     }
   }
-  chunk.samples = chunk.start + count == sequence.length();
-  chunk.prompt_rows = sequence.wants_prompt_logprobs() && chunk.start < sequence.prompt_size() - 1;
-  input.insert(input.end(), drafts.begin(), drafts.end());
+  input.insert(input.end(), chunk.drafts.begin(), chunk.drafts.end());
   work.batch.add_sequence(input, chunk.start, sequence.blocks, config_.block_size,
-                          chunk.prompt_rows || !drafts.empty(), chunk.samples || chunk.prompt_rows);
+                          chunk.prompt_rows || !chunk.drafts.empty(),
+                          chunk.samples || chunk.prompt_rows);
   chunk.logit_rows = work.batch.logit_rows.size() - chunk.first_logit_row;
-  chunk.output_position = sequence.generated.size() + static_cast<size_t>(sequence.pending);
-  chunk.drafts = std::move(drafts);
-  sequence.computed += chunk.count;
-  if (chunk.samples) ++sequence.pending;
-  work.chunks.push_back(std::move(chunk));
 }
 
 std::unique_ptr<Engine::StepWork> Engine::plan_step() {
@@ -349,15 +360,19 @@ std::unique_ptr<Engine::StepWork> Engine::plan_step() {
   // planned ones keep their positions.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence& sequence = *running_[i];
-    bool last_token_pending = static_cast<int>(sequence.generated.size()) + sequence.pending >=
-                              sequence.request.max_tokens;
+    bool last_token_pending = sequence.outputs() >= sequence.request.max_tokens;
     int64_t count = std::min<int64_t>(budget, sequence.length() - sequence.computed);
     if (last_token_pending || count == 0) {
       ++i;
       continue;
     }
+    // With async scheduling the step in flight commits after this plan: keys its sliding
+    // layers no longer read go back now, or a tight pool could not grow the sequence. Drafts
+    // in flight may be rejected: the next query may sit that much earlier. (A forward ends
+    // before the next one can write to a block freed here.)
+    sequence.blocks.release_out_of_window(cache_, sequence.computed - sequence.speculated);
     if (!ensure_blocks(sequence, sequence.computed + count)) continue;  // it was preempted
-    planned.push_back({&sequence, count, {}, {}});
+    planned.push_back({&sequence, count, {}, {}, false});
     budget -= count;
     ++i;
   }
@@ -505,11 +520,13 @@ sampling::Sample Engine::sample_under(const Sequence& sequence, const structured
 // Appends the tokens `done` sampled, and writes them into the decode rows of `next` that were
 // planned before they were known.
 void Engine::apply_samples(StepWork& done, StepWork* next) {
+  std::vector<std::pair<const Sequence*, int64_t>> rejected;  // drafts `next` assumed accepted
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (!chunk.samples || sequence.finished) continue;
     if (!chunk.drafts.empty()) {
       accept_verified(chunk);
+      rejected.emplace_back(&sequence, chunk.count - chunk.kept);
       continue;
     }
     --sequence.pending;
@@ -521,9 +538,15 @@ void Engine::apply_samples(StepWork& done, StepWork* next) {
     sequence.history.add_output(chunk.sample.token);
   }
   if (!next) return;
+  if (settle_speculation(*next, rejected)) {
+    next->batch = ForwardBatch{};
+    next->placeholders.clear();
+    for (Chunk& chunk : next->chunks) append_rows(*next, chunk);
+  }
   for (auto [row, sequence] : next->placeholders) {
     auto position = static_cast<size_t>(next->batch.positions[row]);
-    next->batch.tokens[row] = sequence->tokens[position];
+    // A sequence that ended in `done` may have stopped short of the row: it is not read.
+    next->batch.tokens[row] = position < sequence->tokens.size() ? sequence->tokens[position] : 0;
   }
 }
 

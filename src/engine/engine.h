@@ -143,6 +143,11 @@ class Engine {
   std::unique_ptr<StepWork> plan_step();
   struct Planned;
   void add_chunk(StepWork& work, Sequence& sequence, int64_t count, Planned* plan = nullptr);
+  void append_rows(StepWork& work, Chunk& chunk);
+  // Async scheduling: moves `next`'s chunks back by the drafts the step before rejected
+  // (`rejected`: per sequence) and chooses their deferred drafts. True when rows changed.
+  bool settle_speculation(StepWork& next,
+                          const std::vector<std::pair<const Sequence*, int64_t>>& rejected);
   // How many draft tokens a decoding sequence could verify this step (0: it does not
   // speculate now).
   int64_t draft_limit(const Sequence& sequence, int64_t budget) const;

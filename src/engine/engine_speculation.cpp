@@ -8,18 +8,20 @@
 namespace deepinfer {
 
 // Every decoding request may speculate (its output follows the model's distribution either
-// way, see verify_drafts). Drafts stop short of max_tokens and the context length.
+// way, see verify_drafts). Drafts stop short of max_tokens and the context length. With async
+// scheduling a decode's last token is usually still in flight when its next step is planned:
+// n-gram drafts are then chosen when it arrives (settle_speculation); a draft model would need
+// it now, and its forward cannot share the backend with the launched step.
 int64_t Engine::draft_limit(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
-  const GenerationRequest& request = sequence.request;
-  if (!speculative.enabled() || runner_ || sequence.pending > 0 ||
+  if (!speculative.enabled() || (drafter_ && runner_)) return 0;
+  if (sequence.pending == 0 &&
       sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
     return 0;
   return std::max<int64_t>(
-      0,
-      std::min<int64_t>({speculative.num_speculative_tokens, budget,
-                         request.max_tokens - static_cast<int64_t>(sequence.generated.size()) - 1,
-                         model_.config().max_position_embeddings - sequence.length()}));
+      0, std::min<int64_t>({speculative.num_speculative_tokens, budget,
+                            sequence.request.max_tokens - sequence.outputs() - 1,
+                            model_.config().max_position_embeddings - sequence.length()}));
 }
 
 void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
@@ -33,6 +35,9 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
     const Sequence& sequence = *plan.sequence;
     if (plan.count == 1 || sequence.computed + plan.count == sequence.length()) ++rows;
     const int64_t limit = plan.count == 1 ? draft_limit(sequence, budget) : 0;
+    // A deferred draft's count comes from a lookup over the tokens known now: the one in
+    // flight rarely changes whether the context repeats.
+    plan.drafts_deferred = !drafter_ && sequence.pending > 0;
     if (!drafter_ && limit > 0)
       plan.drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
                                  speculative.prompt_lookup_max, limit);
@@ -58,6 +63,7 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
         !plan.sequence->blocks.try_reserve(cache_, plan.sequence->computed + 1 + count)) {
       plan.drafts.clear();
       plan.draft_distributions.clear();
+      plan.drafts_deferred = false;
       continue;
     }
     plan.drafts.resize(static_cast<size_t>(count));
@@ -188,13 +194,16 @@ sampling::Sample Engine::sample_against(const Sequence& sequence,
 void Engine::accept_verified(Chunk& chunk) {
   Sequence& sequence = *chunk.sequence;
   --sequence.pending;
+  sequence.speculated -= static_cast<int64_t>(chunk.drafts.size());
   chunk.kept = static_cast<int64_t>(chunk.verified.size());
   // Each draft up to the first rejected one is one observation of the acceptance chance.
   const auto accepted = static_cast<double>(chunk.kept - 1);
   const double observed = std::min(accepted + 1, static_cast<double>(chunk.drafts.size()));
   const double weight = 0.1 * observed;
   sequence.acceptance += weight * (accepted / observed - sequence.acceptance) / (1 + weight);
-  sequence.computed = chunk.start + chunk.kept;
+  // A step planned since (async scheduling) counted every draft: settle_speculation moves it.
+  // A preempted sequence starts over and keeps its count.
+  if (chunk.epoch == sequence.epoch) sequence.computed -= chunk.count - chunk.kept;
   for (size_t i = 0; i < chunk.verified.size(); ++i) {
     const int32_t token = chunk.verified[i].token;
     // As for one sampled token: one the mask allowed always fits; one that does not ends it.
@@ -207,6 +216,37 @@ void Engine::accept_verified(Chunk& chunk) {
       break;
     }
   }
+}
+
+bool Engine::settle_speculation(StepWork& next,
+                                const std::vector<std::pair<const Sequence*, int64_t>>& rejected) {
+  const SpeculativeConfig& speculative = config_.speculative;
+  bool changed = false;
+  for (Chunk& chunk : next.chunks) {
+    Sequence& sequence = *chunk.sequence;
+    for (const auto& [owner, count] : rejected) {
+      if (owner != &sequence || count == 0) continue;
+      chunk.start -= count;
+      chunk.output_position -= static_cast<uint64_t>(count);
+      changed = true;
+    }
+    if (!chunk.drafts_deferred) continue;
+    chunk.drafts_deferred = false;
+    const auto planned = static_cast<int64_t>(chunk.drafts.size());
+    // The row's own token is the sequence's last one now, unless the completion ended.
+    const bool goes_on = chunk.start + 1 == static_cast<int64_t>(sequence.tokens.size());
+    std::vector<int32_t> drafts;
+    if (goes_on)
+      drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
+                            speculative.prompt_lookup_max, planned);
+    const int64_t unused = planned - static_cast<int64_t>(drafts.size());
+    changed = true;
+    chunk.drafts = std::move(drafts);
+    chunk.count -= unused;
+    sequence.computed -= unused;
+    sequence.speculated -= unused;
+  }
+  return changed;
 }
 
 // What the step computed for each sequence still running: a speculating chunk's verified

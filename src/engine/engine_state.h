@@ -28,6 +28,9 @@ struct Engine::Sequence {
   // Tokens that launched steps sample for this sequence and that are not in `tokens` yet (two
   // when step N+1 was planned before step N's token arrived).
   int pending = 0;
+  // Drafts a launched step verifies, counted as accepted until its verdict arrives: step N+1
+  // is planned on that assumption and moved back by the drafts rejected (apply_samples).
+  int64_t speculated = 0;
   // Bumped by preemption: a launched step of an older epoch no longer owns the blocks.
   uint64_t epoch = 0;
   SequenceKv blocks;
@@ -45,7 +48,9 @@ struct Engine::Sequence {
   std::chrono::steady_clock::time_point submitted, last_token;
 
   int64_t prompt_size() const { return static_cast<int64_t>(request.prompt.size()); }
-  int64_t length() const { return static_cast<int64_t>(tokens.size()) + pending; }
+  int64_t length() const { return static_cast<int64_t>(tokens.size()) + pending + speculated; }
+  // Output tokens so far, counting those of launched steps as length() does.
+  int64_t outputs() const { return static_cast<int64_t>(generated.size()) + pending + speculated; }
   bool wants_prompt_logprobs() const {
     return request.sampling.prompt_logprobs >= 0 && index == 0 &&
            static_cast<int64_t>(prompt_logprobs.size()) < prompt_size() - 1;
@@ -70,6 +75,9 @@ struct Engine::Chunk {
   // model's own tokens for them up to the first that differs (see verify_drafts), and how
   // many positions' KV that leaves valid.
   std::vector<int32_t> drafts;
+  // n-gram drafts to choose once the sequence's last token arrives (async scheduling plans this
+  // step before it): `drafts` holds their number until then.
+  bool drafts_deferred = false;
   // The distribution each draft was drawn from, for sampled requests with a draft model;
   // empty: each draft is one token for sure.
   std::vector<std::vector<float>> draft_distributions;
@@ -90,6 +98,7 @@ struct Engine::Planned {
   int64_t count = 0;
   std::vector<int32_t> drafts;
   std::vector<std::vector<float>> draft_distributions;
+  bool drafts_deferred = false;
 };
 
 }  // namespace deepinfer

@@ -84,6 +84,13 @@ TEST_P(Speculative, OutputIsTheSameAsWithoutIt) {
   EXPECT_GT(fast.stats.draft_tokens, 0);
   EXPECT_LE(fast.stats.accepted_draft_tokens, fast.stats.draft_tokens);
   EXPECT_EQ(fast.stats.generated_tokens, plain.stats.generated_tokens);
+  // Async scheduling plans each step before the one in flight is verified, as if all its
+  // drafts were accepted, and chooses its drafts when that step's tokens arrive.
+  EngineConfig overlapped = speculating(config);
+  overlapped.async_scheduling = true;
+  Served async = serve(*model, overlapped, requests);
+  expect_same(plain, async);
+  EXPECT_GT(async.stats.draft_tokens, 0);
 
   // A pool that holds the longest request and little more: sequences are preempted.
   for (config.num_blocks = 4;; config.num_blocks += 2) {
@@ -97,11 +104,19 @@ TEST_P(Speculative, OutputIsTheSameAsWithoutIt) {
   config.num_blocks += 2;
   Served tight = serve(*model, speculating(config, 3), requests);
   expect_same(plain, tight);
+  EngineConfig plain_async = config;  // a sliding window's blocks go back before the commit
+  plain_async.async_scheduling = true;
+  expect_same(plain, serve(*model, plain_async, requests));
+  EngineConfig tight_async = speculating(config, 3);
+  tight_async.async_scheduling = true;
+  Served tight_overlapped = serve(*model, tight_async, requests);
+  expect_same(plain, tight_overlapped);
   EngineConfig adaptive = speculating(config);
   adaptive.speculative.verification = "adaptive";
   expect_same(plain, serve(*model, adaptive, requests));
   if (model->kv_shape(4).block_size == 4) {
     EXPECT_GT(tight.stats.preemptions, 0);
+    EXPECT_GT(tight_overlapped.stats.preemptions, 0);
   }
 }
 
@@ -124,6 +139,11 @@ TEST(SpeculativeEngine, ATrainedModelAcceptsDraftsAndTakesFewerSteps) {
   expect_same(plain, fast);
   EXPECT_GT(fast.stats.accepted_draft_tokens, fast.stats.draft_tokens / 2);
   EXPECT_LT(2 * fast.stats.steps, plain.stats.steps);
+  config.async_scheduling = true;
+  Served async = serve(*model, speculating(config), {request});
+  expect_same(plain, async);
+  EXPECT_GT(async.stats.accepted_draft_tokens, async.stats.draft_tokens / 2);
+  EXPECT_LT(2 * async.stats.steps, plain.stats.steps);
 }
 
 // JSON-constrained requests speculate too: a draft the grammar forbids is never drawn, and the
