@@ -690,13 +690,18 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEven
     auto wait_start = std::chrono::steady_clock::now();
     runner_->wait();
     forward_seconds += seconds_between(wait_start, std::chrono::steady_clock::now());
+    step_costs_.observe(done->batch.num_tokens(), done->seconds);
     apply_samples(*done, next.get());
   }
   // Sequences retired before `next` was planned are in no step still running after this.
   std::vector<std::unique_ptr<Sequence>> released = std::move(retired_);
   if (next && runner_) {
     in_flight_ = std::move(next);
-    runner_->start([this, work = in_flight_.get()] { execute(*work); });
+    runner_->start([this, work = in_flight_.get()] {
+      const auto start = std::chrono::steady_clock::now();
+      execute(*work);
+      work->seconds = seconds_between(start, std::chrono::steady_clock::now());
+    });
   } else if (next) {
     auto forward_start = std::chrono::steady_clock::now();
     execute(*next);

@@ -90,6 +90,8 @@ struct Engine::StepWork {
   std::vector<Chunk> chunks;
   // Decode inputs that the step before samples: batch row and sequence.
   std::vector<std::pair<size_t, Sequence*>> placeholders;
+  // How long its forward and sampling took on the runner thread (async scheduling).
+  double seconds = 0.0;
 };
 
 // A decode planned for this step, and the drafts it verifies.
