@@ -18,6 +18,7 @@ struct RequestLimits {
   static constexpr size_t kLogitBias = 1024;        // entries of "logit_bias"
   static constexpr size_t kTools = 256;             // tools one request offers
   static constexpr size_t kToolsBytes = 1 << 20;    // the tools' JSON, all of them
+  static constexpr size_t kChoices = 4096;          // entries of a choice constraint
   static constexpr int kCompletions = sampling::kMaxCompletions;  // "n"
   static constexpr int kTopLogprobs = sampling::kMaxTopLogprobs;  // "top_logprobs", "logprobs"
 };

@@ -311,6 +311,7 @@ GenerationParams parse_generation_params(const Json& body, bool chat) {
   }
   (void)string_field(body, "user", "");  // accepted for the client's records, never used
   read_response_format(body, params);
+  read_structured_output(body, params);
   try {
     sampling::validate(p, std::numeric_limits<int32_t>::max());
   } catch (const std::exception& error) {

@@ -51,10 +51,21 @@ std::string string_field(const Json& object, const char* key, const std::string&
 // The boolean member `key` of `object` (`fallback` when absent or null); any other type is a
 // 400 naming it.
 bool bool_field(const Json& object, const char* key, bool fallback);
+// structured_outputs and guided_* into params.structured; 400 for a kind not supported.
+struct GenerationParams;
+void read_structured_output(const Json& body, GenerationParams& params);
 // A tools array within RequestLimits, else a 400.
 void check_tools(const Json& tools);
 // An array of token ids (each in [0, 2^31)), else a 400 naming `field`.
 std::vector<int32_t> read_token_ids(const Json& value, const std::string& field);
+
+// A constraint on the output beyond json_object (vLLM's structured_outputs and guided_*
+// fields): at most one of them is set.
+struct StructuredOutput {
+  std::string regex;                // the whole output matches it
+  std::vector<std::string> choice;  // the whole output is one of them
+  bool any() const { return !regex.empty() || !choice.empty(); }
+};
 
 // What chat and text completions share.
 struct GenerationParams {
@@ -68,6 +79,7 @@ struct GenerationParams {
   bool include_usage = false;  // stream_options.include_usage
   int priority = 0;
   bool json_output = false;  // response_format json_object
+  StructuredOutput structured;
   // Requests share cached prefixes only with the same salt (vLLM's cache_salt).
   std::string cache_salt;
   // The retention class of the request's cached blocks on disk (empty: the server's default).

@@ -20,6 +20,7 @@
 #include "protocol/openai.h"
 #include "protocol/prompt.h"
 #include "protocol/responses.h"
+#include "structured/regex.h"
 
 namespace deepinfer::server {
 
@@ -29,6 +30,8 @@ using protocol::Json;
 namespace {
 
 constexpr const char* kJson = "application/json";
+// Regex and choice constraints compiled for recent requests (agents resend the same ones).
+constexpr size_t kCompiledConstraints = 64;
 
 void send_json(const std::shared_ptr<ResponseWriter>& writer, int status, const Json& body) {
   writer->send(status, kJson, json_text(body));
@@ -117,16 +120,43 @@ ApiServer::~ApiServer() {
 }
 
 // Built on first use: the byte table of a 150k vocabulary takes a fraction of a second.
-std::shared_ptr<const structured::Constraint> ApiServer::json_object_constraint() {
-  std::call_once(json_once_, [this] {
+std::shared_ptr<const structured::TokenTable> ApiServer::token_table() {
+  std::call_once(table_once_, [this] {
     std::vector<int32_t> control;
     for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
       if (tokenizer_->is_special(id)) control.push_back(id);
-    auto table = std::make_shared<structured::TokenTable>(tokenizer_->token_bytes(),
-                                                          model_.config().eos_token_ids, control);
-    json_object_ = structured::json_object_constraint(std::move(table));
+    token_table_ = std::make_shared<structured::TokenTable>(tokenizer_->token_bytes(),
+                                                            model_.config().eos_token_ids, control);
+    json_object_ = structured::json_object_constraint(token_table_);
   });
-  return json_object_;
+  return token_table_;
+}
+
+std::shared_ptr<const structured::Constraint> ApiServer::output_constraint(
+    const protocol::GenerationParams& params) {
+  if (params.json_output) {
+    token_table();
+    return json_object_;
+  }
+  const protocol::StructuredOutput& wanted = params.structured;
+  if (!wanted.any()) return nullptr;
+  std::string key = wanted.regex.empty() ? "choice" : "regex:" + wanted.regex;
+  for (const std::string& choice : wanted.choice) key += '\0' + choice;
+  {
+    std::lock_guard lock(compiled_mutex_);
+    if (auto found = compiled_.find(key); found != compiled_.end()) return found->second;
+  }
+  std::shared_ptr<const structured::Constraint> made;
+  try {
+    made = wanted.regex.empty() ? structured::choice_constraint(token_table(), wanted.choice)
+                                : structured::regex_constraint(token_table(), wanted.regex);
+  } catch (const structured::GrammarError& error) {
+    throw ApiError(400, error.what(), "structured_outputs");
+  }
+  std::lock_guard lock(compiled_mutex_);
+  if (compiled_.size() >= kCompiledConstraints) compiled_.clear();
+  compiled_.emplace(std::move(key), made);
+  return made;
 }
 
 bool ApiServer::authorized(const HttpRequest& request) const {
@@ -304,8 +334,8 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
   std::vector<int32_t> ids = std::move(prompt.encoded.ids);
   int max_tokens =
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
-  if (job->params.json_output) {
-    job->constraint = json_object_constraint();
+  job->constraint = output_constraint(job->params);
+  if (job->constraint) {
     auto start = tokenizer_->token_to_id(prompt.syntax.reasoning_start);
     auto end = tokenizer_->token_to_id(prompt.syntax.reasoning_end);
     if (start && end) {
@@ -355,7 +385,7 @@ void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
   if (shutdown_deadline_passed_) throw ApiError(503, "the server is shutting down");
-  if (job->params.json_output && !job->constraint) job->constraint = json_object_constraint();
+  if (!job->constraint) job->constraint = output_constraint(job->params);
   request.constraint = job->constraint;
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
   protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),

@@ -68,7 +68,11 @@ class ApiServer {
   struct Job;
   std::shared_ptr<Job> new_job(const std::shared_ptr<ResponseWriter>& writer,
                                protocol::ApiFormat api, const protocol::GenerationParams& params);
-  std::shared_ptr<const structured::Constraint> json_object_constraint();
+  std::shared_ptr<const structured::TokenTable> token_table();
+  // The request's output constraint (json_object, regex or choice), null when it has none; a
+  // pattern the engine refuses is a 400. Compiled constraints are kept for repeated requests.
+  std::shared_ptr<const structured::Constraint> output_constraint(
+      const protocol::GenerationParams& params);
   void start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat);
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
@@ -80,8 +84,11 @@ class ApiServer {
   ServeOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<protocol::ChatEncoder> chat_encoder_;
-  std::once_flag json_once_;
+  std::once_flag table_once_;
+  std::shared_ptr<const structured::TokenTable> token_table_;
   std::shared_ptr<const structured::Constraint> json_object_;  // response_format json_object
+  std::mutex compiled_mutex_;
+  std::map<std::string, std::shared_ptr<const structured::Constraint>> compiled_;
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<boost::asio::thread_pool> request_workers_;
   std::atomic<int64_t> queued_requests_{0};  // waiting for or on a request thread

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace deepinfer::structured {
@@ -67,6 +68,14 @@ class Constraint {
 // One JSON object (RFC 8259 syntax), optionally surrounded by whitespace, then an end token.
 // Runs of whitespace are capped so that a model cannot pad forever.
 std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table);
+
+// The whole output matches `pattern` (see regex.h for the syntax), then an end token. Throws
+// GrammarError for a pattern it refuses.
+std::shared_ptr<const Constraint> regex_constraint(std::shared_ptr<const TokenTable> table,
+                                                   std::string_view pattern);
+// The whole output is exactly one of `choices`, then an end token.
+std::shared_ptr<const Constraint> choice_constraint(std::shared_ptr<const TokenTable> table,
+                                                    const std::vector<std::string>& choices);
 
 // `inner` after the model's reasoning: a prompt that opened the reasoning, or a first token
 // `reasoning_start`, leaves the output free until the token `reasoning_end`; any other first

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <boost/asio.hpp>
+#include <regex>
 #include <thread>
 
 #include "server/server_fixture.h"
@@ -173,6 +174,64 @@ TEST_F(ServerTest, JsonObjectOutputAlwaysParses) {
                                "tool_choice": "required"})");
   EXPECT_EQ(tool_choice.status, 400);
   EXPECT_EQ(tool_choice.json()["error"]["param"], "tool_choice");
+}
+
+// vLLM's structured_outputs (and guided_*) regex and choice: every finished output matches,
+// streamed or not; kinds not built yet and patterns the engine refuses are 400s naming them.
+TEST_F(ServerTest, RegexAndChoiceOutputsMatch) {
+  const std::regex pattern("[a-z]{3}-\\d{2,4}( [A-Z]{1,3})?");
+  int finished = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    for (bool stream : {false, true}) {
+      std::string body = fmt::format(
+          R"({{"prompt": "def", "max_tokens": 40, "temperature": 1.0, "seed": {}, "stream": {},
+              "structured_outputs": {{"regex": "[a-z]{{3}}-\\d{{2,4}}( [A-Z]{{1,3}})?"}}}})",
+          seed, stream);
+      Reply reply = call(port(), "POST", "/v1/completions", body);
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      std::string text, finish;
+      if (stream) {
+        bool done = false;
+        for (const Json& chunk : sse_payloads(reply.body, done)) {
+          if (chunk["choices"].empty()) continue;
+          text += chunk["choices"][0]["text"].get<std::string>();
+          if (chunk["choices"][0]["finish_reason"].is_string())
+            finish = chunk["choices"][0]["finish_reason"];
+        }
+      } else {
+        text = reply.json()["choices"][0]["text"];
+        finish = reply.json()["choices"][0]["finish_reason"];
+      }
+      if (finish != "stop") continue;
+      ++finished;
+      EXPECT_TRUE(std::regex_match(text, pattern)) << text;
+    }
+  }
+  EXPECT_GE(finished, 3);
+  for (int seed = 1; seed <= 3; ++seed) {
+    Reply chat = call(port(), "POST", "/v1/chat/completions",
+                      fmt::format(R"({{"messages": [{{"role": "user", "content": "Well?"}}],
+                                      "guided_choice": ["yes", "no", "not sure"], "seed": {},
+                                      "temperature": 1.0}})",
+                                  seed));
+    ASSERT_EQ(chat.status, 200) << chat.body;
+    const std::string content = chat.json()["choices"][0]["message"]["content"];
+    EXPECT_TRUE(content == "yes" || content == "no" || content == "not sure") << content;
+  }
+  auto refused = [&](const std::string& fields) {
+    Reply reply = call(port(), "POST", "/v1/completions",
+                       R"({"prompt": "def", "max_tokens": 4, )" + fields + "}");
+    EXPECT_EQ(reply.status, 400) << fields;
+    return reply.json()["error"];
+  };
+  EXPECT_EQ(refused(R"("structured_outputs": {"json": {"type": "object"}})")["param"],
+            "structured_outputs");
+  EXPECT_NE(
+      refused(R"x("guided_regex": "a(?=b)")x")["message"].get<std::string>().find("look-around"),
+      std::string::npos);
+  EXPECT_EQ(refused(R"("guided_choice": [])")["param"], "guided_choice");
+  EXPECT_EQ(refused(R"("guided_regex": "a", "guided_choice": ["a"])")["param"], "guided_choice");
+  EXPECT_EQ(refused(R"("guided_grammar": "root ::= \"a\"")")["param"], "guided_grammar");
 }
 
 TEST_F(ServerTest, AClientThatGoesAwayFreesItsBlocks) {
