@@ -9,7 +9,7 @@
 #                                      # holds gpu-bundle/
 #
 # STAGES (comma-separated, default check,kernels,model): check = op parity + fixture tests on
-# the GPU; kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
+# the GPU (CHECK_EXCLUDE: more gtest patterns to leave out, colon-separated); kernels = kernel benchmarks (cuda_bench); model = a Llama-3.1-8B-shaped random bf16
 # checkpoint: 8k-token prefill and batch-1 decode (deepinfer bench); decode = only its batch-1
 # and batch-64 decode steps after a 512-token prompt (LABEL prefixes the lines: quick A/B
 # runs); engine = 64 and 256 concurrent requests of 1000 + 1000 tokens (deepinfer
@@ -19,7 +19,7 @@
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
 # (scripts/step-profile.py); v4profile and v4prompt = the same for the V4 checkpoint's decode
-# step and 8,192-token prompt; detail = Nsight Compute's sections for one layer's products and
+# step and 8,192-token prompt; v4prefill = only that prompt's speed; detail = Nsight Compute's sections for one layer's products and
 # attention. ENGINE_CONCURRENCY, PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer
 # stages; ENGINE_ASYNC adds a run with --async-scheduling at that concurrency. BUNDLE names
 # another bundle folder (gpu-bundle by default); OUT names the folder for logs (/tmp by
@@ -58,7 +58,7 @@ unpack() {
 stage_check() {
   local out=$1
   DEEPINFER_FIXTURES="$PWD/tests/fixtures" "$BUNDLE/bin/cuda_kernels_test" \
-    --gtest_filter='-*demo_code_target*' 2>&1 | tee "$out/parity.txt" | grep -vE "^\[ +(RUN|OK) " | tail -40
+    --gtest_filter="-*demo_code_target*${CHECK_EXCLUDE:+:$CHECK_EXCLUDE}" 2>&1 | tee "$out/parity.txt" | grep -vE "^\[ +(RUN|OK) " | tail -40
 }
 
 make_8b() {
@@ -173,6 +173,14 @@ run() {
     "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 512 \
       --decode-tokens 16 --decode-batches 1,64 --decode-batch-context 65536 2>&1 |
       sed "s/^/v4 64k: /" | tee -a "$out/v4.txt"
+  fi
+  # v4prefill: only the same checkpoint's 8,192-token prompt (LABEL prefixes the lines: quick
+  # A/B runs of two bundles).
+  if [[ $stages == *v4prefill* ]]; then
+    make_v4
+    "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 8192 \
+      --decode-tokens 1 2>&1 | grep -E "prompt|prefill" | sed "s/^/${LABEL:-}v4 8k: /" |
+      tee -a "$out/v4.txt"
   fi
   if [[ $stages == *v4profile* ]]; then
     make_v4
