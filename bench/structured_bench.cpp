@@ -1,5 +1,7 @@
-// Cost of one json_object token mask over a real vocabulary (Qwen3's 151k tokens), per
-// grammar state: the mask is computed on the sampling path of every constrained decode step.
+// Cost of one token mask over a real vocabulary (Qwen3's 151k tokens), per grammar state: the
+// mask is applied on the sampling path of every constrained decode step. json_object walks the
+// vocabulary every time; a regex's automaton state keeps its mask, so only the first visit of a
+// state walks it (RegexFirstVisit) and every later one applies it (RegexMask).
 #include <benchmark/benchmark.h>
 
 #include "structured/structured.h"
@@ -10,6 +12,7 @@ namespace {
 
 struct Vocabulary {
   std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const structured::TokenTable> table;
   std::shared_ptr<const structured::Constraint> constraint;
 };
 
@@ -20,10 +23,10 @@ const Vocabulary& qwen3() {
     std::vector<int32_t> control;
     for (int32_t id = 0; id < v.tokenizer->vocab_size(); ++id)
       if (v.tokenizer->is_special(id)) control.push_back(id);
-    auto table = std::make_shared<structured::TokenTable>(
+    v.table = std::make_shared<structured::TokenTable>(
         v.tokenizer->token_bytes(), std::vector<int32_t>{*v.tokenizer->token_to_id("<|im_end|>")},
         control);
-    v.constraint = structured::json_object_constraint(table);
+    v.constraint = structured::json_object_constraint(v.table);
     return v;
   }();
   return vocabulary;
@@ -50,6 +53,51 @@ BENCHMARK_CAPTURE(BM_JsonMask, in_string_value, R"({"name": "a)")
 BENCHMARK_CAPTURE(BM_JsonMask, after_value, R"({"a": [1, 2)")
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+constexpr const char* kDatePattern =
+    "(19|20)\\d{2}-(0[1-9]|1[0-2])-\\d{2}T[0-2]\\d:[0-5]\\d( [A-Za-z ]{1,20})?";
+
+// The mask of a state seen before: the cached bits applied to the logits.
+void BM_RegexMask(benchmark::State& state, const char* prefix) {
+  const Vocabulary& v = qwen3();
+  auto matcher = structured::regex_constraint(v.table, kDatePattern)->start();
+  for (int32_t id : v.tokenizer->encode(prefix, EncodeMode::kPlain))
+    if (!matcher->accept(id)) state.SkipWithError("prefix does not match");
+  std::vector<float> logits(static_cast<size_t>(v.tokenizer->vocab_size()));
+  matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
+  for (auto _ : state) {
+    matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
+    benchmark::DoNotOptimize(logits.data());
+  }
+}
+
+// A state's first mask: the walk of the sorted vocabulary that the cache then keeps (a fresh
+// constraint each time, compiled outside the timing).
+void BM_RegexFirstVisit(benchmark::State& state) {
+  const Vocabulary& v = qwen3();
+  std::vector<float> logits(static_cast<size_t>(v.tokenizer->vocab_size()));
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto matcher = structured::regex_constraint(v.table, kDatePattern)->start();
+    state.ResumeTiming();
+    matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
+    benchmark::DoNotOptimize(logits.data());
+  }
+}
+
+// Parsing the pattern and building its automaton (per request unless cached by the server).
+void BM_RegexCompile(benchmark::State& state) {
+  const Vocabulary& v = qwen3();
+  for (auto _ : state)
+    benchmark::DoNotOptimize(structured::regex_constraint(v.table, kDatePattern));
+}
+
+BENCHMARK_CAPTURE(BM_RegexMask, start, "")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_RegexMask, in_text, "2024-05-06T12:30 Lun")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_RegexFirstVisit)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_RegexCompile)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace deepinfer

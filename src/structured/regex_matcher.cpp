@@ -1,7 +1,8 @@
 // Regex and choice constraints: the ByteDfa's state is all a matcher holds, so the set of
 // tokens allowed in a state is worked out once (a walk of the sorted vocabulary) and every
 // later step in that state only applies it.
-#include <atomic>
+#include <array>
+#include <cstring>
 #include <limits>
 #include <map>
 
@@ -64,6 +65,23 @@ struct RegexProgram {
   MaskCache masks;
 };
 
+// Four logits kept or banned by four bits, as bit masks (the compiler makes it one vector
+// and/andnot/or).
+inline void keep_four(float* logits, unsigned bits) {
+  static const auto kLanes = [] {
+    std::array<std::array<uint32_t, 4>, 16> lanes{};
+    for (unsigned n = 0; n < 16; ++n)
+      for (unsigned k = 0; k < 4; ++k) lanes[n][k] = (n >> k & 1) ? ~0u : 0u;
+    return lanes;
+  }();
+  constexpr uint32_t kBannedBits = 0xFF800000u;  // -infinity
+  uint32_t values[4];
+  std::memcpy(values, logits, sizeof(values));
+  const std::array<uint32_t, 4>& keep = kLanes[bits];
+  for (unsigned k = 0; k < 4; ++k) values[k] = (values[k] & keep[k]) | (~keep[k] & kBannedBits);
+  std::memcpy(logits, values, sizeof(values));
+}
+
 class RegexMatcher final : public Matcher {
  public:
   explicit RegexMatcher(std::shared_ptr<const RegexProgram> program)
@@ -73,12 +91,19 @@ class RegexMatcher final : public Matcher {
 
   void mask_logits(float* logits, int32_t vocab_size) const override {
     const std::vector<uint64_t>& allowed = program_->masks.allowed(state_);
-    const auto known = std::min<int32_t>(vocab_size, program_->table->size());
-    for (int32_t id = 0; id < known; ++id)
-      if (!(allowed[static_cast<size_t>(id) / 64] >> (id % 64) & 1))
-        logits[id] = -std::numeric_limits<float>::infinity();
-    for (int32_t id = known; id < vocab_size; ++id)
-      logits[id] = -std::numeric_limits<float>::infinity();
+    const auto known = static_cast<size_t>(std::min<int32_t>(vocab_size, program_->table->size()));
+    constexpr float kBanned = -std::numeric_limits<float>::infinity();
+    // Word by word: whole words allowed or banned are common; the rest select without branches.
+    for (size_t word = 0; word * 64 < known; ++word) {
+      const uint64_t bits = allowed[word];
+      if (bits == ~uint64_t{0}) continue;
+      float* row = logits + word * 64;
+      const size_t count = std::min<size_t>(64, known - word * 64);
+      size_t b = 0;
+      for (; b + 4 <= count; b += 4) keep_four(row + b, static_cast<unsigned>(bits >> b & 15));
+      for (; b < count; ++b) row[b] = (bits >> b & 1) ? row[b] : kBanned;
+    }
+    for (auto id = static_cast<int32_t>(known); id < vocab_size; ++id) logits[id] = kBanned;
   }
 
   bool accept(int32_t token) override {
