@@ -14,7 +14,10 @@
 #include "engine/engine.h"
 #include "protocol/chat_encoder.h"
 #include "protocol/completion_text.h"
+#include "protocol/openai.h"
 #include "protocol/prompt.h"
+#include "structured/regex.h"
+#include "structured/structured.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -26,7 +29,31 @@ using Json = nlohmann::ordered_json;
 struct OfflineRequest {
   GenerationRequest request;
   std::vector<std::string> stop_strings;
+  // Its output constraint, as the server reads it (response_format json_object,
+  // structured_outputs, guided_*), and the reasoning tags of a chat prompt.
+  protocol::GenerationParams constraint;
+  protocol::OutputSyntax syntax;
 };
+
+// response_format and the structured-output fields, checked as the server checks them.
+void read_constraint(const Json& line, int n, protocol::GenerationParams& params) {
+  try {
+    if (auto format = line.find("response_format"); format != line.end() && !format->is_null()) {
+      const std::string type = format->is_object() ? format->value("type", "") : "";
+      if (type == "json_object") {
+        params.json_output = true;
+      } else if (type != "text") {
+        fail(
+            "--input line {}: response_format '{}' is not supported: 'text' and 'json_object' "
+            "are",
+            n, type);
+      }
+    }
+    protocol::read_structured_output(line, params);
+  } catch (const protocol::ApiError& error) {
+    fail("--input line {}: {}", n, error.what());
+  }
+}
 
 template <typename T>
 void read_field(const Json& line, const char* key, T& target, int line_number) {
@@ -99,13 +126,16 @@ OfflineRequest parse_line(const std::string& text, int n, const Tokenizer* token
       if (line.contains("chat_template_kwargs"))
         chat_request.variables = line["chat_template_kwargs"];
       try {
-        r.prompt = chat->encode(chat_request).encoded.ids;
+        protocol::ChatPrompt encoded = chat->encode(chat_request);
+        r.prompt = std::move(encoded.encoded.ids);
+        out.syntax = std::move(encoded.syntax);
       } catch (const std::exception& error) {
         fail("--input line {}: {}", n, error.what());
       }
     }
   }
   r.sampling = read_sampling(line, n);
+  read_constraint(line, n, out.constraint);
   read_field(line, "max_tokens", r.max_tokens, n);
   read_field(line, "min_tokens", r.min_tokens, n);
   read_field(line, "ignore_eos", r.ignore_eos, n);
@@ -154,6 +184,50 @@ TextTools load_text_tools(const std::string& model_dir) {
   tools.chat = std::make_unique<protocol::ChatEncoder>(model_dir, *tools.tokenizer,
                                                        protocol::PromptFormat::kAuto);
   return tools;
+}
+
+// Each constrained request's constraint, compiled once per distinct one; a reasoning chat
+// model's constraint starts after its reasoning, as on the server.
+void attach_constraints(std::vector<OfflineRequest>& requests, const TextTools& tools,
+                        const std::vector<int32_t>& eos_tokens) {
+  std::shared_ptr<const structured::TokenTable> table;
+  std::shared_ptr<const structured::Constraint> json_object;
+  std::map<std::string, std::shared_ptr<const structured::Constraint>> compiled;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    OfflineRequest& offline = requests[i];
+    const protocol::GenerationParams& wanted = offline.constraint;
+    if (!wanted.json_output && !wanted.structured.any()) continue;
+    if (!tools.tokenizer) fail("--input: constrained output needs the model's tokenizer.json");
+    if (!table) {
+      std::vector<int32_t> control;
+      for (int32_t id = 0; id < tools.tokenizer->vocab_size(); ++id)
+        if (tools.tokenizer->is_special(id)) control.push_back(id);
+      table = std::make_shared<structured::TokenTable>(tools.tokenizer->token_bytes(), eos_tokens,
+                                                       control);
+      json_object = structured::json_object_constraint(table);
+    }
+    std::shared_ptr<const structured::Constraint> constraint = json_object;
+    if (!wanted.json_output) {
+      const protocol::StructuredOutput& s = wanted.structured;
+      std::string key = s.regex.empty() ? "choice" : "regex:" + s.regex;
+      for (const std::string& choice : s.choice) key += '\0' + choice;
+      auto& slot = compiled[key];
+      try {
+        if (!slot)
+          slot = s.regex.empty() ? structured::choice_constraint(table, s.choice)
+                                 : structured::regex_constraint(table, s.regex);
+      } catch (const structured::GrammarError& error) {
+        fail("--input request \"{}\": {}", offline.request.id, error.what());
+      }
+      constraint = slot;
+    }
+    auto start = tools.tokenizer->token_to_id(offline.syntax.reasoning_start);
+    auto end = tools.tokenizer->token_to_id(offline.syntax.reasoning_end);
+    if (start && end)
+      constraint =
+          structured::after_reasoning(constraint, *start, *end, offline.syntax.starts_in_reasoning);
+    offline.request.constraint = constraint;
+  }
 }
 
 std::vector<OfflineRequest> read_requests(const std::string& path, const TextTools& tools) {
@@ -246,6 +320,7 @@ void follow_text(Engine& engine, const std::vector<TokenEvent>& sampled,
 void run_offline_batch(CausalLM& model, const std::string& model_dir, const BatchOptions& options) {
   TextTools tools = load_text_tools(model_dir);
   std::vector<OfflineRequest> requests = read_requests(options.input, tools);
+  attach_constraints(requests, tools, model.config().eos_token_ids);
   EngineConfig config = options.engine;
   if (tools.tokenizer)
     config.vocab_limit = std::min(model.config().vocab_size, tools.tokenizer->vocab_size());

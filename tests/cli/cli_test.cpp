@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "kernels/ops.h"
 #include "model/model.h"
@@ -123,6 +124,50 @@ TEST(Cli, OfflineBatchMatchesSinglePromptsAndHonoursStops) {
       fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.output.find("--input line 1"), std::string::npos) << bad.output;
+}
+
+// Offline lines take the server's output constraints: json_object, regex and choice hold in
+// what they produce; a pattern the engine refuses and a kind not built yet end the run with
+// the line's message.
+TEST(Cli, OfflineBatchConstrainsOutput) {
+  TempDir dir;
+  std::string model = fixture_model("demo-code-target").string();
+  std::string input = (dir.path() / "requests.jsonl").string();
+  std::string output = (dir.path() / "results.jsonl").string();
+  std::ofstream(input)
+      << R"({"id": "json", "prompt": "x =", "max_tokens": 60, "temperature": 1.0, "seed": 2, "response_format": {"type": "json_object"}}
+{"id": "regex", "prompt": "x =", "max_tokens": 30, "temperature": 1.0, "seed": 3, "structured_outputs": {"regex": "v[0-9]{1,2}\\.[0-9]"}}
+{"id": "choice", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0, "seed": 4, "guided_choice": ["red", "green"]}
+)";
+  auto batch = run_command(
+      fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
+  ASSERT_EQ(batch.status, 0) << batch.output;
+  std::ifstream results(output);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(results, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u);
+  const nlohmann::json& json = lines[0]["choices"][0];
+  if (json["finish_reason"] == "stop") {
+    nlohmann::json parsed = nlohmann::json::parse(json["text"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(parsed.is_object()) << json["text"];
+  }
+  EXPECT_TRUE(std::regex_match(lines[1]["choices"][0]["text"].get<std::string>(),
+                               std::regex("v[0-9]{1,2}\\.[0-9]")))
+      << lines[1];
+  const std::string color = lines[2]["choices"][0]["text"];
+  EXPECT_TRUE(color == "red" || color == "green") << color;
+
+  for (const char* line : {R"({"prompt": "x", "guided_regex": "(a)\\1"})",
+                           R"({"prompt": "x", "guided_json": {"type": "object"}})",
+                           R"({"prompt": "x", "response_format": {"type": "json_schema"}})"}) {
+    std::ofstream(input) << line << "\n";
+    auto bad = run_command(
+        fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
+    EXPECT_EQ(bad.status, 1) << line;
+    EXPECT_TRUE(bad.output.find("back-references") != std::string::npos ||
+                bad.output.find("--input line 1") != std::string::npos)
+        << bad.output;
+  }
 }
 
 TEST(Cli, MakeModelWritesLoadableCheckpointsForEveryFamily) {
