@@ -70,23 +70,33 @@ TEST(Cli, SeededSamplingRepeatsAndParametersAreChecked) {
   EXPECT_NE(bad.output.find("min_p must be in [0, 1], got 3"), std::string::npos) << bad.output;
 }
 
+// Runs `generate --input` over `requests` (JSONL lines) in `dir`; the result lines.
+std::vector<nlohmann::json> offline_batch(const std::string& model, const TempDir& dir,
+                                          const std::string& requests) {
+  const std::string input = (dir.path() / "requests.jsonl").string();
+  const std::string output = (dir.path() / "results.jsonl").string();
+  std::ofstream(input) << requests;
+  auto batch = run_command(
+      fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
+  EXPECT_EQ(batch.status, 0) << batch.output;
+  std::ifstream results(output);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(results, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
 TEST(Cli, OfflineBatchMatchesSinglePromptsAndHonoursStops) {
   TempDir dir;
   std::string model = fixture_model("demo-code-target").string();
   std::string input = (dir.path() / "requests.jsonl").string();
   std::string output = (dir.path() / "results.jsonl").string();
-  std::ofstream(input)
-      << R"({"id": "ids", "prompt_token_ids": [327, 3005, 306, 811], "max_tokens": 6, "temperature": 0, "ignore_eos": true}
+  std::vector<nlohmann::json> lines = offline_batch(
+      model, dir,
+      R"({"id": "ids", "prompt_token_ids": [327, 3005, 306, 811], "max_tokens": 6, "temperature": 0, "ignore_eos": true}
 {"id": "text", "prompt": "def add(a, b):", "max_tokens": 20, "temperature": 0, "stop": ["return"]}
 {"id": "chat", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0.8, "seed": 5}
 {"id": "three", "prompt": "def add(a, b):", "max_tokens": 3, "temperature": 0.8, "seed": 9, "n": 3, "logprobs": true, "top_logprobs": 2, "prompt_logprobs": 1}
-)";
-  auto batch = run_command(
-      fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
-  ASSERT_EQ(batch.status, 0) << batch.output;
-  std::ifstream results(output);
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(results, line);) lines.push_back(nlohmann::json::parse(line));
+)");
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[0]["id"], "ids");
   EXPECT_EQ(lines[2]["id"], "chat");
@@ -134,17 +144,12 @@ TEST(Cli, OfflineBatchConstrainsOutput) {
   std::string model = fixture_model("demo-code-target").string();
   std::string input = (dir.path() / "requests.jsonl").string();
   std::string output = (dir.path() / "results.jsonl").string();
-  std::ofstream(input)
-      << R"({"id": "json", "prompt": "x =", "max_tokens": 60, "temperature": 1.0, "seed": 2, "response_format": {"type": "json_object"}}
+  std::vector<nlohmann::json> lines = offline_batch(
+      model, dir,
+      R"({"id": "json", "prompt": "x =", "max_tokens": 60, "temperature": 1.0, "seed": 2, "response_format": {"type": "json_object"}}
 {"id": "regex", "prompt": "x =", "max_tokens": 30, "temperature": 1.0, "seed": 3, "structured_outputs": {"regex": "v[0-9]{1,2}\\.[0-9]"}}
 {"id": "choice", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0, "seed": 4, "guided_choice": ["red", "green"]}
-)";
-  auto batch = run_command(
-      fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
-  ASSERT_EQ(batch.status, 0) << batch.output;
-  std::ifstream results(output);
-  std::vector<nlohmann::json> lines;
-  for (std::string line; std::getline(results, line);) lines.push_back(nlohmann::json::parse(line));
+)");
   ASSERT_EQ(lines.size(), 3u);
   const nlohmann::json& json = lines[0]["choices"][0];
   if (json["finish_reason"] == "stop") {
