@@ -120,7 +120,9 @@ Engine::Engine(CausalLM& model, const EngineConfig& config)
                config.kv_retention_classes.count(config.kv_retention_default),
            "engine: the default retention class '{}' is not one of the classes",
            config.kv_retention_default);
-  if (config.async_scheduling) runner_ = std::make_unique<StepRunner>();
+  // On the CPU the forward uses every core: a thread spinning beside it would slow it down.
+  if (config.async_scheduling)
+    runner_ = std::make_unique<StepRunner>(model_.ops().device() != Device::kCpu);
   mtp_ = dynamic_cast<MtpDrafter*>(drafter_.get());
   config.speculative.validate();
   // Adaptive verification weighs a step's size against its time: known before the first step.

@@ -7,8 +7,19 @@
 #include "core/error.h"
 
 namespace deepinfer {
+namespace {
+// A step's host work takes tens of microseconds: waiting that long by spinning avoids a
+// sleep and wake-up (up to a scheduler tick on a busy machine) on each side of every step.
+constexpr int kSpinIterations = 20000;
 
-StepRunner::StepRunner() : thread_([this] { loop(); }) {}
+template <typename Ready>
+void spin_until(Ready ready, int iterations) {
+  for (int i = 0; i < iterations && !ready(); ++i) _mm_pause();
+}
+}  // namespace
+
+StepRunner::StepRunner(bool spin)
+    : spin_iterations_(spin ? kSpinIterations : 0), thread_([this] { loop(); }) {}
 
 StepRunner::~StepRunner() {
   {
@@ -31,19 +42,8 @@ void StepRunner::start(std::function<void()> job) {
   changed_.notify_all();
 }
 
-namespace {
-// A step's host work takes tens of microseconds: waiting that long by spinning avoids a
-// sleep and wake-up (up to a scheduler tick on a busy machine) on each side of every step.
-constexpr int kSpinIterations = 20000;
-
-template <typename Ready>
-void spin_until(Ready ready) {
-  for (int i = 0; i < kSpinIterations && !ready(); ++i) _mm_pause();
-}
-}  // namespace
-
 void StepRunner::wait() {
-  spin_until([&] { return !busy_.load(std::memory_order_acquire); });
+  spin_until([&] { return !busy_.load(std::memory_order_acquire); }, spin_iterations_);
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return !running_; });
   if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
@@ -53,7 +53,7 @@ void StepRunner::loop() {
   std::unique_lock lock(mutex_);
   while (true) {
     lock.unlock();
-    spin_until([&] { return busy_.load(std::memory_order_acquire); });
+    spin_until([&] { return busy_.load(std::memory_order_acquire); }, spin_iterations_);
     lock.lock();
     changed_.wait(lock, [&] { return quit_ || (running_ && job_); });
     if (quit_) return;

@@ -13,7 +13,9 @@ namespace deepinfer {
 
 class StepRunner {
  public:
-  StepRunner();
+  // `spin`: each side waits for the other by spinning briefly before it sleeps (a GPU step's
+  // host work is short); off where the job itself needs every core (the CPU backend).
+  explicit StepRunner(bool spin = true);
   ~StepRunner();
   StepRunner(const StepRunner&) = delete;
   StepRunner& operator=(const StepRunner&) = delete;
@@ -33,6 +35,7 @@ class StepRunner {
   std::atomic<bool> busy_{false};  // running_, readable without the lock while spinning
   bool quit_ = false;
   std::exception_ptr error_;
+  const int spin_iterations_;
   std::thread thread_;
 };
 
