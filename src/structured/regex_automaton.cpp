@@ -213,8 +213,14 @@ ByteDfa::ByteDfa(const RegexTree& tree) {
   sets.push_back(closure(nfa, {nfa.start()}, seen));
   ids[sets[0]] = kDead;
   ids[sets[1]] = kStart;
+  // Work is counted in NFA states visited, so no pattern costs more than a fraction of a second.
+  size_t work = 0;
   for (size_t state = 0; state < sets.size(); ++state) {
     for (uint8_t byte : representative) {
+      work += sets[state].size();
+      if (work > kMaxWork)
+        throw GrammarError("regex: the pattern needs too much work to compile (nested or long "
+                           "bounded repeats of wide classes?)");
       std::vector<int> seeds;
       for (int member : sets[state]) {
         const NfaState& s = nfa.states()[static_cast<size_t>(member)];

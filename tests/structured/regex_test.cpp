@@ -106,6 +106,7 @@ TEST(Regex, RefusesWhatItCannotEnforceByName) {
   EXPECT_NE(refusal("[^\\s\\S]").find("matches no string"), std::string::npos);
   EXPECT_NE(refusal("\\p{L}").find("property"), std::string::npos);
   EXPECT_NE(refusal("(.{1000}){1000}").find("automaton states"), std::string::npos);
+  EXPECT_NE(refusal("(.{0,100}){0,10}").find("too much work"), std::string::npos);
   EXPECT_NE(refusal(std::string(RegexTree::kMaxPatternBytes + 1, 'a')).find("bytes"),
             std::string::npos);
 }
