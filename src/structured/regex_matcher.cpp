@@ -12,16 +12,25 @@
 namespace deepinfer::structured {
 namespace {
 
-// The tokens allowed in each automaton state, as bits by token id, made on first use.
+// The tokens allowed in each automaton state, as bits by token id, made on first use. At
+// most kMaxMasks are kept (19 KB each for a 151k vocabulary): past that the cache starts over,
+// and masks in use stay alive with their users.
 class MaskCache {
  public:
+  using Mask = std::shared_ptr<const std::vector<uint64_t>>;
+  static constexpr size_t kMaxMasks = 1024;
+
   MaskCache(const ByteDfa& dfa, const TokenTable& table) : dfa_(dfa), table_(table) {}
 
-  const std::vector<uint64_t>& allowed(int state) const {
+  Mask allowed(int state) const {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto found = masks_.find(state); found != masks_.end()) return found->second;
+    }
+    auto made = std::make_shared<const std::vector<uint64_t>>(build(state));
     std::lock_guard lock(mutex_);
-    auto found = masks_.find(state);
-    if (found == masks_.end()) found = masks_.emplace(state, build(state)).first;
-    return found->second;
+    if (masks_.size() >= kMaxMasks) masks_.clear();
+    return masks_.emplace(state, std::move(made)).first->second;
   }
 
  private:
@@ -53,8 +62,7 @@ class MaskCache {
   const ByteDfa& dfa_;
   const TokenTable& table_;
   mutable std::mutex mutex_;
-  // A map keeps each mask where it is while others are added.
-  mutable std::map<int, std::vector<uint64_t>> masks_;
+  mutable std::map<int, Mask> masks_;
 };
 
 struct RegexProgram {
@@ -90,7 +98,8 @@ class RegexMatcher final : public Matcher {
   std::unique_ptr<Matcher> clone() const override { return std::make_unique<RegexMatcher>(*this); }
 
   void mask_logits(float* logits, int32_t vocab_size) const override {
-    const std::vector<uint64_t>& allowed = program_->masks.allowed(state_);
+    const MaskCache::Mask mask = program_->masks.allowed(state_);
+    const std::vector<uint64_t>& allowed = *mask;
     const auto known = static_cast<size_t>(std::min<int32_t>(vocab_size, program_->table->size()));
     constexpr float kBanned = -std::numeric_limits<float>::infinity();
     // Word by word: whole words allowed or banned are common; the rest select without branches.
