@@ -39,7 +39,8 @@ struct OfflineRequest {
 void read_constraint(const Json& line, int n, protocol::GenerationParams& params) {
   try {
     if (auto format = line.find("response_format"); format != line.end() && !format->is_null()) {
-      const std::string type = format->is_object() ? format->value("type", "") : "";
+      const std::string type =
+          format->is_object() ? protocol::string_field(*format, "type", "response_format") : "";
       if (type == "json_object") {
         params.json_output = true;
       } else if (type != "text") {

@@ -176,7 +176,7 @@ void read_logit_bias(const Json& body, sampling::SamplingParams& p) {
 void read_response_format(const Json& body, GenerationParams& params) {
   auto found = body.find("response_format");
   if (found == body.end() || found->is_null()) return;
-  std::string type = found->is_object() ? found->value("type", "") : "";
+  std::string type = found->is_object() ? string_field(*found, "type", "response_format") : "";
   if (type == "text") return;
   if (type == "json_object") {
     params.json_output = true;
