@@ -65,15 +65,6 @@ void Ops::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const float* cos,
 
 namespace {
 
-// The chosen (row, expert) pairs grouped by expert, each expert's rows in row order: one
-// gather, one activation and one combine serve every expert of the batch.
-struct ExpertGroups {
-  std::vector<int32_t> rows;    // pair -> row of x
-  std::vector<float> scales;    // pair -> routing weight
-  std::vector<size_t> experts;  // the chosen experts, ascending
-  std::vector<int64_t> first;   // each chosen expert's first pair, then the pair count
-};
-
 ExpertGroups group_by_expert(const std::vector<int32_t>& chosen, const std::vector<float>& weights,
                              size_t per_token, size_t num_experts) {
   std::vector<int64_t> next(num_experts + 1, 0);
@@ -99,10 +90,9 @@ ExpertGroups group_by_expert(const std::vector<int32_t>& chosen, const std::vect
 
 }  // namespace
 
-void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
-                         const int32_t* token_ids, Tensor& out) {
+ExpertGroups Ops::group_routed_pairs(const Tensor& x, const Tensor& router_logits,
+                                     const RoutedExperts& experts, const int32_t* token_ids) {
   const ExpertRouting& routing = experts.routing;
-  const int64_t hidden = x.dim(1);
   const auto per_token = static_cast<size_t>(routing.experts_per_token);
   std::vector<int32_t> chosen(static_cast<size_t>(x.dim(0)) * per_token);
   std::vector<int32_t> fixed_experts;  // hash routing: each row's token's row of the table
@@ -117,7 +107,18 @@ void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const Rou
   std::vector<float> weights(chosen.size());
   route_experts(router_logits, experts.correction_bias, routing, fixed_experts, chosen.data(),
                 weights.data());
-  const ExpertGroups groups = group_by_expert(chosen, weights, per_token, experts.gate.size());
+  return group_by_expert(chosen, weights, per_token, experts.gate.size());
+}
+
+void Ops::routed_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
+                         const int32_t* token_ids, Tensor& out) {
+  run_expert_groups(x, experts, group_routed_pairs(x, router_logits, experts, token_ids), out);
+}
+
+void Ops::run_expert_groups(const Tensor& x, const RoutedExperts& experts,
+                            const ExpertGroups& groups, Tensor& out) {
+  const ExpertRouting& routing = experts.routing;
+  const int64_t hidden = x.dim(1);
   const auto pairs = static_cast<int64_t>(groups.rows.size());
   if (pairs == 0) return;
 

@@ -207,6 +207,15 @@ class RecordedOps {
   virtual void replay() = 0;
 };
 
+// The chosen (row, expert) pairs of an MoE layer grouped by expert, each expert's rows in row
+// order: one gather, one activation and one combine serve every expert of the batch.
+struct ExpertGroups {
+  std::vector<int32_t> rows;    // pair -> row of x
+  std::vector<float> scales;    // pair -> routing weight
+  std::vector<size_t> experts;  // the chosen experts, ascending
+  std::vector<int64_t> first;   // each chosen expert's first pair, then the pair count
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -372,6 +381,15 @@ class Ops {
                                 const PagedKvView& window_cache, int window,
                                 const EntryStripes& entries, const int32_t* selected, int k,
                                 const Tensor& sinks, float scale, Tensor& out) = 0;
+
+ protected:
+  // routed_experts' routing on the host: x's rows' experts (hash-routed rows by token id)
+  // grouped by expert, for the default path and a backend's own products.
+  ExpertGroups group_routed_pairs(const Tensor& x, const Tensor& router_logits,
+                                  const RoutedExperts& experts, const int32_t* token_ids);
+  // Each chosen expert once over its rows, their outputs weighted into out.
+  void run_expert_groups(const Tensor& x, const RoutedExperts& experts, const ExpertGroups& groups,
+                         Tensor& out);
 };
 
 // An f32 tensor in a backend's memory for activations: its contents start unspecified.

@@ -212,6 +212,19 @@ void matmul_fp8_few_rows(const float* x, const uint8_t* weight, const float* sca
 constexpr int64_t kFp8Group = 128;
 constexpr int64_t kFp8RowMultiple = 8;
 
+// Rows of an e4m3 copy of x in segments, one per product, each a multiple of kFp8RowMultiple
+// rows: copy row r holds x's row source[r] (-1: zeros), and each segment keeps its scales
+// token-major ([k / kFp8Group][its rows], from its first row * k / kFp8Group), the layout
+// cuBLASLt reads 1 x 128 scales in. Device arrays; null source and segments: one segment whose
+// first real_rows rows are x's.
+struct Fp8Segments {
+  const int32_t* source = nullptr;          // [rows]
+  const int32_t* segment_of_row = nullptr;  // [rows]
+  const int32_t* segment_first = nullptr;   // [segments + 1]: each one's first row, then rows
+  int64_t rows = 0;
+  int64_t real_rows = 0;
+};
+
 // The same product for any number of rows through cuBLASLt on the tensor cores, accumulation
 // and y in f32: bf16 or f16 weights with x rounded to their type, or DeepSeek-style FP8
 // weights with x quantised to e4m3 in groups of kFp8Group columns.
@@ -232,6 +245,22 @@ class LtMatmul {
   // False (nothing done) when cuBLASLt has no block-scaled FP8 algorithm for it on this GPU.
   bool run_fp8(const float* x, void* scratch, const uint8_t* weight, const float* weight_scales,
                int64_t rows, int64_t n, int64_t k, float* y, cudaStream_t stream = nullptr);
+
+  // run_fp8 in pieces, for products that share their inputs' quantisation.
+  // x [*, k] in f32 quantised to e4m3 rows out [segments.rows, k] and their scales.
+  static void quantise_fp8(const float* x, const Fp8Segments& segments, int64_t k, void* out,
+                           float* scales, cudaStream_t stream = nullptr);
+  // Scratch multiply_fp8 needs for a weight's scales (cuBLASLt's stride rule).
+  static size_t fp8_weight_scale_bytes(int64_t n, int64_t k);
+  // Whether multiply_fp8 has an algorithm for rows x n x k (rows a multiple of
+  // kFp8RowMultiple) with these scales on this GPU; asked of cuBLASLt once per shape.
+  bool fp8_ready(int64_t rows, int64_t n, int64_t k, const float* weight_scales,
+                 const float* x_scales, void* scale_scratch);
+  // y [rows, n] = x * weight^T for one segment of quantise_fp8's rows (x_fp8 and x_scales at
+  // the segment's first row); scale_scratch holds fp8_weight_scale_bytes(n, k).
+  bool multiply_fp8(const void* x_fp8, const float* x_scales, int64_t rows, const uint8_t* weight,
+                    const float* weight_scales, int64_t n, int64_t k, float* y, void* scale_scratch,
+                    cudaStream_t stream = nullptr);
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/deepseek_v4_kernels.h"
 #include "kernels/cuda/expert_tables.h"
+#include "kernels/cuda/grouped_experts.h"
 
 namespace deepinfer::cuda {
 namespace {
@@ -428,7 +429,7 @@ class CudaOps final : public Ops {
         hidden == experts.gate[0]->dim(1) && rows_of(out) == tokens &&
         cuda::routed_experts_fit(hidden, tables.weights.inter, tables.weights.dtype);
     if (!on_device) {  // also any width the device path's chunks do not divide
-      Ops::routed_experts(x, router_logits, experts, token_ids, out);
+      prompt_experts(x, router_logits, experts, token_ids, out);
       return;
     }
     const cuda::FixedExperts fixed{tables.token_experts,
@@ -438,6 +439,18 @@ class CudaOps final : public Ops {
     cuda::routed_experts(x.as<const float>(), router_logits.as<const float>(), tokens, hidden,
                          tables.correction_bias, fixed, experts.routing, tables.weights,
                          workspace.get(), out.as<float>(), stream());
+  }
+
+  // Prompts: the host groups the pairs by expert; FP8 experts share one quantisation of x and
+  // one of the activations (grouped_experts.h), others take the default per-expert products.
+  void prompt_experts(const Tensor& x, const Tensor& router_logits, const RoutedExperts& experts,
+                      const int32_t* token_ids, Tensor& out) {
+    const ExpertGroups groups = group_routed_pairs(x, router_logits, experts, token_ids);
+    if (groups.rows.empty()) return;
+    const bool grouped = precision_ == MatmulPrecision::kBf16 && x.is_contiguous() &&
+                         fp8_grouped_experts_fit(experts, x.dim(1)) &&
+                         fp8_grouped_experts(*this, *lt_, x, experts, groups, out, stream());
+    if (!grouped) run_expert_groups(x, experts, groups, out);
   }
 
   void embedding(const Tensor& table, const int32_t* ids, Tensor& out) override {

@@ -29,21 +29,28 @@ __global__ void to_half_kernel(const float* x, void* out, bool bf16, int64_t cou
   }
 }
 
-// x quantised to e4m3 for an FP8 product, one warp per (row, 128 columns): each group's
-// largest magnitude maps to e4m3's largest finite value (448), its scale is kept beside it
-// (token-major [k / 128][rows_padded], the layout cuBLASLt reads 1 x 128 scales in). Rows
-// from `rows` to `rows_padded` are zeros.
-__global__ void to_fp8_kernel(const float* x, __nv_fp8_e4m3* out, float* scales, int64_t rows,
-                              int64_t k, int64_t rows_padded) {
+// x quantised to e4m3 for FP8 products, one warp per (row, 128 columns): each group's largest
+// magnitude maps to e4m3's largest finite value (448), its scale is kept in the row's segment
+// (see Fp8Segments).
+__global__ void to_fp8_kernel(const float* x, Fp8Segments segments, int64_t k, __nv_fp8_e4m3* out,
+                              float* scales) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t groups = k / kFp8Group;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
   for (int64_t item = blockIdx.x * int64_t{blockDim.x / 32} + threadIdx.x / 32;
-       item < rows_padded * groups; item += warps) {
+       item < segments.rows * groups; item += warps) {
     const int64_t row = item / groups;
     const int64_t group = item % groups;
+    const int64_t source =
+        segments.source ? segments.source[row] : (row < segments.real_rows ? row : int64_t{-1});
+    int64_t first = 0, count = segments.rows;
+    if (segments.segment_of_row) {
+      const int segment = segments.segment_of_row[row];
+      first = segments.segment_first[segment];
+      count = segments.segment_first[segment + 1] - first;
+    }
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (row < rows) v = reinterpret_cast<const float4*>(x + row * k + group * kFp8Group)[lane];
+    if (source >= 0) v = reinterpret_cast<const float4*>(x + source * k + group * kFp8Group)[lane];
     float largest = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
     for (int offset = 16; offset > 0; offset /= 2)
       largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
@@ -51,26 +58,51 @@ __global__ void to_fp8_kernel(const float* x, __nv_fp8_e4m3* out, float* scales,
     const float inverse = 1.0f / scale;
     __nv_fp8x4_e4m3 packed(make_float4(v.x * inverse, v.y * inverse, v.z * inverse, v.w * inverse));
     reinterpret_cast<__nv_fp8x4_e4m3*>(out + row * k + group * kFp8Group)[lane] = packed;
-    if (lane == 0) scales[group * rows_padded + row] = scale;
+    if (lane == 0) scales[first * groups + group * count + (row - first)] = scale;
   }
 }
 
+// A weight's 128 x 128 scales as cuBLASLt reads them: rows padded to a multiple of 4 blocks
+// and 16-byte aligned, copied into `scratch` when the stored ones are not.
+struct WeightScales {
+  int64_t block_rows, cols, stride;
+  bool padded;
+  const float* pointer;
+
+  WeightScales(const float* stored, int64_t n, int64_t k, void* scratch)
+      : block_rows((n + 127) / 128), cols(k / kFp8Group), stride((cols + 3) / 4 * 4) {
+    padded = stride != cols || reinterpret_cast<uintptr_t>(stored) % 16 != 0;
+    pointer = padded ? static_cast<const float*>(scratch) : stored;
+  }
+  static size_t bytes(int64_t n, int64_t k) {
+    return static_cast<size_t>((n + 127) / 128 * ((k / kFp8Group + 3) / 4 * 4)) * sizeof(float);
+  }
+  void fill(const float* stored, cudaStream_t stream) const {
+    if (!padded) return;
+    auto* target = const_cast<float*>(pointer);
+    const auto row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    const auto stride_bytes = static_cast<size_t>(stride) * sizeof(float);
+    check_cuda(cudaMemsetAsync(target, 0, static_cast<size_t>(block_rows) * stride_bytes, stream),
+               "clearing FP8 weight scales");
+    check_cuda(cudaMemcpy2DAsync(target, stride_bytes, stored, row_bytes, row_bytes,
+                                 static_cast<size_t>(block_rows), cudaMemcpyDeviceToDevice, stream),
+               "padding FP8 weight scales");
+  }
+};
+
 // Where run_fp8's pieces sit in its scratch, each on a 256-byte boundary: x in e4m3 and its
-// scales; the weight's scales with each row padded to a multiple of 4 blocks (cuBLASLt's
-// stride rule for 128 x 128 scales) when the stored ones are not; y for the padded rows when
-// the row count is not a multiple of kFp8RowMultiple.
+// scales, the weight's scales as cuBLASLt reads them, and y for the padded rows when the row
+// count is not a multiple of kFp8RowMultiple.
 struct Fp8Scratch {
-  int64_t rows_padded, scale_cols, scale_stride;
+  int64_t rows_padded;
   size_t x_scales, weight_scales, y_padded, total;  // byte offsets; x in e4m3 at 0
 
   Fp8Scratch(int64_t rows, int64_t n, int64_t k) {
     auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
     rows_padded = (rows + kFp8RowMultiple - 1) / kFp8RowMultiple * kFp8RowMultiple;
-    scale_cols = k / kFp8Group;
-    scale_stride = (scale_cols + 3) / 4 * 4;
     x_scales = aligned(static_cast<size_t>(rows_padded * k));
-    weight_scales = x_scales + aligned(static_cast<size_t>(rows_padded * scale_cols) * 4);
-    y_padded = weight_scales + aligned(static_cast<size_t>((n + 127) / 128 * scale_stride) * 4);
+    weight_scales = x_scales + aligned(static_cast<size_t>(rows_padded * (k / kFp8Group)) * 4);
+    y_padded = weight_scales + aligned(WeightScales::bytes(n, k));
     total = y_padded + aligned(static_cast<size_t>(rows_padded * n) * 4);
   }
 };
@@ -220,45 +252,59 @@ bool LtMatmul::run_fp8(const float* x, void* scratch, const uint8_t* weight,
     fail("cuBLASLt FP8 products need k % 128 == 0 and n % 16 == 0, not {} x {}", n, k);
   const Fp8Scratch layout(rows, n, k);
   auto* base = static_cast<char*>(scratch);
-  auto* x_fp8 = reinterpret_cast<__nv_fp8_e4m3*>(base);
   auto* x_scales = reinterpret_cast<float*>(base + layout.x_scales);
-  const bool pad_scales = layout.scale_stride != layout.scale_cols ||
-                          reinterpret_cast<uintptr_t>(weight_scales) % 16 != 0;
-  const float* scales =
-      pad_scales ? reinterpret_cast<float*>(base + layout.weight_scales) : weight_scales;
-  const LtPlan* p = impl_->plan(CUDA_R_8F_E4M3, layout.rows_padded, n, k, scales, x_scales);
-  if (!p) return false;
-  const int64_t items = layout.rows_padded * layout.scale_cols;
-  auto grid = static_cast<unsigned>(std::min<int64_t>((items + 7) / 8, 65535));
-  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, x_fp8, x_scales, rows, k, layout.rows_padded);
-  check_launch("quantising x for cuBLASLt");
-  if (pad_scales) {
-    const auto row_bytes = static_cast<size_t>(layout.scale_cols) * sizeof(float);
-    const auto block_rows = static_cast<size_t>((n + 127) / 128);
-    auto* padded = const_cast<float*>(scales);
-    check_cuda(cudaMemsetAsync(
-                   padded, 0, block_rows * static_cast<size_t>(layout.scale_stride) * sizeof(float),
-                   stream),
-               "clearing FP8 weight scales");
-    check_cuda(cudaMemcpy2DAsync(padded, static_cast<size_t>(layout.scale_stride) * sizeof(float),
-                                 weight_scales, row_bytes, row_bytes, block_rows,
-                                 cudaMemcpyDeviceToDevice, stream),
-               "padding FP8 weight scales");
-  }
-  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &scales,
-                                          sizeof(scales)),
-           "weight scales");
-  const float* x_scale_pointer = x_scales;
-  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                          &x_scale_pointer, sizeof(x_scale_pointer)),
-           "x scales");
+  void* scale_scratch = base + layout.weight_scales;
+  if (!fp8_ready(layout.rows_padded, n, k, weight_scales, x_scales, scale_scratch)) return false;
+  quantise_fp8(x, Fp8Segments{nullptr, nullptr, nullptr, layout.rows_padded, rows}, k, base,
+               x_scales, stream);
   float* out = layout.rows_padded == rows ? y : reinterpret_cast<float*>(base + layout.y_padded);
-  impl_->multiply(*p, weight, x_fp8, out, stream);
+  multiply_fp8(base, x_scales, layout.rows_padded, weight, weight_scales, n, k, out, scale_scratch,
+               stream);
   if (out != y) {
     check_cuda(cudaMemcpyAsync(y, out, static_cast<size_t>(rows * n) * sizeof(float),
                                cudaMemcpyDeviceToDevice, stream),
                "copying an FP8 product's rows");
   }
+  return true;
+}
+
+void LtMatmul::quantise_fp8(const float* x, const Fp8Segments& segments, int64_t k, void* out,
+                            float* scales, cudaStream_t stream) {
+  const int64_t items = segments.rows * (k / kFp8Group);
+  auto grid = static_cast<unsigned>(std::min<int64_t>((items + 7) / 8, 65535));
+  if (items == 0) return;
+  to_fp8_kernel<<<grid, 256, 0, stream>>>(x, segments, k, static_cast<__nv_fp8_e4m3*>(out), scales);
+  check_launch("quantising x for cuBLASLt");
+}
+
+size_t LtMatmul::fp8_weight_scale_bytes(int64_t n, int64_t k) {
+  return WeightScales::bytes(n, k);
+}
+
+bool LtMatmul::fp8_ready(int64_t rows, int64_t n, int64_t k, const float* weight_scales,
+                         const float* x_scales, void* scale_scratch) {
+  const WeightScales scales(weight_scales, n, k, scale_scratch);
+  return impl_->plan(CUDA_R_8F_E4M3, rows, n, k, scales.pointer, x_scales) != nullptr;
+}
+
+bool LtMatmul::multiply_fp8(const void* x_fp8, const float* x_scales, int64_t rows,
+                            const uint8_t* weight, const float* weight_scales, int64_t n, int64_t k,
+                            float* y, void* scale_scratch, cudaStream_t stream) {
+  if (!fp8_fits(n, k) || rows % kFp8RowMultiple != 0)
+    fail(
+        "cuBLASLt FP8 products need k % 128 == 0, n % 16 == 0 and rows in eights, not {} x {} x {}",
+        rows, n, k);
+  const WeightScales scales(weight_scales, n, k, scale_scratch);
+  const LtPlan* p = impl_->plan(CUDA_R_8F_E4M3, rows, n, k, scales.pointer, x_scales);
+  if (!p) return false;
+  scales.fill(weight_scales, stream);
+  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                          &scales.pointer, sizeof(scales.pointer)),
+           "weight scales");
+  check_lt(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &x_scales,
+                                          sizeof(x_scales)),
+           "x scales");
+  impl_->multiply(*p, weight, x_fp8, y, stream);
   return true;
 }
 
