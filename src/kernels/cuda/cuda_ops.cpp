@@ -65,42 +65,6 @@ class CudaGraph final : public RecordedOps {
   std::shared_ptr<CUstream_st> stream_;
 };
 
-// add_scaled_rows' entries grouped by the row of y they add to, entry order kept within a
-// row (a counting sort), packed for one upload: the distinct rows, where each one's entries
-// start (one more than the rows), then the entries.
-struct EntriesByRow {
-  std::vector<int32_t> packed;
-  int64_t targets = 0;
-  size_t entries_at = 0;
-};
-
-EntriesByRow group_entries_by_row(const std::vector<int32_t>& rows, const Tensor& y) {
-  const int64_t y_rows = rows_of(y);
-  std::vector<int32_t> count(static_cast<size_t>(y_rows), 0);
-  for (int32_t row : rows) {
-    DI_CHECK(row >= 0 && row < y_rows, "add_scaled_rows: row {} outside y {}", row,
-             y.shape_string());
-    ++count[static_cast<size_t>(row)];
-  }
-  EntriesByRow grouped;
-  std::vector<int32_t> starts = {0}, next(static_cast<size_t>(y_rows));
-  for (int32_t row = 0; row < y_rows; ++row) {
-    if (count[static_cast<size_t>(row)] == 0) continue;
-    grouped.packed.push_back(row);
-    next[static_cast<size_t>(row)] = starts.back();
-    starts.push_back(starts.back() + count[static_cast<size_t>(row)]);
-  }
-  grouped.targets = static_cast<int64_t>(grouped.packed.size());
-  grouped.packed.insert(grouped.packed.end(), starts.begin(), starts.end());
-  grouped.entries_at = grouped.packed.size();
-  grouped.packed.resize(grouped.entries_at + rows.size());
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const auto at = static_cast<size_t>(next[static_cast<size_t>(rows[i])]++);
-    grouped.packed[grouped.entries_at + at] = static_cast<int32_t>(i);
-  }
-  return grouped;
-}
-
 class CudaOps final : public Ops {
  public:
   CudaOps(int device, MatmulPrecision precision) : device_(device), precision_(precision) {
@@ -756,8 +720,7 @@ class CudaOps final : public Ops {
   void product(const float* x, const Tensor& weight, int64_t rows, float* y) {
     int64_t n = weight.dim(0);
     int64_t k = weight.dim(1);
-    bool fp8 = weight.dtype == DType::kF8E4M3 && weight.block_scales &&
-               weight.block_scales->block_rows == 128 && weight.block_scales->block_cols == 128;
+    const bool fp8 = fp8_block_scaled(weight);
     const bool half = weight.dtype == DType::kBF16 || weight.dtype == DType::kF16;
     if (rows <= kFewRows && weight.dtype == DType::kBF16 && k % 8 == 0) {
       matmul_bf16_few_rows(x, weight.as<const uint16_t>(), rows, n, k, y, stream());

@@ -1,5 +1,7 @@
 #include "kernels/cuda/expert_tables.h"
 
+#include "core/error.h"
+
 namespace deepinfer::cuda {
 namespace {
 
@@ -19,36 +21,12 @@ bool same_addresses(const std::vector<const void*>& key, const RoutedExperts& ex
   return i == key.size();
 }
 
-bool fp8_blocks(const Tensor& weight) {
-  return weight.dtype == DType::kF8E4M3 && weight.block_scales &&
-         weight.block_scales->block_rows == kScaleBlockEdge &&
-         weight.block_scales->block_cols == kScaleBlockEdge;
-}
-
-// Whether every expert's matrices are device weights of one kernel-readable dtype and the
-// shapes gate/up [inter, hidden], down [hidden, inter].
+// The limits of the device routing path on top of uniform weights.
 bool device_readable(const RoutedExperts& experts) {
   const auto count = experts.gate.size();
-  if (count == 0 || experts.up.size() != count || experts.down.size() != count ||
-      count > static_cast<size_t>(kMaxRoutedExperts) ||
-      experts.routing.num_experts != static_cast<int>(count) ||
-      experts.routing.experts_per_token > kMaxExpertsPerToken)
-    return false;
-  const Tensor& first = *experts.gate[0];
-  const int64_t inter = first.dim(0), hidden = first.dim(1);
-  for (size_t e = 0; e < count; ++e) {
-    for (const Tensor* weight : {experts.gate[e], experts.up[e], experts.down[e]}) {
-      if (weight->device != Device::kCuda || weight->dtype != first.dtype || weight->rank != 2 ||
-          !weight->is_contiguous())
-        return false;
-      if (weight->dtype != DType::kBF16 && !fp8_blocks(*weight)) return false;
-    }
-    if (experts.gate[e]->dim(0) != inter || experts.gate[e]->dim(1) != hidden ||
-        experts.up[e]->dim(0) != inter || experts.up[e]->dim(1) != hidden ||
-        experts.down[e]->dim(0) != hidden || experts.down[e]->dim(1) != inter)
-      return false;
-  }
-  return true;
+  return uniform_experts(experts) && count <= static_cast<size_t>(kMaxRoutedExperts) &&
+         experts.routing.num_experts == static_cast<int>(count) &&
+         experts.routing.experts_per_token <= kMaxExpertsPerToken;
 }
 
 DeviceExperts make_tables(Ops& ops, const RoutedExperts& experts) {
@@ -96,6 +74,59 @@ DeviceExperts make_tables(Ops& ops, const RoutedExperts& experts) {
 }
 
 }  // namespace
+
+bool fp8_block_scaled(const Tensor& weight) {
+  return weight.dtype == DType::kF8E4M3 && weight.block_scales &&
+         weight.block_scales->block_rows == kScaleBlockEdge &&
+         weight.block_scales->block_cols == kScaleBlockEdge;
+}
+
+bool uniform_experts(const RoutedExperts& experts) {
+  const auto count = experts.gate.size();
+  if (count == 0 || experts.up.size() != count || experts.down.size() != count) return false;
+  const Tensor& first = *experts.gate[0];
+  const int64_t inter = first.dim(0), hidden = first.dim(1);
+  for (size_t e = 0; e < count; ++e) {
+    for (const Tensor* weight : {experts.gate[e], experts.up[e], experts.down[e]}) {
+      if (weight->device != Device::kCuda || weight->dtype != first.dtype || weight->rank != 2 ||
+          !weight->is_contiguous())
+        return false;
+      if (weight->dtype != DType::kBF16 && !fp8_block_scaled(*weight)) return false;
+    }
+    if (experts.gate[e]->dim(0) != inter || experts.gate[e]->dim(1) != hidden ||
+        experts.up[e]->dim(0) != inter || experts.up[e]->dim(1) != hidden ||
+        experts.down[e]->dim(0) != hidden || experts.down[e]->dim(1) != inter)
+      return false;
+  }
+  return true;
+}
+
+EntriesByRow group_entries_by_row(const std::vector<int32_t>& rows, const Tensor& y) {
+  const int64_t y_rows = y.numel() / y.dim(-1);
+  std::vector<int32_t> count(static_cast<size_t>(y_rows), 0);
+  for (int32_t row : rows) {
+    DI_CHECK(row >= 0 && row < y_rows, "add_scaled_rows: row {} outside y {}", row,
+             y.shape_string());
+    ++count[static_cast<size_t>(row)];
+  }
+  EntriesByRow grouped;
+  std::vector<int32_t> starts = {0}, next(static_cast<size_t>(y_rows));
+  for (int32_t row = 0; row < y_rows; ++row) {
+    if (count[static_cast<size_t>(row)] == 0) continue;
+    grouped.packed.push_back(row);
+    next[static_cast<size_t>(row)] = starts.back();
+    starts.push_back(starts.back() + count[static_cast<size_t>(row)]);
+  }
+  grouped.targets = static_cast<int64_t>(grouped.packed.size());
+  grouped.packed.insert(grouped.packed.end(), starts.begin(), starts.end());
+  grouped.entries_at = grouped.packed.size();
+  grouped.packed.resize(grouped.entries_at + rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto at = static_cast<size_t>(next[static_cast<size_t>(rows[i])]++);
+    grouped.packed[grouped.entries_at + at] = static_cast<int32_t>(i);
+  }
+  return grouped;
+}
 
 const DeviceExperts& ExpertTables::find(Ops& ops, const RoutedExperts& experts) {
   // Called per MoE layer per step: the check walks the weights without allocating.

@@ -10,6 +10,23 @@
 
 namespace deepinfer::cuda {
 
+// An e4m3 weight with f32 scales per 128 x 128 block (DeepSeek's FP8).
+bool fp8_block_scaled(const Tensor& weight);
+
+// Whether every expert's matrices are contiguous device weights of one dtype (bf16, or FP8
+// block-scaled), gate/up [inter, hidden] and down [hidden, inter], inter the same for all.
+bool uniform_experts(const RoutedExperts& experts);
+
+// add_scaled_rows' entries grouped by the row of y they add to (the experts' combine), entry
+// order kept within a row (a counting sort), packed for one upload: the distinct rows, where
+// each one's entries start (one more than the rows), then the entries.
+struct EntriesByRow {
+  std::vector<int32_t> packed;
+  int64_t targets = 0;
+  size_t entries_at = 0;
+};
+EntriesByRow group_entries_by_row(const std::vector<int32_t>& rows, const Tensor& y);
+
 struct DeviceExperts {
   bool usable = false;  // false: the experts' dtypes or shapes need the host path
   ExpertWeights weights;

@@ -1,19 +1,13 @@
 #include "kernels/cuda/grouped_experts.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/cuda/expert_tables.h"
 
 namespace deepinfer::cuda {
 namespace {
-
-bool is_fp8_blocked(const Tensor& weight) {
-  return weight.dtype == DType::kF8E4M3 && weight.block_scales &&
-         weight.block_scales->block_rows == kScaleBlockEdge &&
-         weight.block_scales->block_cols == kScaleBlockEdge;
-}
 
 // Where each expert's rows sit in the quantised copies: one segment per chosen expert, its
 // pairs padded to kFp8RowMultiple rows (the padding quantises to zeros). x_source names each
@@ -57,17 +51,10 @@ class ScratchPieces {
 }  // namespace
 
 bool fp8_grouped_experts_fit(const RoutedExperts& experts, int64_t hidden) {
-  if (experts.gate.empty()) return false;
+  if (!uniform_experts(experts) || experts.gate[0]->dtype != DType::kF8E4M3) return false;
   const int64_t inter = experts.gate[0]->dim(0);
-  if (!LtMatmul::fp8_fits(inter, hidden) || !LtMatmul::fp8_fits(hidden, inter)) return false;
-  for (size_t e = 0; e < experts.gate.size(); ++e) {
-    const Tensor *gate = experts.gate[e], *up = experts.up[e], *down = experts.down[e];
-    if (!is_fp8_blocked(*gate) || !is_fp8_blocked(*up) || !is_fp8_blocked(*down)) return false;
-    if (gate->dim(0) != inter || up->dim(0) != inter || down->dim(1) != inter ||
-        gate->dim(1) != hidden || up->dim(1) != hidden || down->dim(0) != hidden)
-      return false;
-  }
-  return true;
+  return experts.gate[0]->dim(1) == hidden && LtMatmul::fp8_fits(inter, hidden) &&
+         LtMatmul::fp8_fits(hidden, inter);
 }
 
 bool fp8_grouped_experts(Ops& ops, LtMatmul& lt, const Tensor& x, const RoutedExperts& experts,
