@@ -15,9 +15,8 @@
 #include "protocol/chat_encoder.h"
 #include "protocol/completion_text.h"
 #include "protocol/openai.h"
+#include "protocol/output_constraints.h"
 #include "protocol/prompt.h"
-#include "structured/regex.h"
-#include "structured/structured.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -187,47 +186,23 @@ TextTools load_text_tools(const std::string& model_dir) {
   return tools;
 }
 
-// Each constrained request's constraint, compiled once per distinct one; a reasoning chat
-// model's constraint starts after its reasoning, as on the server.
+// Each constrained request's constraint (compiled once per distinct one), starting after a
+// reasoning chat model's reasoning, as on the server.
 void attach_constraints(std::vector<OfflineRequest>& requests, const TextTools& tools,
                         const std::vector<int32_t>& eos_tokens) {
-  std::shared_ptr<const structured::TokenTable> table;
-  std::shared_ptr<const structured::Constraint> json_object;
-  std::map<std::string, std::shared_ptr<const structured::Constraint>> compiled;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    OfflineRequest& offline = requests[i];
+  std::unique_ptr<protocol::OutputConstraints> constraints;
+  for (OfflineRequest& offline : requests) {
     const protocol::GenerationParams& wanted = offline.constraint;
     if (!wanted.json_output && !wanted.structured.any()) continue;
     if (!tools.tokenizer) fail("--input: constrained output needs the model's tokenizer.json");
-    if (!table) {
-      std::vector<int32_t> control;
-      for (int32_t id = 0; id < tools.tokenizer->vocab_size(); ++id)
-        if (tools.tokenizer->is_special(id)) control.push_back(id);
-      table = std::make_shared<structured::TokenTable>(tools.tokenizer->token_bytes(), eos_tokens,
-                                                       control);
-      json_object = structured::json_object_constraint(table);
+    if (!constraints)
+      constraints = std::make_unique<protocol::OutputConstraints>(*tools.tokenizer, eos_tokens);
+    try {
+      offline.request.constraint =
+          constraints->after_reasoning(constraints->of(wanted), offline.syntax);
+    } catch (const protocol::ApiError& error) {
+      fail("--input request \"{}\": {}", offline.request.id, error.what());
     }
-    std::shared_ptr<const structured::Constraint> constraint = json_object;
-    if (!wanted.json_output) {
-      const protocol::StructuredOutput& s = wanted.structured;
-      std::string key = s.regex.empty() ? "choice" : "regex:" + s.regex;
-      for (const std::string& choice : s.choice) key += '\0' + choice;
-      auto& slot = compiled[key];
-      try {
-        if (!slot)
-          slot = s.regex.empty() ? structured::choice_constraint(table, s.choice)
-                                 : structured::regex_constraint(table, s.regex);
-      } catch (const structured::GrammarError& error) {
-        fail("--input request \"{}\": {}", offline.request.id, error.what());
-      }
-      constraint = slot;
-    }
-    auto start = tools.tokenizer->token_to_id(offline.syntax.reasoning_start);
-    auto end = tools.tokenizer->token_to_id(offline.syntax.reasoning_end);
-    if (start && end)
-      constraint =
-          structured::after_reasoning(constraint, *start, *end, offline.syntax.starts_in_reasoning);
-    offline.request.constraint = constraint;
   }
 }
 

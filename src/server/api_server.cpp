@@ -20,7 +20,6 @@
 #include "protocol/openai.h"
 #include "protocol/prompt.h"
 #include "protocol/responses.h"
-#include "structured/regex.h"
 
 namespace deepinfer::server {
 
@@ -30,8 +29,6 @@ using protocol::Json;
 namespace {
 
 constexpr const char* kJson = "application/json";
-// Regex and choice constraints compiled for recent requests (agents resend the same ones).
-constexpr size_t kCompiledConstraints = 64;
 
 void send_json(const std::shared_ptr<ResponseWriter>& writer, int status, const Json& body) {
   writer->send(status, kJson, json_text(body));
@@ -86,6 +83,8 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
   tokenizer_ = Tokenizer::load(model_dir);
   chat_encoder_ =
       std::make_unique<protocol::ChatEncoder>(model_dir, *tokenizer_, options.prompt_format);
+  constraints_ =
+      std::make_unique<protocol::OutputConstraints>(*tokenizer_, model.config().eos_token_ids);
   for (const std::string& bytes : tokenizer_->token_bytes())
     longest_token_bytes_ = std::max(longest_token_bytes_, bytes.size());
   int64_t context = model.config().max_position_embeddings;
@@ -117,46 +116,6 @@ ApiServer::~ApiServer() {
   request_workers_->join();  // nothing queued may reach a gone engine
   engine_.reset();
   http_.reset();
-}
-
-// Built on first use: the byte table of a 150k vocabulary takes a fraction of a second.
-std::shared_ptr<const structured::TokenTable> ApiServer::token_table() {
-  std::call_once(table_once_, [this] {
-    std::vector<int32_t> control;
-    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id)
-      if (tokenizer_->is_special(id)) control.push_back(id);
-    token_table_ = std::make_shared<structured::TokenTable>(tokenizer_->token_bytes(),
-                                                            model_.config().eos_token_ids, control);
-    json_object_ = structured::json_object_constraint(token_table_);
-  });
-  return token_table_;
-}
-
-std::shared_ptr<const structured::Constraint> ApiServer::output_constraint(
-    const protocol::GenerationParams& params) {
-  if (params.json_output) {
-    token_table();
-    return json_object_;
-  }
-  const protocol::StructuredOutput& wanted = params.structured;
-  if (!wanted.any()) return nullptr;
-  std::string key = wanted.regex.empty() ? "choice" : "regex:" + wanted.regex;
-  for (const std::string& choice : wanted.choice) key += '\0' + choice;
-  {
-    std::lock_guard lock(compiled_mutex_);
-    if (auto found = compiled_.find(key); found != compiled_.end()) return found->second;
-  }
-  std::shared_ptr<const structured::Constraint> made;
-  try {
-    made = wanted.regex.empty() ? structured::choice_constraint(token_table(), wanted.choice)
-                                : structured::regex_constraint(token_table(), wanted.regex);
-  } catch (const structured::GrammarError& error) {
-    throw ApiError(400, error.what(), "structured_outputs");
-  }
-  std::lock_guard lock(compiled_mutex_);
-  if (compiled_.size() >= kCompiledConstraints) compiled_.clear();
-  compiled_.emplace(std::move(key), made);
-  return made;
 }
 
 bool ApiServer::authorized(const HttpRequest& request) const {
@@ -334,15 +293,7 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
   std::vector<int32_t> ids = std::move(prompt.encoded.ids);
   int max_tokens =
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
-  job->constraint = output_constraint(job->params);
-  if (job->constraint) {
-    auto start = tokenizer_->token_to_id(prompt.syntax.reasoning_start);
-    auto end = tokenizer_->token_to_id(prompt.syntax.reasoning_end);
-    if (start && end) {
-      job->constraint = structured::after_reasoning(job->constraint, *start, *end,
-                                                    prompt.syntax.starts_in_reasoning);
-    }
-  }
+  job->constraint = constraints_->after_reasoning(constraints_->of(job->params), prompt.syntax);
   if (prompt.syntax.any()) {
     job->parser.emplace(prompt.syntax, "");
     job->parser->push(prompt.forced_output, 0);  // the call the prompt opened (as tokens)
@@ -385,7 +336,7 @@ void ApiServer::start_job(std::shared_ptr<Job> job, GenerationRequest request) {
   if (counters_.in_flight.load() >= options_.max_pending_requests)
     throw ApiError(429, "the server is at its limit of concurrent requests; retry later");
   if (shutdown_deadline_passed_) throw ApiError(503, "the server is shutting down");
-  if (!job->constraint) job->constraint = output_constraint(job->params);
+  if (!job->constraint) job->constraint = constraints_->of(job->params);
   request.constraint = job->constraint;
   job->prompt_tokens = static_cast<int64_t>(request.prompt.size());
   protocol::ResponseMeta meta{job->id, options_.served_model_name, unix_seconds(),

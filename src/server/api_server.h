@@ -13,6 +13,7 @@
 #include "protocol/chat_encoder.h"
 #include "protocol/formatter.h"
 #include "protocol/openai.h"
+#include "protocol/output_constraints.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,11 +69,6 @@ class ApiServer {
   struct Job;
   std::shared_ptr<Job> new_job(const std::shared_ptr<ResponseWriter>& writer,
                                protocol::ApiFormat api, const protocol::GenerationParams& params);
-  std::shared_ptr<const structured::TokenTable> token_table();
-  // The request's output constraint (json_object, regex or choice), null when it has none; a
-  // pattern the engine refuses is a 400. Compiled constraints are kept for repeated requests.
-  std::shared_ptr<const structured::Constraint> output_constraint(
-      const protocol::GenerationParams& params);
   void start_chat_job(const std::shared_ptr<Job>& job, chat::ChatRequest chat);
   void start_job(std::shared_ptr<Job> job, GenerationRequest request);
   void drain(const std::shared_ptr<Job>& job);
@@ -84,11 +80,7 @@ class ApiServer {
   ServeOptions options_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<protocol::ChatEncoder> chat_encoder_;
-  std::once_flag table_once_;
-  std::shared_ptr<const structured::TokenTable> token_table_;
-  std::shared_ptr<const structured::Constraint> json_object_;  // response_format json_object
-  std::mutex compiled_mutex_;
-  std::map<std::string, std::shared_ptr<const structured::Constraint>> compiled_;
+  std::unique_ptr<protocol::OutputConstraints> constraints_;
   std::unique_ptr<EngineLoop> engine_;
   std::unique_ptr<boost::asio::thread_pool> request_workers_;
   std::atomic<int64_t> queued_requests_{0};  // waiting for or on a request thread

@@ -1,0 +1,47 @@
+// What a request's output-constraint fields (response_format json_object, structured_outputs,
+// guided_*) turn into for the engine, shared by the server and offline batches.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "protocol/openai.h"
+#include "protocol/output_parser.h"
+#include "structured/structured.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::protocol {
+
+// Constraints compiled against one tokenizer's vocabulary. The vocabulary's byte table is
+// built on first use (a fraction of a second for 150k tokens); compiled regex and choice
+// constraints are kept for repeated requests. Safe to call from several threads.
+class OutputConstraints {
+ public:
+  static constexpr size_t kKept = 64;  // compiled constraints kept
+
+  // `end_tokens`: the model's EOS ids, which end a constrained output where it is complete.
+  OutputConstraints(const Tokenizer& tokenizer, std::vector<int32_t> end_tokens);
+
+  // Null when `params` ask for no constraint; ApiError 400 for a pattern the engine refuses.
+  std::shared_ptr<const structured::Constraint> of(const GenerationParams& params);
+  // `constraint` starting after a reasoning model's reasoning (the tags of `syntax`); itself
+  // when the model has none.
+  std::shared_ptr<const structured::Constraint> after_reasoning(
+      std::shared_ptr<const structured::Constraint> constraint, const OutputSyntax& syntax) const;
+
+ private:
+  std::shared_ptr<const structured::TokenTable> table();
+
+  const Tokenizer& tokenizer_;
+  std::vector<int32_t> end_tokens_;
+  std::once_flag table_once_;
+  std::shared_ptr<const structured::TokenTable> table_;
+  std::shared_ptr<const structured::Constraint> json_object_;
+  std::mutex compiled_mutex_;
+  std::map<std::string, std::shared_ptr<const structured::Constraint>> compiled_;
+};
+
+}  // namespace deepinfer::protocol
