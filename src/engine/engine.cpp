@@ -522,13 +522,13 @@ sampling::Sample Engine::sample_under(const Sequence& sequence, const structured
 // Appends the tokens `done` sampled, and writes them into the decode rows of `next` that were
 // planned before they were known.
 void Engine::apply_samples(StepWork& done, StepWork* next) {
-  std::vector<std::pair<const Sequence*, int64_t>> rejected;  // drafts `next` assumed accepted
+  std::unordered_map<const Sequence*, int64_t> rejected;  // drafts `next` assumed accepted
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (!chunk.samples || sequence.finished) continue;
     if (!chunk.drafts.empty()) {
       accept_verified(chunk);
-      rejected.emplace_back(&sequence, chunk.count - chunk.kept);
+      rejected[&sequence] = chunk.count - chunk.kept;
       continue;
     }
     --sequence.pending;

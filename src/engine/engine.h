@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/latency_histogram.h"
@@ -147,7 +148,7 @@ class Engine {
   // Async scheduling: moves `next`'s chunks back by the drafts the step before rejected
   // (`rejected`: per sequence) and chooses their deferred drafts. True when rows changed.
   bool settle_speculation(StepWork& next,
-                          const std::vector<std::pair<const Sequence*, int64_t>>& rejected);
+                          const std::unordered_map<const Sequence*, int64_t>& rejected);
   // How many draft tokens a decoding sequence could verify this step (0: it does not
   // speculate now).
   int64_t draft_limit(const Sequence& sequence, int64_t budget) const;

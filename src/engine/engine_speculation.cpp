@@ -219,15 +219,14 @@ void Engine::accept_verified(Chunk& chunk) {
 }
 
 bool Engine::settle_speculation(StepWork& next,
-                                const std::vector<std::pair<const Sequence*, int64_t>>& rejected) {
+                                const std::unordered_map<const Sequence*, int64_t>& rejected) {
   const SpeculativeConfig& speculative = config_.speculative;
   bool changed = false;
   for (Chunk& chunk : next.chunks) {
     Sequence& sequence = *chunk.sequence;
-    for (const auto& [owner, count] : rejected) {
-      if (owner != &sequence || count == 0) continue;
-      chunk.start -= count;
-      chunk.output_position -= static_cast<uint64_t>(count);
+    if (auto found = rejected.find(&sequence); found != rejected.end() && found->second > 0) {
+      chunk.start -= found->second;
+      chunk.output_position -= static_cast<uint64_t>(found->second);
       changed = true;
     }
     if (!chunk.drafts_deferred) continue;
