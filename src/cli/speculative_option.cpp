@@ -56,9 +56,8 @@ CLI::Option* add_speculative_option(CLI::App& command, EngineConfig& engine,
                                     const std::string& prefix) {
   std::string help =
       prefix + (prefix.empty() ? "Speculative" : "speculative") +
-      " decoding as JSON (with --async-scheduling only n-gram drafts are made); the output "
-      "follows the model's "
-      "distribution as without it (greedy: the same tokens). {\"method\": \"ngram\", "
+      " decoding as JSON; the output follows the model's distribution as without it (greedy: the "
+      "same tokens). {\"method\": \"ngram\", "
       "\"num_speculative_tokens\": 5, \"prompt_lookup_min\": 1, \"prompt_lookup_max\": "
       "4}: drafts are the tokens that followed an earlier occurrence of the last few tokens; "
       "{\"method\": \"draft_model\", \"model\": DIR, \"confidence_threshold\": 0.05}: a "

@@ -539,23 +539,30 @@ void Engine::apply_samples(StepWork& done, StepWork* next) {
     sequence.generated.push_back(chunk.sample.token);
     sequence.history.add_output(chunk.sample.token);
   }
-  if (!next) return;
-  if (settle_speculation(*next, rejected)) {
-    next->batch = ForwardBatch{};
-    next->placeholders.clear();
-    for (Chunk& chunk : next->chunks) append_rows(*next, chunk);
+  // Before any drafting for `next`: the MTP module drafts from what `done` computed.
+  if (mtp_) absorb_hidden(done);
+  if (next) settle_rows(*next, rejected);
+}
+
+// Before `next` launches: its chunks settled (settle_speculation), their rows rebuilt if that
+// changed them, and the decode inputs sampled by the step before written in.
+void Engine::settle_rows(StepWork& next,
+                         const std::unordered_map<const Sequence*, int64_t>& rejected) {
+  if (settle_speculation(next, rejected)) {
+    next.batch = ForwardBatch{};
+    next.placeholders.clear();
+    for (Chunk& chunk : next.chunks) append_rows(next, chunk);
   }
-  for (auto [row, sequence] : next->placeholders) {
-    auto position = static_cast<size_t>(next->batch.positions[row]);
+  for (auto [row, sequence] : next.placeholders) {
+    auto position = static_cast<size_t>(next.batch.positions[row]);
     // A sequence that ended in `done` may have stopped short of the row: it is not read.
-    next->batch.tokens[row] = position < sequence->tokens.size() ? sequence->tokens[position] : 0;
+    next.batch.tokens[row] = position < sequence->tokens.size() ? sequence->tokens[position] : 0;
   }
 }
 
 void Engine::commit(StepWork& done, std::vector<GenerationResult>& finished,
                     std::vector<TokenEvent>* tokens) {
   ++stats_.steps;
-  if (mtp_) absorb_hidden(done);
   for (Chunk& chunk : done.chunks) {
     Sequence& sequence = *chunk.sequence;
     if (sequence.finished) continue;
@@ -694,6 +701,8 @@ bool Engine::step(std::vector<GenerationResult>& finished, std::vector<TokenEven
     forward_seconds += seconds_between(wait_start, std::chrono::steady_clock::now());
     step_costs_.observe(done->batch.num_tokens(), done->seconds);
     apply_samples(*done, next.get());
+  } else if (next && runner_) {
+    settle_rows(*next, {});
   }
   // Sequences retired before `next` was planned are in no step still running after this.
   std::vector<std::unique_ptr<Sequence>> released = std::move(retired_);

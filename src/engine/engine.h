@@ -74,7 +74,7 @@ struct EngineConfig {
   int32_t vocab_limit = 0;
   // Speculative decoding: requests (constrained ones too) verify drafted tokens in the same
   // forward as everything else and keep what the model itself would have drawn, so their
-  // output is the same as without it, seeded sampling included. Off with async_scheduling.
+  // output is the same as without it, seeded sampling included.
   SpeculativeConfig speculative;
 };
 
@@ -149,6 +149,7 @@ class Engine {
   // (`rejected`: per sequence) and chooses their deferred drafts. True when rows changed.
   bool settle_speculation(StepWork& next,
                           const std::unordered_map<const Sequence*, int64_t>& rejected);
+  void settle_rows(StepWork& next, const std::unordered_map<const Sequence*, int64_t>& rejected);
   // How many draft tokens a decoding sequence could verify this step (0: it does not
   // speculate now).
   int64_t draft_limit(const Sequence& sequence, int64_t budget) const;
@@ -158,6 +159,11 @@ class Engine {
   // Runs the draft model for the planned decodes, up to `bounds` drafts each.
   void propose_with_model(std::vector<Planned>& planned, const std::vector<int64_t>& bounds,
                           std::vector<DraftOffer>& offers);
+  // The model drafter's question for a sequence's next `limit` drafts.
+  DraftAsk draft_ask(const Sequence& sequence, int64_t limit) const;
+  // The drafts of chunks planned before their sequence's last token was known, now that it
+  // is (as many as each planned at most): n-gram lookups or one call of the model drafter.
+  std::vector<DraftProposal> draft_deferred(const std::vector<Chunk*>& chunks);
   // How many of each offer's drafts to verify; `draft_costs`: the drafts are still to make.
   std::vector<int64_t> verify_lengths(const std::vector<Planned>& planned,
                                       const std::vector<DraftOffer>& offers, int64_t rows,

@@ -10,11 +10,11 @@ namespace deepinfer {
 // Every decoding request may speculate (its output follows the model's distribution either
 // way, see verify_drafts). Drafts stop short of max_tokens and the context length. With async
 // scheduling a decode's last token is usually still in flight when its next step is planned:
-// n-gram drafts are then chosen when it arrives (settle_speculation); a draft model would need
-// it now, and its forward cannot share the backend with the launched step.
+// the step then holds rows for the drafts, which are made when the token arrives, between
+// the two forwards (settle_speculation; a model drafter's forward has the backend to itself).
 int64_t Engine::draft_limit(const Sequence& sequence, int64_t budget) const {
   const SpeculativeConfig& speculative = config_.speculative;
-  if (!speculative.enabled() || (drafter_ && runner_)) return 0;
+  if (!speculative.enabled()) return 0;
   if (sequence.pending == 0 &&
       sequence.computed + 1 != static_cast<int64_t>(sequence.tokens.size()))
     return 0;
@@ -48,10 +48,19 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
   std::vector<int64_t> taken;
   if (drafter_) {
     // Drafting costs time of its own: the draft model runs only as far as verifying pays (its
-    // drafting, cut short by its confidence, is not second-guessed once paid for).
-    propose_with_model(planned, verify_lengths(planned, offers, rows, tokens, &drafter_->costs()),
-                       offers);
-    for (const DraftOffer& offer : offers) taken.push_back(offer.proposed);
+    // drafting, cut short by its confidence, is not second-guessed once paid for). With async
+    // scheduling a step may be running now: the step keeps rows for the drafts, made just
+    // before it launches.
+    const std::vector<int64_t> bounds =
+        verify_lengths(planned, offers, rows, tokens, &drafter_->costs());
+    if (!runner_) propose_with_model(planned, bounds, offers);
+    for (size_t i = 0; i < planned.size(); ++i) {
+      if (runner_ && bounds[i] > 0) {
+        planned[i].drafts.assign(static_cast<size_t>(bounds[i]), 0);
+        planned[i].drafts_deferred = true;
+      }
+      taken.push_back(runner_ ? bounds[i] : offers[i].proposed);
+    }
   } else {
     taken = verify_lengths(planned, offers, rows, tokens, nullptr);
   }
@@ -80,16 +89,7 @@ void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector
   for (size_t i = 0; i < planned.size(); ++i) {
     offers[i].proposed = 0;
     if (bounds[i] <= 0) continue;
-    const Sequence& sequence = *planned[i].sequence;
-    ModelDrafter::Ask& ask = asks.emplace_back();
-    ask.owner = &sequence;
-    ask.tokens = sequence.tokens;
-    ask.limit = bounds[i];
-    ask.params = &sequence.request.sampling;
-    ask.history = &sequence.history;
-    ask.matcher = sequence.matcher.get();
-    ask.seed = sequence.seed;
-    ask.position = sequence.generated.size();
+    asks.push_back(draft_ask(*planned[i].sequence, bounds[i]));
     asking.push_back(i);
   }
   if (asks.empty()) return;
@@ -103,6 +103,19 @@ void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector
     plan.drafts = std::move(proposal.tokens);
     plan.draft_distributions = std::move(proposal.distributions);
   }
+}
+
+DraftAsk Engine::draft_ask(const Sequence& sequence, int64_t limit) const {
+  DraftAsk ask;
+  ask.owner = &sequence;
+  ask.tokens = sequence.tokens;
+  ask.limit = limit;
+  ask.params = &sequence.request.sampling;
+  ask.history = &sequence.history;
+  ask.matcher = sequence.matcher.get();
+  ask.seed = sequence.seed;
+  ask.position = sequence.generated.size();
+  return ask;
 }
 
 std::vector<int64_t> Engine::verify_lengths(const std::vector<Planned>& planned,
@@ -220,32 +233,56 @@ void Engine::accept_verified(Chunk& chunk) {
 
 bool Engine::settle_speculation(StepWork& next,
                                 const std::unordered_map<const Sequence*, int64_t>& rejected) {
-  const SpeculativeConfig& speculative = config_.speculative;
   bool changed = false;
+  std::vector<Chunk*> deferred;
   for (Chunk& chunk : next.chunks) {
-    Sequence& sequence = *chunk.sequence;
-    if (auto found = rejected.find(&sequence); found != rejected.end() && found->second > 0) {
+    if (auto found = rejected.find(chunk.sequence); found != rejected.end() && found->second > 0) {
       chunk.start -= found->second;
       chunk.output_position -= static_cast<uint64_t>(found->second);
       changed = true;
     }
     if (!chunk.drafts_deferred) continue;
     chunk.drafts_deferred = false;
-    const auto planned = static_cast<int64_t>(chunk.drafts.size());
-    // The row's own token is the sequence's last one now, unless the completion ended.
-    const bool goes_on = chunk.start + 1 == static_cast<int64_t>(sequence.tokens.size());
-    std::vector<int32_t> drafts;
-    if (goes_on)
-      drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
-                            speculative.prompt_lookup_max, planned);
-    const int64_t unused = planned - static_cast<int64_t>(drafts.size());
     changed = true;
-    chunk.drafts = std::move(drafts);
+    deferred.push_back(&chunk);
+  }
+  std::vector<DraftProposal> proposals = draft_deferred(deferred);
+  for (size_t i = 0; i < deferred.size(); ++i) {
+    Chunk& chunk = *deferred[i];
+    Sequence& sequence = *chunk.sequence;
+    const int64_t unused = static_cast<int64_t>(chunk.drafts.size() - proposals[i].tokens.size());
+    chunk.drafts = std::move(proposals[i].tokens);
+    chunk.draft_distributions = std::move(proposals[i].distributions);
     chunk.count -= unused;
     sequence.computed -= unused;
     sequence.speculated -= unused;
   }
   return changed;
+}
+
+std::vector<DraftProposal> Engine::draft_deferred(const std::vector<Chunk*>& chunks) {
+  const SpeculativeConfig& speculative = config_.speculative;
+  std::vector<DraftProposal> proposals(chunks.size());
+  std::vector<DraftAsk> asks;
+  std::vector<size_t> asking;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const Chunk& chunk = *chunks[i];
+    const Sequence& sequence = *chunk.sequence;
+    // The row's own token is the sequence's last one now, unless the completion ended.
+    if (chunk.start + 1 != static_cast<int64_t>(sequence.tokens.size())) continue;
+    const auto limit = static_cast<int64_t>(chunk.drafts.size());
+    if (drafter_) {
+      asks.push_back(draft_ask(sequence, limit));
+      asking.push_back(i);
+    } else {
+      proposals[i].tokens = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
+                                         speculative.prompt_lookup_max, limit);
+    }
+  }
+  if (asks.empty()) return proposals;
+  std::vector<DraftProposal> drafted = drafter_->propose(asks, speculative.confidence_threshold);
+  for (size_t j = 0; j < asking.size(); ++j) proposals[asking[j]] = std::move(drafted[j]);
+  return proposals;
 }
 
 // What the step computed for each sequence still running: a speculating chunk's verified

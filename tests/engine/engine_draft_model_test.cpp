@@ -81,6 +81,12 @@ TEST_P(DraftModelGreedy, OutputIsTheSameAsWithoutIt) {
   config.num_blocks = 24;
   Served tight = serve(*model, drafting(config, fixture_model(draft_name), 3), requests);
   expect_same_tokens(plain, tight);
+  // Async scheduling: each step keeps rows for its drafts, made once the step before ends.
+  EngineConfig tight_async = drafting(config, fixture_model(draft_name), 3);
+  tight_async.async_scheduling = true;
+  Served overlapped = serve(*model, tight_async, requests);
+  expect_same_tokens(plain, overlapped);
+  EXPECT_GT(overlapped.stats.accepted_draft_tokens, 0);
   EngineConfig adaptive = drafting(config, fixture_model(draft_name));
   adaptive.speculative.verification = "adaptive";
   adaptive.speculative.confidence_threshold = 0.3;
@@ -111,6 +117,10 @@ TEST(DraftModel, ATrainedDraftTakesFewerSteps) {
   Served fast = serve(*model, drafting(config, fixture_model("demo-code-draft")), {request});
   expect_same_tokens(plain, fast);
   EXPECT_LT(fast.stats.steps * 3, plain.stats.steps * 2);
+  config.async_scheduling = true;
+  Served async = serve(*model, drafting(config, fixture_model("demo-code-draft")), {request});
+  expect_same_tokens(plain, async);
+  EXPECT_LT(async.stats.steps * 3, plain.stats.steps * 2);
 }
 
 // Two tiny random models of one 8-token vocabulary: the draft disagrees often, so
@@ -268,6 +278,9 @@ TEST(DraftModel, ASeedReproducesASampledCompletion) {
   Served together = serve(*model, config, crowd);
   EXPECT_EQ(alone.results.at("seeded").tokens, together.results.at("seeded").tokens);
   EXPECT_GT(together.stats.draft_tokens, 0);
+  config.async_scheduling = true;  // drafts made between the steps: the same ones
+  EXPECT_EQ(alone.results.at("seeded").tokens,
+            serve(*model, config, crowd).results.at("seeded").tokens);
 }
 
 TEST(DraftModel, ADraftWithoutTheTargetsVocabularyIsRefused) {

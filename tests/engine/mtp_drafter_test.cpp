@@ -127,6 +127,15 @@ TEST(MtpDrafter, GreedyOutputIsTheSameAsWithoutIt) {
   Served tight = serve(*model, mtp, requests);
   for (const auto& [id, result] : plain.results)
     EXPECT_EQ(tight.results.at(id).tokens, result.tokens) << id;
+  // Async scheduling: the module absorbs a step's positions before drafting for the next.
+  for (int64_t blocks : {256, 20}) {
+    mtp.num_blocks = blocks;
+    mtp.async_scheduling = true;
+    Served async = serve(*model, mtp, requests);
+    for (const auto& [id, result] : plain.results)
+      EXPECT_EQ(async.results.at(id).tokens, result.tokens) << id;
+    EXPECT_GT(async.stats.draft_tokens, 0);
+  }
 }
 
 TEST(MtpDrafter, AModelWithoutTheModuleIsRefused) {
