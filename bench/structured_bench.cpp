@@ -1,7 +1,8 @@
 // Cost of one token mask over a real vocabulary (Qwen3's 151k tokens), per grammar state: the
 // mask is applied on the sampling path of every constrained decode step. json_object walks the
 // vocabulary every time; a regex's automaton state keeps its mask, so only the first visit of a
-// state walks it (RegexFirstVisit) and every later one applies it (RegexMask).
+// state walks it (RegexFirstVisit) and every later one applies it (RegexMask); a JSON Schema's
+// matcher walks it from its state every step (SchemaMask).
 #include <benchmark/benchmark.h>
 
 #include "structured/structured.h"
@@ -91,6 +92,52 @@ void BM_RegexCompile(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(structured::regex_constraint(v.table, kDatePattern));
 }
+
+// A function's arguments as agents ask for them: strings, an enum, a bounded integer, a
+// date, an array of objects.
+constexpr const char* kToolSchema = R"({"type": "object", "properties": {
+    "location": {"type": "string", "maxLength": 64}, "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14}, "start": {"format": "date"},
+    "stops": {"type": "array", "items": {"type": "object", "properties": {
+      "name": {"type": "string"}, "hours": {"type": "number", "minimum": 0}},
+      "required": ["name"], "additionalProperties": false}}},
+    "required": ["location", "days"], "additionalProperties": false})";
+
+// A JSON Schema mask: the walk of the vocabulary from the matcher's state (every step).
+void BM_SchemaMask(benchmark::State& state, const char* prefix) {
+  const Vocabulary& v = qwen3();
+  auto matcher = structured::json_schema_constraint(v.table, kToolSchema)->start();
+  for (int32_t id : v.tokenizer->encode(prefix, EncodeMode::kPlain))
+    if (!matcher->accept(id)) state.SkipWithError("prefix does not match");
+  std::vector<float> logits(static_cast<size_t>(v.tokenizer->vocab_size()));
+  for (auto _ : state) {
+    matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
+    benchmark::DoNotOptimize(logits.data());
+  }
+}
+
+void BM_SchemaCompile(benchmark::State& state) {
+  const Vocabulary& v = qwen3();
+  for (auto _ : state)
+    benchmark::DoNotOptimize(structured::json_schema_constraint(v.table, kToolSchema));
+}
+
+BENCHMARK_CAPTURE(BM_SchemaMask, start, "")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SchemaMask, key, R"({"loc)")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SchemaMask, in_string, R"({"location": "San Fr)")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_SchemaMask, in_number, R"({"location": "Oslo", "days": 1)")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_SchemaMask, in_date, R"({"location": "Oslo", "days": 3, "start": "2025-0)")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_SchemaMask, nested,
+                  R"({"location": "Oslo", "days": 3, "stops": [{"name": "A", "hours": 2}, )")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_SchemaCompile)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_CAPTURE(BM_RegexMask, start, "")->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_RegexMask, in_text, "2024-05-06T12:30 Lun")

@@ -132,6 +132,8 @@ MessagesRequest parse_messages(const std::string& body_text) {
        {"temperature", "top_p", "top_k", "stream", "max_tokens", "cache_salt", "cache_retention"})
     if (body.contains(key)) common[key] = body[key];
   if (body.contains("stop_sequences")) common["stop"] = body["stop_sequences"];
+  // Structured outputs: {"type": "json_schema", "schema": {...}}, as text.format is read.
+  if (body.contains("output_format")) common["response_format"] = body["output_format"];
   request.params = parse_generation_params(common, true);
   return request;
 }

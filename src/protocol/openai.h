@@ -64,8 +64,14 @@ std::vector<int32_t> read_token_ids(const Json& value, const std::string& field)
 struct StructuredOutput {
   std::string regex;                // the whole output matches it
   std::vector<std::string> choice;  // the whole output is one of them
-  bool any() const { return !regex.empty() || !choice.empty(); }
+  std::string json_schema;          // the output is one JSON value this schema accepts (its text)
+  std::string field;                // the request field that set it, for errors
+  bool any() const { return !regex.empty() || !choice.empty() || !json_schema.empty(); }
 };
+
+// A JSON Schema given inline (an object or a boolean) or as its JSON text (vLLM's guided_json
+// takes both), as compact text; ApiError 400 naming `field` otherwise.
+std::string read_schema(const Json& value, const std::string& field, const std::string& param);
 
 // What chat and text completions share.
 struct GenerationParams {

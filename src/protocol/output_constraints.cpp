@@ -27,7 +27,9 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::of(
   }
   const StructuredOutput& wanted = params.structured;
   if (!wanted.any()) return nullptr;
-  std::string key = wanted.regex.empty() ? "choice" : "regex:" + wanted.regex;
+  std::string key = !wanted.json_schema.empty() ? "json:" + wanted.json_schema
+                    : wanted.regex.empty()      ? "choice"
+                                                : "regex:" + wanted.regex;
   for (const std::string& choice : wanted.choice) key += '\0' + choice;
   {
     std::lock_guard lock(compiled_mutex_);
@@ -35,10 +37,15 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::of(
   }
   std::shared_ptr<const structured::Constraint> made;
   try {
-    made = wanted.regex.empty() ? structured::choice_constraint(table(), wanted.choice)
-                                : structured::regex_constraint(table(), wanted.regex);
+    if (!wanted.json_schema.empty()) {
+      made = structured::json_schema_constraint(table(), wanted.json_schema);
+    } else if (!wanted.regex.empty()) {
+      made = structured::regex_constraint(table(), wanted.regex);
+    } else {
+      made = structured::choice_constraint(table(), wanted.choice);
+    }
   } catch (const structured::GrammarError& error) {
-    throw ApiError(400, error.what(), "structured_outputs");
+    throw ApiError(400, error.what(), wanted.field);
   }
   std::lock_guard lock(compiled_mutex_);
   if (compiled_.size() >= kKept) compiled_.clear();

@@ -25,29 +25,44 @@ std::vector<std::string> read_choices(const Json& value, const std::string& fiel
   return choices;
 }
 
-// One constraint kind: regex or choice; json and grammar are refused by name until built.
+// One constraint kind: regex, choice or json; grammars are refused by name until built.
 void read_kind(const std::string& kind, const Json& value, const std::string& field,
                StructuredOutput& out) {
   if (value.is_null()) return;
   const std::string param = field.substr(0, field.find('.'));
-  if (!out.regex.empty() || !out.choice.empty())
+  if (out.any())
     throw ApiError(400, fmt::format("'{}': a request takes one output constraint", field), param);
+  out.field = param;
   if (kind == "regex") {
     if (!value.is_string() || value.get<std::string>().empty())
       throw ApiError(400, fmt::format("'{}' must be a non-empty string", field), param);
     out.regex = value.get<std::string>();
   } else if (kind == "choice") {
     out.choice = read_choices(value, field, param);
+  } else if (kind == "json") {
+    out.json_schema = read_schema(value, field, param);
   } else {
     throw ApiError(400,
-                   fmt::format("'{}' is not supported yet: regex and choice constraints are "
-                               "(JSON schemas and grammars are planned)",
+                   fmt::format("'{}' is not supported yet: regex, choice and json constraints "
+                               "are (grammars are planned)",
                                field),
                    param);
   }
 }
 
 }  // namespace
+
+std::string read_schema(const Json& value, const std::string& field, const std::string& param) {
+  if (value.is_object() || value.is_boolean()) return value.dump();
+  if (value.is_string()) {
+    try {
+      return parse_json_object(value.get<std::string>()).dump();
+    } catch (const ApiError& error) {
+      throw ApiError(400, fmt::format("'{}': {}", field, error.what()), param);
+    }
+  }
+  throw ApiError(400, fmt::format("'{}' must be a JSON Schema (an object)", field), param);
+}
 
 void read_structured_output(const Json& body, GenerationParams& params) {
   StructuredOutput& out = params.structured;
@@ -63,9 +78,9 @@ void read_structured_output(const Json& body, GenerationParams& params) {
     const std::string field = fmt::format("guided_{}", kind);
     if (auto value = body.find(field); value != body.end()) read_kind(kind, *value, field, out);
   }
-  if ((!out.regex.empty() || !out.choice.empty()) && params.json_output)
+  if (out.any() && params.json_output)
     throw ApiError(400,
-                   "response_format json_object and a regex or choice constraint exclude "
+                   "response_format json_object and a regex, choice or json constraint exclude "
                    "each other",
                    "response_format");
 }

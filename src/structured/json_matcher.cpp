@@ -1,10 +1,9 @@
-// The JSON grammar as a byte-level pushdown automaton, and the token mask it gives by walking
-// the sorted vocabulary: a prefix shared by neighbouring tokens is fed once, and every token
-// below a prefix the automaton rejects is skipped without being looked at.
+// The JSON grammar as a byte-level pushdown automaton, and its token mask (token_walk.h).
 #include <algorithm>
 #include <limits>
 
 #include "structured/structured.h"
+#include "structured/token_walk.h"
 
 namespace deepinfer::structured {
 
@@ -29,6 +28,11 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
       return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
     });
     (plain ? string_plain_ : sensitive).push_back(id);
+    if (plain)
+      string_plain_chars_.push_back(
+          static_cast<uint32_t>(std::count_if(text.begin(), text.end(), [](char c) {
+            return (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+          })));
   }
   sorted_ = with_shared_prefixes(order);
   string_sensitive_ = with_shared_prefixes(sensitive);
@@ -97,7 +101,7 @@ struct JsonState {
   uint8_t spaces = 0;   // length of the current whitespace run
   std::string stack;    // open containers, '{' or '['
 
-  bool feed(unsigned char c) {
+  bool feed(uint8_t c) {
     if (is_space(c) && mode != kString && mode != kEscape && mode != kUnicode && !in_number() &&
         mode != kLiteral) {
       return mode != kDone && ++spaces <= kMaxWhitespaceRun;
@@ -274,16 +278,16 @@ class JsonMatcher final : public Matcher {
   std::unique_ptr<Matcher> clone() const override { return std::make_unique<JsonMatcher>(*this); }
 
   void mask_logits(float* logits, int32_t vocab_size) const override {
-    // Ids past the tokenizer's vocabulary (padding rows of the model) are never allowed.
     std::vector<bool> allowed(static_cast<size_t>(table_->size()), false);
     if (complete()) {
       for (int32_t id : table_->end_tokens()) allowed[static_cast<size_t>(id)] = true;
+    } else if (state_.mode == JsonState::kString) {
+      for (int32_t id : table_->string_plain()) allowed[static_cast<size_t>(id)] = true;
+      allow_fed_tokens(state_, *table_, table_->string_sensitive(), allowed);
     } else {
-      mark_text_tokens(allowed);
+      allow_fed_tokens(state_, *table_, table_->sorted(), allowed);
     }
-    for (int32_t id = 0; id < vocab_size; ++id)
-      if (id >= table_->size() || !allowed[static_cast<size_t>(id)])
-        logits[id] = -std::numeric_limits<float>::infinity();
+    ban_others(allowed, logits, vocab_size);
   }
 
   bool accept(int32_t token) override {
@@ -301,29 +305,6 @@ class JsonMatcher final : public Matcher {
   bool complete() const override { return state_.mode == JsonState::kDone; }
 
  private:
-  // Every ordinary token the automaton accepts whole from here. states[d] is the state after
-  // the first d bytes of the current token; `valid` is how deep the previous token got.
-  void mark_text_tokens(std::vector<bool>& allowed) const {
-    bool in_string = state_.mode == JsonState::kString;
-    if (in_string)
-      for (int32_t id : table_->string_plain()) allowed[static_cast<size_t>(id)] = true;
-    std::vector<JsonState> states(1, state_);
-    size_t valid = 0;
-    for (const auto& [id, shared] : in_string ? table_->string_sensitive() : table_->sorted()) {
-      if (shared > valid) continue;  // it starts with a prefix that already failed
-      const std::string& bytes = table_->bytes(id);
-      states.resize(shared + 1);
-      size_t depth = shared;
-      for (; depth < bytes.size(); ++depth) {
-        JsonState next = states[depth];
-        if (!next.feed(static_cast<unsigned char>(bytes[depth]))) break;
-        states.push_back(std::move(next));
-      }
-      valid = depth;
-      if (depth == bytes.size()) allowed[static_cast<size_t>(id)] = true;
-    }
-  }
-
   std::shared_ptr<const TokenTable> table_;
   JsonState state_;
 };

@@ -42,6 +42,9 @@ struct RegexTree {
 
   // Throws GrammarError naming the construct and its offset.
   static RegexTree parse(std::string_view pattern);
+  // The texts in which `pattern` finds a match (ECMAScript search, as JSON Schema's "pattern"
+  // means it): alternatives not anchored by '^' or '$' may have any text around them.
+  static RegexTree parse_search(std::string_view pattern);
   // Exactly one of `choices` (vLLM's guided_choice).
   static RegexTree choice(const std::vector<std::string>& choices);
 

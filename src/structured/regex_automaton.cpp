@@ -219,8 +219,9 @@ ByteDfa::ByteDfa(const RegexTree& tree) {
     for (uint8_t byte : representative) {
       work += sets[state].size();
       if (work > kMaxWork)
-        throw GrammarError("regex: the pattern needs too much work to compile (nested or long "
-                           "bounded repeats of wide classes?)");
+        throw GrammarError(
+            "regex: the pattern needs too much work to compile (nested or long "
+            "bounded repeats of wide classes?)");
       std::vector<int> seeds;
       for (int member : sets[state]) {
         const NfaState& s = nfa.states()[static_cast<size_t>(member)];

@@ -62,6 +62,31 @@ class Parser {
     return root;
   }
 
+  // ECMAScript's search: each top-level alternative matches anywhere in the text unless '^'
+  // opens it or '$' closes it, so it is padded with any text on its open sides.
+  int parse_search() {
+    std::vector<int> options;
+    do {
+      if (!options.empty()) ++at_;  // the '|'
+      const bool starts = peek('^');
+      if (starts) ++at_;
+      ended_ = false;
+      int option = concatenation();
+      RegexNode padded;
+      padded.kind = RegexNode::Kind::kConcat;
+      if (!starts) padded.children.push_back(any_text());
+      padded.children.push_back(option);
+      if (!ended_) padded.children.push_back(any_text());
+      options.push_back(tree_.add(std::move(padded)));
+    } while (peek('|'));
+    if (at_ < text_.size()) error("unbalanced ')'");
+    if (options.size() == 1) return options[0];
+    RegexNode node;
+    node.kind = RegexNode::Kind::kAlternation;
+    node.children = std::move(options);
+    return tree_.add(std::move(node));
+  }
+
  private:
   [[noreturn]] void error(const std::string& what) const {
     throw GrammarError(fmt::format("regex: {} at offset {}", what, at_));
@@ -90,6 +115,7 @@ class Parser {
         ++at_;
         if (!done() && !peek(')') && !peek('|')) error("'$' inside the pattern is not supported");
         if (depth_ > 0) error("'$' inside a group is not supported");
+        ended_ = true;
         continue;
       }
       if (peek('^')) error("'^' inside the pattern is not supported");
@@ -337,9 +363,22 @@ class Parser {
 
   static constexpr int kMaxDepth = 200;
   std::string_view text_;
+  // Any code point, any number of times.
+  int any_text() {
+    RegexNode chars;
+    chars.kind = RegexNode::Kind::kChars;
+    chars.chars = complement({});
+    RegexNode repeat;
+    repeat.kind = RegexNode::Kind::kRepeat;
+    repeat.children = {tree_.add(std::move(chars))};
+    repeat.max = -1;
+    return tree_.add(std::move(repeat));
+  }
+
   RegexTree& tree_;
   size_t at_ = 0;
   int depth_ = 0;
+  bool ended_ = false;  // the alternative just parsed ended with '$'
 };
 
 }  // namespace
@@ -355,6 +394,15 @@ RegexTree RegexTree::parse(std::string_view pattern) {
                                    pattern.size(), kMaxPatternBytes));
   RegexTree tree;
   tree.root = Parser(pattern, tree).parse_all();
+  return tree;
+}
+
+RegexTree RegexTree::parse_search(std::string_view pattern) {
+  if (pattern.size() > kMaxPatternBytes)
+    throw GrammarError(fmt::format("regex: the pattern is {} bytes, more than the {} allowed",
+                                   pattern.size(), kMaxPatternBytes));
+  RegexTree tree;
+  tree.root = Parser(pattern, tree).parse_search();
   return tree;
 }
 

@@ -1,7 +1,7 @@
 // Output constrained to a grammar: for each completion a matcher says which tokens may come
-// next (as a mask over the logits) and follows the tokens that came. Today's grammar is "one
-// JSON object" (response_format json_object); regex, JSON schema and EBNF go behind the same
-// Constraint/Matcher seam.
+// next (as a mask over the logits) and follows the tokens that came: one JSON object
+// (response_format json_object), a JSON Schema, a regular expression or a list of choices,
+// each behind the same Constraint/Matcher seam.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +29,8 @@ class TokenTable {
   // Inside a JSON string most tokens are just characters: those without '"', '\\' or control
   // bytes (allowed there whatever came before), and the others, sorted as above.
   const std::vector<int32_t>& string_plain() const { return string_plain_; }
+  // The code points each string_plain token writes (its bytes that do not continue one).
+  const std::vector<uint32_t>& string_plain_chars() const { return string_plain_chars_; }
   const std::vector<std::pair<int32_t, uint32_t>>& string_sensitive() const {
     return string_sensitive_;
   }
@@ -42,6 +44,7 @@ class TokenTable {
   std::vector<Kind> kind_;
   std::vector<std::pair<int32_t, uint32_t>> sorted_, string_sensitive_;
   std::vector<int32_t> string_plain_;
+  std::vector<uint32_t> string_plain_chars_;
   std::vector<int32_t> end_tokens_;
 };
 
@@ -68,6 +71,12 @@ class Constraint {
 // One JSON object (RFC 8259 syntax), optionally surrounded by whitespace, then an end token.
 // Runs of whitespace are capped so that a model cannot pad forever.
 std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table);
+
+// One JSON value that `schema_json` (JSON Schema, drafts 2020-12 and 7) accepts, then an end
+// token. Throws GrammarError naming a keyword or construct it cannot enforce. oneOf is
+// enforced as anyOf: the value matches at least one branch.
+std::shared_ptr<const Constraint> json_schema_constraint(std::shared_ptr<const TokenTable> table,
+                                                         std::string_view schema_json);
 
 // The whole output matches `pattern` (see regex.h for the syntax), then an end token. Throws
 // GrammarError for a pattern it refuses.

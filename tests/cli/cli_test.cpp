@@ -149,8 +149,9 @@ TEST(Cli, OfflineBatchConstrainsOutput) {
       R"({"id": "json", "prompt": "x =", "max_tokens": 60, "temperature": 1.0, "seed": 2, "response_format": {"type": "json_object"}}
 {"id": "regex", "prompt": "x =", "max_tokens": 30, "temperature": 1.0, "seed": 3, "structured_outputs": {"regex": "v[0-9]{1,2}\\.[0-9]"}}
 {"id": "choice", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0, "seed": 4, "guided_choice": ["red", "green"]}
+{"id": "schema", "prompt": "x =", "max_tokens": 60, "temperature": 1.0, "seed": 5, "guided_json": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false}}
 )");
-  ASSERT_EQ(lines.size(), 3u);
+  ASSERT_EQ(lines.size(), 4u);
   const nlohmann::json& json = lines[0]["choices"][0];
   if (json["finish_reason"] == "stop") {
     nlohmann::json parsed = nlohmann::json::parse(json["text"].get<std::string>(), nullptr, false);
@@ -161,16 +162,24 @@ TEST(Cli, OfflineBatchConstrainsOutput) {
       << lines[1];
   const std::string color = lines[2]["choices"][0]["text"];
   EXPECT_TRUE(color == "red" || color == "green") << color;
+  const nlohmann::json& schema = lines[3]["choices"][0];
+  if (schema["finish_reason"] == "stop") {
+    nlohmann::json parsed =
+        nlohmann::json::parse(schema["text"].get<std::string>(), nullptr, false);
+    EXPECT_TRUE(parsed.is_object() && parsed.size() == 1 && parsed["n"].is_number_integer())
+        << schema["text"];
+  }
 
   for (const char* line : {R"({"prompt": "x", "guided_regex": "(a)\\1"})",
-                           R"({"prompt": "x", "guided_json": {"type": "object"}})",
+                           R"({"prompt": "x", "guided_json": {"if": {"type": "object"}}})",
                            R"({"prompt": "x", "response_format": {"type": "json_schema"}})"}) {
     std::ofstream(input) << line << "\n";
     auto bad = run_command(
         fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
     EXPECT_EQ(bad.status, 1) << line;
     EXPECT_TRUE(bad.output.find("back-references") != std::string::npos ||
-                bad.output.find("--input line 1") != std::string::npos)
+                bad.output.find("--input line 1") != std::string::npos ||
+                bad.output.find("keyword 'if'") != std::string::npos)
         << bad.output;
   }
 }

@@ -177,7 +177,8 @@ TEST_F(ServerTest, JsonObjectOutputAlwaysParses) {
 }
 
 // vLLM's structured_outputs (and guided_*) regex and choice: every finished output matches,
-// streamed or not; kinds not built yet and patterns the engine refuses are 400s naming them.
+// streamed or not; kinds not built yet, patterns and schemas the engine refuses are 400s
+// naming them.
 TEST_F(ServerTest, RegexAndChoiceOutputsMatch) {
   const std::regex pattern("[a-z]{3}-\\d{2,4}( [A-Z]{1,3})?");
   int finished = 0;
@@ -224,14 +225,72 @@ TEST_F(ServerTest, RegexAndChoiceOutputsMatch) {
     EXPECT_EQ(reply.status, 400) << fields;
     return reply.json()["error"];
   };
-  EXPECT_EQ(refused(R"("structured_outputs": {"json": {"type": "object"}})")["param"],
+  EXPECT_EQ(refused(R"("structured_outputs": {"json": {"if": {"type": "object"}}})")["param"],
             "structured_outputs");
+  EXPECT_NE(refused(R"("response_format": {"type": "json_schema", "json_schema": {"name": "x",
+                       "schema": {"type": "string", "format": "color"}}})")["message"]
+                .get<std::string>()
+                .find("format 'color'"),
+            std::string::npos);
   EXPECT_NE(
       refused(R"x("guided_regex": "a(?=b)")x")["message"].get<std::string>().find("look-around"),
       std::string::npos);
   EXPECT_EQ(refused(R"("guided_choice": [])")["param"], "guided_choice");
   EXPECT_EQ(refused(R"("guided_regex": "a", "guided_choice": ["a"])")["param"], "guided_choice");
   EXPECT_EQ(refused(R"("guided_grammar": "root ::= \"a\"")")["param"], "guided_grammar");
+}
+
+// JSON Schema outputs (response_format json_schema, Responses' text.format, guided_json):
+// every output that finishes is a JSON value its schema accepts; one cut short says so.
+TEST_F(ServerTest, JsonSchemaOutputsFollowTheirSchema) {
+  const std::string schema = R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 5}, "age": {"type": "integer", "minimum": 0,
+      "maximum": 120}, "tier": {"enum": ["gold", "free"]}},
+      "required": ["name", "age", "tier"], "additionalProperties": false})";
+  auto check = [](const std::string& text) {
+    Json value = Json::parse(text, nullptr, false);
+    ASSERT_TRUE(value.is_object()) << text;
+    EXPECT_EQ(value.size(), 3u) << text;
+    EXPECT_LE(value["name"].get<std::string>().size(), 5u) << text;
+    EXPECT_GE(value["age"].get<int>(), 0) << text;
+    EXPECT_LE(value["age"].get<int>(), 120) << text;
+    EXPECT_TRUE(value["tier"] == "gold" || value["tier"] == "free") << text;
+  };
+  int finished = 0;
+  for (int seed = 1; seed <= 4; ++seed) {
+    Reply chat = call(port(), "POST", "/v1/chat/completions",
+                      fmt::format(R"({{"messages": [{{"role": "user", "content": "Who?"}}],
+                          "max_tokens": 80, "temperature": 0.8, "seed": {},
+                          "response_format": {{"type": "json_schema", "json_schema":
+                              {{"name": "person", "strict": true, "schema": {}}}}}}})",
+                                  seed, schema));
+    ASSERT_EQ(chat.status, 200) << chat.body;
+    const Json body = chat.json();
+    const Json& choice = body["choices"][0];
+    if (choice["finish_reason"] != "stop") continue;
+    ++finished;
+    check(choice["message"]["content"].get<std::string>());
+  }
+  Reply text = call(port(), "POST", "/v1/completions",
+                    fmt::format(R"({{"prompt": "x", "max_tokens": 80, "seed": 5,
+                                    "guided_json": {}}})",
+                                schema));
+  ASSERT_EQ(text.status, 200) << text.body;
+  if (text.json()["choices"][0]["finish_reason"] == "stop") {
+    ++finished;
+    check(text.json()["choices"][0]["text"].get<std::string>());
+  }
+  Reply responses = call(port(), "POST", "/v1/responses",
+                         fmt::format(R"({{"input": "Who?", "max_output_tokens": 80, "seed": 6,
+                             "text": {{"format": {{"type": "json_schema", "name": "person",
+                             "schema": {}}}}}}})",
+                                     schema));
+  ASSERT_EQ(responses.status, 200) << responses.body;
+  EXPECT_GE(finished, 2);
+  Reply cut = call(port(), "POST", "/v1/completions",
+                   fmt::format(R"({{"prompt": "x", "max_tokens": 3, "guided_json": {}}})", schema));
+  ASSERT_EQ(cut.status, 200) << cut.body;
+  EXPECT_EQ(cut.json()["choices"][0]["finish_reason"], "length");
 }
 
 TEST_F(ServerTest, AClientThatGoesAwayFreesItsBlocks) {

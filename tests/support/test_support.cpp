@@ -29,11 +29,15 @@ Served serve(CausalLM& model, const EngineConfig& config,
   return served;
 }
 
-fs::path fixture_model(const std::string& name) {
+fs::path fixture_path(const std::string& relative) {
   // Test binaries built on one host and run on another (a GPU host) find the fixtures
   // through the environment: the repository may lie elsewhere there.
   const char* moved = std::getenv("DEEPINFER_FIXTURES");
-  return fs::path(moved ? moved : DEEPINFER_FIXTURES) / "models" / name;
+  return fs::path(moved ? moved : DEEPINFER_FIXTURES) / relative;
+}
+
+fs::path fixture_model(const std::string& name) {
+  return fixture_path("models") / name;
 }
 
 void FixtureTest::load(const std::string& fixture, std::unique_ptr<Ops> ops,

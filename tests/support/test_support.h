@@ -19,6 +19,8 @@
 namespace deepinfer::testing {
 
 std::filesystem::path fixture_model(const std::string& name);
+// A file or folder under tests/fixtures.
+std::filesystem::path fixture_path(const std::string& relative);
 // A fixture name as a gtest parameter name ("llama-gqa" -> "llama_gqa").
 std::string fixture_test_name(const ::testing::TestParamInfo<std::string>& param_info);
 

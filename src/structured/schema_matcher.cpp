@@ -1,0 +1,731 @@
+// JSON Schema constraints: a byte-level pushdown automaton over the SchemaGraph. Its state is
+// a few threads (one per anyOf branch still possible), each a stack of frames: the containers
+// open and the scalar being written, each with the schema node it must satisfy. The token
+// mask walks the sorted vocabulary (token_walk.h).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <mutex>
+
+#include "structured/json_schema.h"
+#include "structured/structured.h"
+#include "structured/token_walk.h"
+
+namespace deepinfer::structured {
+namespace {
+
+constexpr int kMaxWhitespaceRun = 48;
+constexpr size_t kMaxKeyBytes = 4096;
+constexpr size_t kMaxThreads = 64;
+constexpr int kMaxUnionDepth = 32;
+// Containers open at once: a recursive schema would otherwise let the output nest without end
+// (and every mask copies the stack).
+constexpr size_t kMaxNesting = 128;
+// Bounded numbers are read exactly as long doubles up to this many integer digits.
+constexpr int kMaxBoundedDigits = 18;
+
+bool is_space(uint8_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+bool is_digit(uint8_t c) {
+  return c >= '0' && c <= '9';
+}
+bool is_hex(uint8_t c) {
+  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+const SchemaNode& any_node() {
+  static const SchemaNode any;
+  return any;
+}
+
+enum class Mode : uint8_t {
+  kValue,       // a value must start
+  kLiteral,     // inside an enum / const value (automaton state in `state`)
+  kString,      // inside a string (content automaton state in `state` when it has one)
+  kNumber,      // inside a number (`number`)
+  kWord,        // inside true / false / null (`word`, position in `count`)
+  kArrayOpen,   // after '[': an item or ']'
+  kArrayNext,   // after an item: ',' or ']'
+  kArrayItem,   // after ',': an item
+  kObjectOpen,  // after '{': a key or '}'
+  kObjectKey,   // after ',': a key
+  kKey,         // inside a key (its bytes in `key`, pattern automata states in `key_states`)
+  kColon,       // after a key (its value's node in `pending`)
+  kObjectNext,  // after a value: ',' or '}'
+};
+
+enum class NumberPart : uint8_t {
+  kMinus,
+  kZero,
+  kInt,
+  kFracStart,
+  kFrac,
+  kExpStart,
+  kExpSign,
+  kExp
+};
+
+struct NumberReading {
+  NumberPart part = NumberPart::kMinus;
+  bool negative = false;
+  int int_digits = 0, frac_digits = 0;
+  long double int_value = 0, frac_value = 0;  // frac_value: the fraction's digits as a fraction
+  bool operator==(const NumberReading&) const = default;
+};
+
+struct Frame {
+  int node = -1;  // -1: any value
+  Mode mode = Mode::kValue;
+  uint8_t escape = 0;  // strings and keys: 1 after '\\', 2-5: hex digits of \u to come (+1)
+  uint8_t word = 0;
+  int32_t state = 0;
+  int32_t excluded = ByteDfa::kStart;  // the node's excluded-values automaton over the value
+  int32_t pending = -1;
+  int64_t count = 0;  // string code points, array items, object properties, word position
+  NumberReading number;
+  std::vector<uint64_t> seen;  // declared properties present
+  std::string key;
+  std::vector<int32_t> key_states;
+  bool operator==(const Frame&) const = default;
+};
+
+Frame value_frame(int node) {
+  Frame frame;
+  frame.node = node;
+  return frame;
+}
+
+struct Thread {
+  std::vector<Frame> stack;  // empty: the value is complete
+  uint8_t spaces = 0;
+  bool operator==(const Thread&) const = default;
+};
+
+constexpr const char* kWords[] = {"true", "false", "null"};
+
+enum class Result : uint8_t { kReject, kAccept, kRedo };
+
+class Automaton {
+ public:
+  explicit Automaton(const SchemaGraph* graph) : graph_(graph) {
+    Thread start;
+    start.stack.push_back(value_frame(graph->root));
+    threads_.push_back(std::move(start));
+  }
+
+  bool feed(uint8_t c) {
+    std::vector<Thread> next;
+    for (const Thread& thread : threads_) step_thread(thread, c, next);
+    if (next.empty()) return false;
+    threads_ = std::move(next);
+    return true;
+  }
+
+  bool complete() const {
+    return std::any_of(threads_.begin(), threads_.end(), [&](const Thread& thread) {
+      if (thread.stack.empty()) return true;
+      // A number (or a numeric enum value) at the top level ends with the output.
+      const Frame& top = thread.stack.back();
+      if (thread.stack.size() != 1) return false;
+      if (top.mode == Mode::kLiteral)
+        return automaton(node(top.node).literals).accepting(top.state);
+      return top.mode == Mode::kNumber && number_can_end(top) && !excluded_now(top);
+    });
+  }
+
+  // The string being written, when there is one thread and it is inside a string's plain
+  // content: tokens without '"', '\\' or control bytes then only extend it.
+  const Frame* plain_string() const {
+    if (threads_.size() != 1 || threads_[0].stack.empty()) return nullptr;
+    const Frame& top = threads_[0].stack.back();
+    return top.mode == Mode::kString && top.escape == 0 ? &top : nullptr;
+  }
+
+  const SchemaNode& node(int index) const {
+    return index < 0 ? any_node() : graph_->nodes[static_cast<size_t>(index)];
+  }
+
+ private:
+  const ByteDfa& automaton(int index) const {
+    return *graph_->automata[static_cast<size_t>(index)];
+  }
+
+  // Feeds `c` to a thread; a value that starts at a union forks one thread per branch. A step
+  // that hands the byte on (a number or enum value it ends, an item it starts) feeds it again.
+  void step_thread(Thread thread, uint8_t c, std::vector<Thread>& out) const {
+    for (int round = 0; round < 8 && !thread.stack.empty(); ++round) {
+      const Frame& top = thread.stack.back();
+      if (top.mode == Mode::kValue && !is_space(c) && !node(top.node).any_of.empty()) {
+        std::vector<int> leaves;
+        union_leaves(top.node, 0, leaves);
+        for (int leaf : leaves) {
+          Thread branch = thread;
+          branch.stack.back().node = leaf;
+          step_thread(std::move(branch), c, out);
+        }
+        return;
+      }
+      switch (step(thread, c)) {
+        case Result::kReject:
+          return;
+        case Result::kAccept:
+          add(std::move(thread), out);
+          return;
+        case Result::kRedo:
+          break;
+      }
+    }
+  }
+
+  void union_leaves(int index, int depth, std::vector<int>& leaves) const {
+    if (depth > kMaxUnionDepth) return;
+    const SchemaNode& n = node(index);
+    if (n.any_of.empty()) {
+      if (std::find(leaves.begin(), leaves.end(), index) == leaves.end()) leaves.push_back(index);
+      return;
+    }
+    for (int option : n.any_of) union_leaves(option, depth + 1, leaves);
+  }
+
+  static void add(Thread thread, std::vector<Thread>& out) {
+    if (out.size() >= kMaxThreads) return;
+    if (std::find(out.begin(), out.end(), thread) == out.end()) out.push_back(std::move(thread));
+  }
+
+  // Whitespace between a container's parts (and before the value), in runs of at most
+  // kMaxWhitespaceRun.
+  static bool takes_space(Mode mode) {
+    return mode != Mode::kLiteral && mode != Mode::kString && mode != Mode::kNumber &&
+           mode != Mode::kWord && mode != Mode::kKey;
+  }
+
+  static Result accepted(bool ok) { return ok ? Result::kAccept : Result::kReject; }
+
+  Result step(Thread& thread, uint8_t c) const {
+    Frame& top = thread.stack.back();
+    if (is_space(c) && takes_space(top.mode)) return accepted(++thread.spaces <= kMaxWhitespaceRun);
+    if (top.mode == Mode::kNumber && !number_continues(top, c)) {
+      if (!number_can_end(top) || excluded_now(top)) return Result::kReject;
+      thread.stack.pop_back();  // the byte after the number belongs to its container
+      return Result::kRedo;
+    }
+    if (top.mode == Mode::kLiteral &&
+        automaton(node(top.node).literals).next(top.state, c) == ByteDfa::kDead) {
+      if (!automaton(node(top.node).literals).accepting(top.state)) return Result::kReject;
+      thread.stack.pop_back();
+      return Result::kRedo;
+    }
+    thread.spaces = 0;
+    const int excluded = node(top.node).excluded;
+    if (excluded >= 0 && (top.mode == Mode::kString || top.mode == Mode::kNumber ||
+                          top.mode == Mode::kWord || top.mode == Mode::kValue))
+      top.excluded = automaton(excluded).next(top.excluded, c);
+    switch (top.mode) {
+      case Mode::kValue:
+        return accepted(start_value(thread, c));
+      case Mode::kLiteral: {
+        const ByteDfa& literals = automaton(node(top.node).literals);
+        top.state = literals.next(top.state, c);
+        if (literals.final(top.state)) thread.stack.pop_back();  // nothing can extend it
+        return Result::kAccept;
+      }
+      case Mode::kString:
+        return accepted(string_byte(thread, c));
+      case Mode::kNumber:
+        return accepted(number_byte(top, c));
+      case Mode::kWord:
+        if (c != static_cast<uint8_t>(kWords[top.word][top.count])) return Result::kReject;
+        if (kWords[top.word][++top.count] != '\0') return Result::kAccept;
+        if (excluded_now(top)) return Result::kReject;
+        thread.stack.pop_back();
+        return Result::kAccept;
+      case Mode::kArrayOpen:
+      case Mode::kArrayNext:
+      case Mode::kArrayItem:
+        return array_byte(thread, c);
+      default:
+        return object_byte(thread, c);
+    }
+  }
+
+  bool start_value(Thread& thread, uint8_t c) const {
+    Frame& top = thread.stack.back();
+    const SchemaNode& n = node(top.node);
+    if (n.literals >= 0) {
+      const ByteDfa& literals = automaton(n.literals);
+      top.state = literals.next(ByteDfa::kStart, c);
+      top.mode = Mode::kLiteral;
+      if (top.state == ByteDfa::kDead) return false;
+      if (literals.final(top.state)) thread.stack.pop_back();
+      return true;
+    }
+    if ((c == '{' || c == '[') && thread.stack.size() > kMaxNesting) return false;
+    if (c == '{' && (n.types & kObjectType)) {
+      top.mode = Mode::kObjectOpen;
+      top.seen.assign((n.properties.size() + 63) / 64, 0);
+      return true;
+    }
+    if (c == '[' && (n.types & kArrayType)) {
+      top.mode = Mode::kArrayOpen;
+      return true;
+    }
+    if (c == '"' && (n.types & kStringType)) {
+      top.mode = Mode::kString;
+      top.state = ByteDfa::kStart;
+      return true;
+    }
+    if ((c == '-' || is_digit(c)) && (n.types & (kIntegerType | kNumberType))) {
+      top.mode = Mode::kNumber;
+      top.number.negative = c == '-';
+      top.number.part = NumberPart::kMinus;
+      return c == '-' ? number_feasible(top) : number_byte(top, c);
+    }
+    const int word = c == 't' ? 0 : c == 'f' ? 1 : c == 'n' ? 2 : -1;
+    if (word < 0 || !(n.types & (word == 2 ? kNullType : kBooleanType))) return false;
+    top.mode = Mode::kWord;
+    top.word = static_cast<uint8_t>(word);
+    top.count = 1;
+    return true;
+  }
+
+  // The scalar written so far is one of the node's excluded values.
+  bool excluded_now(const Frame& frame) const {
+    const int excluded = node(frame.node).excluded;
+    return excluded >= 0 && automaton(excluded).accepting(frame.excluded);
+  }
+
+  // Strings: the escape state (for counting code points), the length bounds and the content
+  // automaton (which sees the bytes as written, escapes included).
+  bool string_byte(Thread& thread, uint8_t c) const {
+    Frame& top = thread.stack.back();
+    const SchemaNode& n = node(top.node);
+    if (top.escape == 0 && c == '"') {
+      if (top.count < n.min_length || excluded_now(top)) return false;
+      if (n.content >= 0 && !automaton(n.content).accepting(top.state)) return false;
+      thread.stack.pop_back();
+      return true;
+    }
+    const bool starts = top.escape == 0 && (c & 0xC0) != 0x80;  // an escape is one code point
+    if (!escape_byte(top.escape, c)) return false;
+    if (starts && ++top.count > n.max_length && n.max_length >= 0) return false;
+    if (n.content < 0) return true;
+    top.state = automaton(n.content).next(top.state, c);
+    return top.state != ByteDfa::kDead;
+  }
+
+  // JSON string syntax: after `escape` (0 plain, 1 after '\\', 2-5 hex digits to come + 1),
+  // whether `c` may come; moves `escape` on.
+  static bool escape_byte(uint8_t& escape, uint8_t c) {
+    if (escape == 0) {
+      if (c < 0x20) return false;
+      if (c == '\\') escape = 1;
+      return true;
+    }
+    if (escape == 1) {
+      if (c == 'u') {
+        escape = 5;
+        return true;
+      }
+      escape = 0;
+      return std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) != std::string_view::npos;
+    }
+    if (!is_hex(c)) return false;
+    escape = escape == 2 ? 0 : escape - 1;
+    return true;
+  }
+
+  // Numbers: bounded ones (minimum, maximum, multipleOf) are written without an exponent and
+  // checked as they are written: each digit must leave some completion inside the bounds.
+  static bool integer_only(const SchemaNode& n) { return !(n.types & kNumberType); }
+  static bool bounded(const SchemaNode& n) { return n.minimum || n.maximum || n.multiple_of > 0; }
+  static bool exponent(const SchemaNode& n, uint8_t c) {
+    return (c == 'e' || c == 'E') && !integer_only(n) && !bounded(n);
+  }
+
+  bool number_continues(const Frame& frame, uint8_t c) const {
+    const SchemaNode& n = node(frame.node);
+    const bool fraction = c == '.' && !integer_only(n);
+    switch (frame.number.part) {
+      case NumberPart::kMinus:
+      case NumberPart::kFracStart:
+      case NumberPart::kExpSign:
+        return is_digit(c);
+      case NumberPart::kZero:
+        return fraction || exponent(n, c);
+      case NumberPart::kInt:
+        return is_digit(c) || fraction || exponent(n, c);
+      case NumberPart::kFrac:
+        return is_digit(c) || exponent(n, c);
+      case NumberPart::kExpStart:
+        return c == '+' || c == '-' || is_digit(c);
+      case NumberPart::kExp:
+        return is_digit(c);
+    }
+    return false;
+  }
+
+  bool number_byte(Frame& frame, uint8_t c) const {
+    NumberReading& r = frame.number;
+    const int digit = c - '0';
+    switch (r.part) {
+      case NumberPart::kMinus:
+        r.part = c == '0' ? NumberPart::kZero : NumberPart::kInt;
+        r.int_digits = 1;
+        r.int_value = digit;
+        break;
+      case NumberPart::kZero:
+      case NumberPart::kInt:
+        if (c == '.') {
+          r.part = NumberPart::kFracStart;
+        } else if (c == 'e' || c == 'E') {
+          r.part = NumberPart::kExpStart;
+        } else {
+          r.int_value = r.int_value * 10 + digit;
+          if (++r.int_digits > kMaxBoundedDigits && bounded(node(frame.node))) return false;
+        }
+        break;
+      case NumberPart::kFracStart:
+      case NumberPart::kFrac:
+        if (c == 'e' || c == 'E') {
+          r.part = NumberPart::kExpStart;
+        } else {
+          r.part = NumberPart::kFrac;
+          r.frac_value += digit * powl(10.0L, -static_cast<long double>(++r.frac_digits));
+        }
+        break;
+      case NumberPart::kExpStart:
+        r.part = is_digit(c) ? NumberPart::kExp : NumberPart::kExpSign;
+        break;
+      default:
+        r.part = NumberPart::kExp;
+        break;
+    }
+    return number_feasible(frame);
+  }
+
+  // Some number in [low, high] (magnitudes, as written so far) the node allows.
+  bool reachable(const Frame& frame, long double low, long double high) const {
+    const SchemaNode& n = node(frame.node);
+    const bool integer = integer_only(n);
+    long double lo = frame.number.negative ? -high : low;
+    long double hi = frame.number.negative ? -low : high;
+    if (integer) {
+      lo = ceill(lo);
+      hi = floorl(hi);
+    }
+    if (n.minimum) {
+      long double m = n.minimum->value;
+      if (integer) m = n.minimum->exclusive ? floorl(m) + 1 : ceill(m);
+      if (!integer && n.minimum->exclusive && hi <= m) return false;
+      lo = std::max(lo, m);
+    }
+    if (n.maximum) {
+      long double m = n.maximum->value;
+      if (integer) m = n.maximum->exclusive ? ceill(m) - 1 : floorl(m);
+      if (!integer && n.maximum->exclusive && lo >= m) return false;
+      hi = std::min(hi, m);
+    }
+    if (lo > hi) return false;
+    if (integer && n.multiple_of > 0) {
+      const auto step = static_cast<long double>(n.multiple_of);
+      return ceill(lo / step) * step <= hi;
+    }
+    return true;
+  }
+
+  bool number_feasible(const Frame& frame) const {
+    const SchemaNode& n = node(frame.node);
+    if (!bounded(n)) return true;
+    const NumberReading& r = frame.number;
+    const bool integer = integer_only(n);
+    switch (r.part) {
+      case NumberPart::kMinus:
+        return reachable(frame, 0, std::numeric_limits<long double>::infinity());
+      case NumberPart::kZero:
+        return reachable(frame, 0, integer ? 0 : 1);
+      case NumberPart::kInt: {
+        // It ends here, or takes k more digits: [v 10^k, (v + 1) 10^k).
+        long double low = r.int_value, span = 1;
+        for (int k = 0; k <= kMaxBoundedDigits - r.int_digits; ++k, low *= 10, span *= 10)
+          if (reachable(frame, low, integer ? low + span - 1 : low + span)) return true;
+        return false;
+      }
+      case NumberPart::kFracStart:
+      case NumberPart::kFrac: {
+        const long double x = r.int_value + r.frac_value;
+        return reachable(frame, x, x + powl(10.0L, -static_cast<long double>(r.frac_digits)));
+      }
+      default:
+        return true;
+    }
+  }
+
+  bool number_can_end(const Frame& frame) const {
+    const NumberReading& r = frame.number;
+    if (r.part != NumberPart::kZero && r.part != NumberPart::kInt && r.part != NumberPart::kFrac &&
+        r.part != NumberPart::kExp)
+      return false;
+    if (!bounded(node(frame.node))) return true;
+    const long double value = r.int_value + r.frac_value;
+    return reachable(frame, value, value);
+  }
+
+  static bool item_allowed(const SchemaNode& n, int64_t index) {
+    if (n.max_items >= 0 && index >= n.max_items) return false;
+    return index < static_cast<int64_t>(n.prefix_items.size()) || n.more_items;
+  }
+
+  Result array_byte(Thread& thread, uint8_t c) const {
+    Frame& top = thread.stack.back();
+    const SchemaNode& n = node(top.node);
+    if (c == ']' && top.mode != Mode::kArrayItem) {
+      if (top.count < n.min_items) return Result::kReject;
+      thread.stack.pop_back();
+      return Result::kAccept;
+    }
+    if (top.mode == Mode::kArrayNext) {
+      if (c != ',' || !item_allowed(n, top.count)) return Result::kReject;
+      top.mode = Mode::kArrayItem;
+      return Result::kAccept;
+    }
+    // An item starts with this byte.
+    if (!item_allowed(n, top.count)) return Result::kReject;
+    const int child = top.count < static_cast<int64_t>(n.prefix_items.size())
+                          ? n.prefix_items[static_cast<size_t>(top.count)]
+                          : n.items;
+    ++top.count;
+    top.mode = Mode::kArrayNext;
+    thread.stack.push_back(value_frame(child));
+    return Result::kRedo;
+  }
+
+  // Objects: keys are matched against the declared names not yet present (sorted, so a
+  // prefix search), the patternProperties automata, and additionalProperties.
+  static bool seen(const Frame& frame, size_t property) {
+    return (frame.seen[property / 64] >> (property % 64)) & 1;
+  }
+
+  static bool closable(const Frame& frame, const SchemaNode& n) {
+    if (frame.count < n.min_properties) return false;
+    for (size_t i = 0; i < n.properties.size(); ++i)
+      if (n.properties[i].required && !seen(frame, i)) return false;
+    return std::none_of(
+        n.not_all_present.begin(), n.not_all_present.end(), [&](const std::vector<size_t>& set) {
+          return std::all_of(set.begin(), set.end(), [&](size_t i) { return seen(frame, i); });
+        });
+  }
+
+  static bool new_key_possible(const Frame& frame, const SchemaNode& n) {
+    if (n.max_properties >= 0 && frame.count >= n.max_properties) return false;
+    if (n.more_properties || !n.pattern_properties.empty()) return true;
+    for (size_t i = 0; i < n.properties.size(); ++i)
+      if (!seen(frame, i)) return true;
+    return false;
+  }
+
+  static size_t first_named(const SchemaNode& n, const std::string& key) {
+    return static_cast<size_t>(std::lower_bound(n.properties.begin(), n.properties.end(), key,
+                                                [](const SchemaNode::Property& p,
+                                                   const std::string& k) { return p.name < k; }) -
+                               n.properties.begin());
+  }
+
+  bool key_byte(Frame& frame, const SchemaNode& n, uint8_t c) const {
+    if (!escape_byte(frame.escape, c) || frame.key.size() >= kMaxKeyBytes) return false;
+    frame.key.push_back(static_cast<char>(c));
+    bool alive = n.more_properties;
+    for (size_t i = 0; i < frame.key_states.size(); ++i) {
+      int32_t& state = frame.key_states[i];
+      if (state != ByteDfa::kDead) state = automaton(n.pattern_properties[i].first).next(state, c);
+      alive = alive || state != ByteDfa::kDead;
+    }
+    for (size_t i = first_named(n, frame.key);
+         !alive && i < n.properties.size() && n.properties[i].name.starts_with(frame.key); ++i)
+      alive = !seen(frame, i);
+    return alive;
+  }
+
+  bool close_key(Frame& frame, const SchemaNode& n) const {
+    const size_t named = first_named(n, frame.key);
+    if (named < n.properties.size() && n.properties[named].name == frame.key) {
+      if (seen(frame, named)) return false;
+      frame.seen[named / 64] |= uint64_t{1} << (named % 64);
+      frame.pending = n.properties[named].node;
+    } else {
+      int matches = 0;
+      for (size_t i = 0; i < frame.key_states.size(); ++i) {
+        const int32_t state = frame.key_states[i];
+        if (state == ByteDfa::kDead || !automaton(n.pattern_properties[i].first).accepting(state))
+          continue;
+        ++matches;
+        frame.pending = n.pattern_properties[i].second;
+      }
+      // A key two patterns match must satisfy both, which one node cannot say: not written.
+      if (matches > 1 || (matches == 0 && !n.more_properties)) return false;
+      if (matches == 0) frame.pending = n.additional;
+    }
+    frame.mode = Mode::kColon;
+    return true;
+  }
+
+  Result object_byte(Thread& thread, uint8_t c) const {
+    Frame& top = thread.stack.back();
+    const SchemaNode& n = node(top.node);
+    switch (top.mode) {
+      case Mode::kObjectOpen:
+      case Mode::kObjectNext:
+        if (c == '}') {
+          if (!closable(top, n)) return Result::kReject;
+          thread.stack.pop_back();
+          return Result::kAccept;
+        }
+        if (top.mode == Mode::kObjectNext) {
+          if (c != ',' || !new_key_possible(top, n)) return Result::kReject;
+          top.mode = Mode::kObjectKey;
+          return Result::kAccept;
+        }
+        [[fallthrough]];
+      case Mode::kObjectKey:
+        if (c != '"' || !new_key_possible(top, n)) return Result::kReject;
+        top.mode = Mode::kKey;
+        top.key.clear();
+        top.escape = 0;
+        top.key_states.assign(n.pattern_properties.size(), ByteDfa::kStart);
+        return Result::kAccept;
+      case Mode::kKey:
+        if (top.escape == 0 && c == '"')
+          return close_key(top, n) ? Result::kAccept : Result::kReject;
+        return key_byte(top, n, c) ? Result::kAccept : Result::kReject;
+      case Mode::kColon: {
+        if (c != ':') return Result::kReject;
+        const int child = top.pending;
+        top.mode = Mode::kObjectNext;
+        ++top.count;
+        thread.stack.push_back(value_frame(child));
+        return Result::kAccept;
+      }
+      default:
+        return Result::kReject;
+    }
+  }
+
+  const SchemaGraph* graph_;
+  std::vector<Thread> threads_;
+};
+
+struct SchemaProgram {
+  using Fits = std::shared_ptr<const std::vector<bool>>;
+  static constexpr size_t kMaxFits = 1024;
+
+  SchemaProgram(SchemaGraph compiled, std::shared_ptr<const TokenTable> tokens)
+      : graph(std::move(compiled)), table(std::move(tokens)) {}
+
+  // Which string_plain tokens (by their index there) content automaton `index` takes whole
+  // from `state`: worked out on first use and kept (at most kMaxFits, then started over).
+  Fits plain_fits(int index, int state) const {
+    const std::pair<int, int> key{index, state};
+    {
+      std::lock_guard lock(mutex);
+      if (auto found = fits.find(key); found != fits.end()) return found->second;
+    }
+    const ByteDfa& dfa = *graph.automata[static_cast<size_t>(index)];
+    const std::vector<int32_t>& plain = table->string_plain();
+    auto made = std::make_shared<std::vector<bool>>(plain.size(), false);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      int at = state;
+      for (char c : table->bytes(plain[i])) {
+        at = dfa.next(at, static_cast<uint8_t>(c));
+        if (at == ByteDfa::kDead) break;
+      }
+      (*made)[i] = at != ByteDfa::kDead;
+    }
+    std::lock_guard lock(mutex);
+    if (fits.size() >= kMaxFits) fits.clear();
+    return fits.emplace(key, std::move(made)).first->second;
+  }
+
+  SchemaGraph graph;
+  std::shared_ptr<const TokenTable> table;
+  mutable std::mutex mutex;
+  mutable std::map<std::pair<int, int>, Fits> fits;
+};
+
+class SchemaMatcher final : public Matcher {
+ public:
+  explicit SchemaMatcher(std::shared_ptr<const SchemaProgram> program)
+      : program_(std::move(program)), automaton_(&program_->graph) {}
+
+  std::unique_ptr<Matcher> clone() const override { return std::make_unique<SchemaMatcher>(*this); }
+
+  void mask_logits(float* logits, int32_t vocab_size) const override {
+    const TokenTable& table = *program_->table;
+    std::vector<bool> allowed(static_cast<size_t>(table.size()), false);
+    if (automaton_.complete())
+      for (int32_t id : table.end_tokens()) allowed[static_cast<size_t>(id)] = true;
+    if (const Frame* string = automaton_.plain_string()) {
+      allow_plain_string_tokens(*string, allowed);
+      allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
+    } else {
+      allow_fed_tokens(automaton_, table, table.sorted(), allowed);
+    }
+    ban_others(allowed, logits, vocab_size);
+  }
+
+  bool accept(int32_t token) override {
+    const TokenTable& table = *program_->table;
+    if (token < 0 || token >= table.size()) return false;
+    if (table.is_end(token)) return complete();
+    const std::string& bytes = table.bytes(token);
+    if (bytes.empty()) return false;
+    Automaton next = automaton_;
+    for (char c : bytes)
+      if (!next.feed(static_cast<uint8_t>(c))) return false;
+    automaton_ = std::move(next);
+    return true;
+  }
+
+  bool complete() const override { return automaton_.complete(); }
+
+ private:
+  // Inside a string, a plain token fits when its code points stay within maxLength and the
+  // content automaton (pattern, format) takes its bytes: no walk of the automaton over them.
+  void allow_plain_string_tokens(const Frame& string, std::vector<bool>& allowed) const {
+    const TokenTable& table = *program_->table;
+    const SchemaNode& n = automaton_.node(string.node);
+    const int64_t room =
+        n.max_length < 0 ? std::numeric_limits<int64_t>::max() : n.max_length - string.count;
+    const SchemaProgram::Fits fits =
+        n.content >= 0 ? program_->plain_fits(n.content, string.state) : nullptr;
+    const std::vector<int32_t>& plain = table.string_plain();
+    const std::vector<uint32_t>& chars = table.string_plain_chars();
+    for (size_t i = 0; i < plain.size(); ++i)
+      if (chars[i] <= room && (!fits || (*fits)[i])) allowed[static_cast<size_t>(plain[i])] = true;
+  }
+
+  std::shared_ptr<const SchemaProgram> program_;
+  Automaton automaton_;
+};
+
+class SchemaConstraint final : public Constraint {
+ public:
+  explicit SchemaConstraint(std::shared_ptr<const SchemaProgram> program)
+      : program_(std::move(program)) {}
+  std::unique_ptr<Matcher> start() const override {
+    return std::make_unique<SchemaMatcher>(program_);
+  }
+
+ private:
+  std::shared_ptr<const SchemaProgram> program_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Constraint> json_schema_constraint(std::shared_ptr<const TokenTable> table,
+                                                         std::string_view schema_json) {
+  return std::make_shared<SchemaConstraint>(
+      std::make_shared<SchemaProgram>(SchemaGraph::compile(schema_json), std::move(table)));
+}
+
+}  // namespace deepinfer::structured
