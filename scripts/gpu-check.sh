@@ -19,7 +19,8 @@
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
 # (scripts/step-profile.py); v4profile and v4prompt = the same for the V4 checkpoint's decode
-# step and 8,192-token prompt; v4prefill = only that prompt's speed; detail = Nsight Compute's sections for one layer's products and
+# step and 8,192-token prompt; v4prefill = only that prompt's speed; v4decode = only the
+# batch-1 and batch-64 decode steps at 8k; detail = Nsight Compute's sections for one layer's products and
 # attention. ENGINE_CONCURRENCY, PEER_PHASES and PEER_CONCURRENCY narrow the engine and peer
 # stages; ENGINE_ASYNC adds a run with --async-scheduling at that concurrency. BUNDLE names
 # another bundle folder (gpu-bundle by default); OUT names the folder for logs (/tmp by
@@ -110,7 +111,7 @@ run() {
     grep -E "decode" | sed 's/^/no overlap: /' | tee -a "$out/model.txt"
   # decode: only batch-1 and batch-64 decode after a 512-token prompt, for quick comparisons
   # (LABEL prefixes its lines).
-  if [[ $stages == *decode* ]]; then
+  if [[ ,$stages, == *,decode,* ]]; then
     make_8b
     "$BUNDLE/bin/deepinfer" bench "$MODEL_8B" --device cuda --load read --prompt-tokens 512 \
       --decode-tokens 128 --decode-batches 1,64 2>&1 | grep -E "^decode" |
@@ -173,6 +174,14 @@ run() {
     "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 512 \
       --decode-tokens 16 --decode-batches 1,64 --decode-batch-context 65536 2>&1 |
       sed "s/^/v4 64k: /" | tee -a "$out/v4.txt"
+  fi
+  # v4decode: only its batch-1 and batch-64 decode steps at 8,192 cached tokens (LABEL
+  # prefixes the lines).
+  if [[ $stages == *v4decode* ]]; then
+    make_v4
+    "$BUNDLE/bin/deepinfer" bench "$MODEL_V4" --device cuda --load read --prompt-tokens 128 \
+      --decode-tokens 8 --decode-batches 1,64 --decode-batch-context 8192 2>&1 |
+      grep -E "decode" | sed "s/^/${LABEL:-}v4 8k: /" | tee -a "$out/v4.txt"
   fi
   # v4prefill: only the same checkpoint's 8,192-token prompt (LABEL prefixes the lines: quick
   # A/B runs of two bundles).

@@ -501,8 +501,8 @@ TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {
 // run on the GPU) against the CPU's host grouping, adding into an existing output. 64 tokens
 // give every expert more than the eight rows one work item takes. Also DeepSeek-V4's experts
 // (sqrt-softplus scores, hash-routed tokens, the SwiGLU clamp) and a width of 136, which the
-// device path's chunks do not divide (the general path takes it). FP8 experts of width 256
-// take the grouped FP8 prompt path.
+// device path's chunks do not divide (the general path takes it). FP8 experts of widths 128
+// and 256 take the tensor-core decode path and the grouped FP8 prompt path.
 struct RoutedCase {
   int64_t inter;
   DType dtype;
@@ -560,22 +560,24 @@ TEST_P(CudaRoutedExperts, MatchTheCpu) {
       gpu_->routed_experts(x.device_view, logits.device_view, device,
                            static_cast<const int32_t*>(device_ids.get()), out.device_view);
       // Prompt products on cuBLASLt round x: to bf16, or to e4m3 for FP8 widths it takes.
-      const bool rounded = dtype == DType::kBF16 || (dtype == DType::kF8E4M3 && inter % 16 == 0);
-      const double bound = !prompt   ? kF32Products
-                           : rounded ? (dtype == DType::kBF16 ? kBf16Activations : kFp8Activations)
-                                     : kF32Products;
+      // Decode batches of FP8 experts in whole scale blocks run on the tensor cores with x
+      // and the activations in e4m3.
+      const bool fp8 = dtype == DType::kF8E4M3;
+      const bool rounded = prompt ? dtype == DType::kBF16 || (fp8 && inter % 16 == 0)
+                                  : fp8 && inter % 128 == 0 && hidden % 128 == 0;
+      const double bound =
+          rounded ? (dtype == DType::kBF16 ? kBf16Activations : kFp8Activations) : kF32Products;
       EXPECT_LT(error(out), bound);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Widths, CudaRoutedExperts,
-                         ::testing::Values(RoutedCase{160, DType::kBF16, false},
-                                           RoutedCase{160, DType::kF8E4M3, false},
-                                           RoutedCase{160, DType::kBF16, true},
-                                           RoutedCase{136, DType::kBF16, true},
-                                           RoutedCase{136, DType::kF8E4M3, false},
-                                           RoutedCase{256, DType::kF8E4M3, true}));
+INSTANTIATE_TEST_SUITE_P(
+    Widths, CudaRoutedExperts,
+    ::testing::Values(RoutedCase{160, DType::kBF16, false}, RoutedCase{160, DType::kF8E4M3, false},
+                      RoutedCase{160, DType::kBF16, true}, RoutedCase{136, DType::kBF16, true},
+                      RoutedCase{136, DType::kF8E4M3, false}, RoutedCase{256, DType::kF8E4M3, true},
+                      RoutedCase{128, DType::kF8E4M3, false}));
 
 // Prompt batches take the tensor-core kernel: a 100-token chunk over 40 cached tokens and a
 // whole 70-token prompt, for MHA, GQA groups of 4 and 8, with and without a window.

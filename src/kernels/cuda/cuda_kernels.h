@@ -359,11 +359,14 @@ void route_experts(const float* logits, int64_t tokens, const float* correction_
 size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routing, int64_t hidden,
                                       int64_t inter);
 // out [tokens, hidden] += Ops::routed_experts' sum for x [tokens, hidden], all on the device;
-// workspace holds routed_experts_workspace_bytes.
+// workspace holds routed_experts_workspace_bytes. fp8_activations lets FP8 experts whose
+// widths routed_experts_on_tensor_cores takes run on the tensor cores with x and the
+// activations quantised to e4m3 (per row and 128-wide block); otherwise the products are f32.
 void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
                     const float* correction_bias, FixedExperts fixed, const ExpertRouting& routing,
-                    const ExpertWeights& weights, void* workspace, float* out,
+                    const ExpertWeights& weights, bool fp8_activations, void* workspace, float* out,
                     cudaStream_t stream = nullptr);
+bool routed_experts_on_tensor_cores(int64_t hidden, int64_t inter, DType dtype);
 // Whether routed_experts' products take these widths (hidden and expert width in whole
 // weight chunks); other widths take the general path.
 bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype);

@@ -402,7 +402,8 @@ class CudaOps final : public Ops {
         routed_experts_workspace_bytes(tokens, experts.routing, hidden, tables.weights.inter));
     cuda::routed_experts(x.as<const float>(), router_logits.as<const float>(), tokens, hidden,
                          tables.correction_bias, fixed, experts.routing, tables.weights,
-                         workspace.get(), out.as<float>(), stream());
+                         precision_ == MatmulPrecision::kBf16, workspace.get(), out.as<float>(),
+                         stream());
   }
 
   // Prompts: the host groups the pairs by expert; FP8 experts share one quantisation of x and

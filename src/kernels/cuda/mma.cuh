@@ -36,6 +36,19 @@ __device__ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// D += A B for one m16n8k32 product of e4m3 values with f32 accumulation (sm_89 and later).
+// Each 32-bit register holds four consecutive k of one row (A) or column (B): with
+// g = lane / 4 and t = lane % 4, a0 is row g at k 4t..4t+3, a1 row g + 8 there, a2 and a3 the
+// same rows at k 16 + 4t..; b0 column g at k 4t.., b1 at k 16 + 4t..; D as in mma_bf16. Not
+// volatile, so the compiler may schedule loads across it.
+__device__ inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // Four 8 x 8 bf16 matrices: lanes 8i..8i+7 give the row addresses of matrix i; lane l gets
 // row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of each.
 __device__ inline void load_fragments(uint32_t (&r)[4], const __nv_bfloat16* row) {

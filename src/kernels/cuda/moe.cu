@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
@@ -328,6 +329,129 @@ __global__ void combine_kernel(const float* expert_out, const float* weights, in
   }
 }
 
+// FP8 experts on the tensor cores: x and the activations quantised to e4m3 with a scale per
+// row and 128-wide block of k (as the prompt path quantises them), so each product is an e4m3
+// mma whose 128-deep partial sums take the weight block's scale times the row's.
+constexpr float kE4m3Largest = 448.0f;
+constexpr int kQuantiseWarps = 8;
+constexpr int kMmaWarps = 4;
+constexpr int kMmaColumns = 16;  // output columns a warp's mma covers; its 8 pairs are the rest
+
+// Rows of e4m3 values [rows, k] with a scale per row and 128-wide block [rows, k / 128].
+struct Fp8Rows {
+  uint8_t* values;
+  float* scales;
+  int64_t k;
+};
+
+// One 128-wide block held four values a lane (lane l: 4l..4l+3), quantised by its largest
+// magnitude: values / scale in e4m3 at `values`, scale = largest / 448 (0 for a zero block).
+__device__ void quantise_block(float4 v, uint8_t* values, float* scale) {
+  float largest = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+  for (int offset = 16; offset > 0; offset /= 2)
+    largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, offset));
+  const float inverse = largest > 0.0f ? kE4m3Largest / largest : 0.0f;
+  const auto low = __nv_cvt_float2_to_fp8x2(make_float2(v.x * inverse, v.y * inverse),
+                                            __NV_SATFINITE, __NV_E4M3);
+  const auto high = __nv_cvt_float2_to_fp8x2(make_float2(v.z * inverse, v.w * inverse),
+                                             __NV_SATFINITE, __NV_E4M3);
+  const int lane = threadIdx.x % 32;
+  reinterpret_cast<uint32_t*>(values)[lane] = uint32_t{low} | uint32_t{high} << 16;
+  if (lane == 0) *scale = largest / kE4m3Largest;
+}
+
+// Warp per (row, block) of x [rows, k].
+__global__ void __launch_bounds__(kQuantiseWarps * 32)
+    quantise_rows_kernel(const float* x, int64_t rows, Fp8Rows q) {
+  const int64_t blocks = q.k / kScaleBlock;
+  const int64_t at = blockIdx.x * int64_t{kQuantiseWarps} + threadIdx.x / 32;
+  if (at >= rows * blocks) return;
+  const int64_t row = at / blocks, block = at % blocks, lane = threadIdx.x % 32;
+  const float4 v = reinterpret_cast<const float4*>(x + row * q.k + block * kScaleBlock)[lane];
+  quantise_block(v, q.values + row * q.k + block * kScaleBlock, q.scales + at);
+}
+
+// gated_activation_kernel's act, quantised: warp per (pair, block) of act [pairs, inter].
+__global__ void __launch_bounds__(kQuantiseWarps * 32)
+    gated_activation_fp8_kernel(const float* gate_up, int64_t pairs, float limit, Fp8Rows q) {
+  const int64_t inter = q.k, blocks = inter / kScaleBlock;
+  const int64_t at = blockIdx.x * int64_t{kQuantiseWarps} + threadIdx.x / 32;
+  if (at >= pairs * blocks) return;
+  const int64_t pair = at / blocks, block = at % blocks, lane = threadIdx.x % 32;
+  const float* gate = gate_up + pair * 2 * inter + block * kScaleBlock + lane * 4;
+  float g[4], u[4], act[4];
+  *reinterpret_cast<float4*>(g) = *reinterpret_cast<const float4*>(gate);
+  *reinterpret_cast<float4*>(u) = *reinterpret_cast<const float4*>(gate + inter);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (limit > 0.0f) {
+      g[i] = fminf(g[i], limit);
+      u[i] = fminf(fmaxf(u[i], -limit), limit);
+    }
+    act[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+  }
+  quantise_block(make_float4(act[0], act[1], act[2], act[3]),
+                 q.values + pair * inter + block * kScaleBlock, q.scales + at);
+}
+
+// Warp per (kMmaColumns output columns, item): those FP8 weight rows against the item's
+// pairs' quantised x rows (x row of pair p: p / pairs_per_x_row), into row p of `out`
+// [pairs, columns]. k is taken 64 at a time, a lane loading 16 consecutive bytes of weight
+// rows g and g + 8 and of pair g's x row at 16t: two mma over the same permutation of those
+// 64 k (bytes 0-7 of each lane's load feed the first, 8-15 the second), which the sum does
+// not see. Each 128-deep partial takes the weight block's scale and its pair's.
+__global__ void __launch_bounds__(kMmaWarps * 32)
+    expert_mma_kernel(Fp8Rows x, int pairs_per_x_row, Items items, ExpertProducts products,
+                      float* out) {
+  const int item = blockIdx.y;
+  if (item >= *items.count) return;
+  const int64_t columns = products.matrix[0].n + (products.count > 1 ? products.matrix[1].n : 0);
+  const int64_t first_column = (blockIdx.x * int64_t{kMmaWarps} + threadIdx.x / 32) * kMmaColumns;
+  if (first_column >= columns) return;
+  const bool second = first_column >= products.matrix[0].n;
+  const ExpertMatrix matrix = second ? products.matrix[1] : products.matrix[0];
+  const int64_t column = first_column - (second ? products.matrix[0].n : 0);
+  const int expert = items.expert[item];
+  const int64_t k = x.k, blocks = k / kScaleBlock;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rows = items.rows[item];
+  const int32_t* pair = items.order + items.start[item];
+  // Columns past the item's rows compute on its first pair's x and are not stored.
+  auto x_row = [&](int r) { return int64_t{pair[r < rows ? r : 0]} / pairs_per_x_row; };
+  const auto* weights = static_cast<const uint8_t*>(matrix.weights[expert]);
+  const uint4* w_low = reinterpret_cast<const uint4*>(weights + (column + g) * k) + t;
+  const uint4* w_high = reinterpret_cast<const uint4*>(weights + (column + g + 8) * k) + t;
+  const uint4* x_in = reinterpret_cast<const uint4*>(x.values + x_row(g) * k) + t;
+  const float* w_scales = matrix.scales[expert] + (column / kScaleBlock) * matrix.scale_cols;
+  const float* x_scales[2] = {x.scales + x_row(2 * t) * blocks,
+                              x.scales + x_row(2 * t + 1) * blocks};
+  float acc[4] = {};
+#pragma unroll 4
+  for (int64_t block = 0; block < blocks; ++block) {
+    float partial[4] = {};
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t at = (block * 2 + half) * 4;  // 16-byte loads: 64 k are 4 of them
+      const uint4 low = __ldg(w_low + at), high = __ldg(w_high + at), in = __ldg(x_in + at);
+      mma_e4m3(partial, low.x, high.x, low.y, high.y, in.x, in.y);
+      mma_e4m3(partial, low.z, high.z, low.w, high.w, in.z, in.w);
+    }
+    const float w_scale = __ldg(w_scales + block);
+    const float s0 = w_scale * x_scales[0][block], s1 = w_scale * x_scales[1][block];
+    acc[0] += partial[0] * s0;
+    acc[1] += partial[1] * s1;
+    acc[2] += partial[2] * s0;
+    acc[3] += partial[3] * s1;
+  }
+  // acc: columns g and g + 8, pairs 2t and 2t + 1.
+  for (int j = 0; j < 2; ++j) {
+    if (2 * t + j >= rows) continue;
+    float* row = out + int64_t{pair[2 * t + j]} * columns + first_column;
+    row[g] = acc[j];
+    row[g + 8] = acc[2 + j];
+  }
+}
+
 size_t round_up(size_t bytes) {
   return (bytes + 255) / 256 * 256;
 }
@@ -340,9 +464,17 @@ struct Workspace {
   float* gate_up;
   float* act;
   float* expert_out;
+  Fp8Rows x_fp8, act_fp8;  // the tensor-core path's inputs
 };
 
-Workspace carve(void* base, int64_t pairs, int64_t max_items, int64_t hidden, int64_t inter) {
+size_t fp8_rows_bytes(int64_t rows, int64_t k) {
+  const auto count = static_cast<size_t>(rows);
+  return round_up(count * static_cast<size_t>(k)) +
+         round_up(count * static_cast<size_t>((k + kScaleBlock - 1) / kScaleBlock) * 4);
+}
+
+Workspace carve(void* base, int64_t tokens, int64_t pairs, int64_t max_items, int64_t hidden,
+                int64_t inter) {
   auto* at = static_cast<char*>(base);
   auto take = [&](size_t bytes) {
     char* piece = at;
@@ -362,6 +494,17 @@ Workspace carve(void* base, int64_t pairs, int64_t max_items, int64_t hidden, in
   w.gate_up = reinterpret_cast<float*>(take(count * static_cast<size_t>(2 * inter) * 4));
   w.act = reinterpret_cast<float*>(take(count * static_cast<size_t>(inter) * 4));
   w.expert_out = reinterpret_cast<float*>(take(count * static_cast<size_t>(hidden) * 4));
+  auto fp8_rows = [&](int64_t rows, int64_t k) {
+    const auto n = static_cast<size_t>(rows);
+    Fp8Rows q{};
+    q.values = reinterpret_cast<uint8_t*>(take(n * static_cast<size_t>(k)));
+    q.scales = reinterpret_cast<float*>(
+        take(n * static_cast<size_t>((k + kScaleBlock - 1) / kScaleBlock) * 4));
+    q.k = k;
+    return q;
+  };
+  w.x_fp8 = fp8_rows(tokens, hidden);
+  w.act_fp8 = fp8_rows(pairs, inter);
   return w;
 }
 
@@ -378,6 +521,59 @@ void launch_products(const float* x, int64_t k, int pairs_per_x_row, const Items
   dim3 grid(static_cast<unsigned>((columns + kColumnsPerBlock - 1) / kColumnsPerBlock), grid_items);
   expert_rows_kernel<Chunks>
       <<<grid, kWarpsPerBlock * 32, 0, stream>>>(x, k, pairs_per_x_row, items, products, out);
+}
+
+// Gate and up, the gated activation, down: each product on the CUDA cores in weight chunks,
+// in f32.
+template <typename Chunks>
+void run_chunk_products(const float* x, int64_t tokens, const ExpertRouting& routing,
+                        const ExpertWeights& weights, const Workspace& w, cudaStream_t stream) {
+  const int per_token = routing.experts_per_token;
+  const int64_t pairs = tokens * per_token, inter = weights.inter, hidden = weights.down.n;
+  const auto grid_items = static_cast<unsigned>(max_items(pairs, routing.num_experts));
+  launch_products<Chunks>(x, hidden, per_token, w.items, {{weights.gate, weights.up}, 2},
+                          grid_items, w.gate_up, stream);
+  check_launch("routed_experts (gate/up)");
+  const auto act_blocks =
+      static_cast<unsigned>(std::min<int64_t>((pairs * inter + 255) / 256, 4096));
+  gated_activation_kernel<<<act_blocks, 256, 0, stream>>>(w.gate_up, pairs, inter,
+                                                          routing.swiglu_limit, w.act);
+  launch_products<Chunks>(w.act, inter, 1, w.items, {{weights.down, weights.down}, 1}, grid_items,
+                          w.expert_out, stream);
+  check_launch("routed_experts (down)");
+}
+
+unsigned quantise_grid(int64_t rows, int64_t k) {
+  return static_cast<unsigned>((rows * (k / kScaleBlock) + kQuantiseWarps - 1) / kQuantiseWarps);
+}
+
+void launch_mma(const Fp8Rows& x, int pairs_per_x_row, const Items& items,
+                const ExpertProducts& products, unsigned grid_items, float* out,
+                cudaStream_t stream) {
+  const int64_t columns = products.matrix[0].n + (products.count > 1 ? products.matrix[1].n : 0);
+  constexpr int64_t kColumnsPerBlock = kMmaWarps * kMmaColumns;
+  dim3 grid(static_cast<unsigned>((columns + kColumnsPerBlock - 1) / kColumnsPerBlock), grid_items);
+  expert_mma_kernel<<<grid, kMmaWarps * 32, 0, stream>>>(x, pairs_per_x_row, items, products, out);
+}
+
+// The same products on the tensor cores (FP8 experts, widths in whole scale blocks): x
+// quantised once, the activation quantised as it is formed.
+void run_tensor_core_products(const float* x, int64_t tokens, const ExpertRouting& routing,
+                              const ExpertWeights& weights, const Workspace& w,
+                              cudaStream_t stream) {
+  const int per_token = routing.experts_per_token;
+  const int64_t pairs = tokens * per_token, inter = weights.inter;
+  const auto grid_items = static_cast<unsigned>(max_items(pairs, routing.num_experts));
+  quantise_rows_kernel<<<quantise_grid(tokens, w.x_fp8.k), kQuantiseWarps * 32, 0, stream>>>(
+      x, tokens, w.x_fp8);
+  launch_mma(w.x_fp8, per_token, w.items, {{weights.gate, weights.up}, 2}, grid_items, w.gate_up,
+             stream);
+  check_launch("routed_experts (gate/up on tensor cores)");
+  gated_activation_fp8_kernel<<<quantise_grid(pairs, inter), kQuantiseWarps * 32, 0, stream>>>(
+      w.gate_up, pairs, routing.swiglu_limit, w.act_fp8);
+  launch_mma(w.act_fp8, 1, w.items, {{weights.down, weights.down}, 1}, grid_items, w.expert_out,
+             stream);
+  check_launch("routed_experts (down on tensor cores)");
 }
 
 }  // namespace
@@ -403,7 +599,8 @@ size_t routed_experts_workspace_bytes(int64_t tokens, const ExpertRouting& routi
   return 3 * round_up(count * 4) + 3 * round_up(items * 4) + round_up(4) +
          round_up(count * static_cast<size_t>(2 * inter) * 4) +
          round_up(count * static_cast<size_t>(inter) * 4) +
-         round_up(count * static_cast<size_t>(hidden) * 4);
+         round_up(count * static_cast<size_t>(hidden) * 4) + fp8_rows_bytes(tokens, hidden) +
+         fp8_rows_bytes(pairs, inter);
 }
 
 bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype) {
@@ -411,9 +608,13 @@ bool routed_experts_fit(int64_t hidden, int64_t inter, DType dtype) {
   return hidden % per == 0 && inter % per == 0;
 }
 
+bool routed_experts_on_tensor_cores(int64_t hidden, int64_t inter, DType dtype) {
+  return dtype == DType::kF8E4M3 && hidden % kScaleBlock == 0 && inter % kScaleBlock == 0;
+}
+
 void routed_experts(const float* x, const float* router_logits, int64_t tokens, int64_t hidden,
                     const float* correction_bias, FixedExperts fixed, const ExpertRouting& routing,
-                    const ExpertWeights& weights, void* workspace, float* out,
+                    const ExpertWeights& weights, bool fp8_activations, void* workspace, float* out,
                     cudaStream_t stream) {
   const int64_t pairs = tokens * routing.experts_per_token;
   if (pairs > kMaxRoutedPairs)
@@ -424,37 +625,23 @@ void routed_experts(const float* x, const float* router_logits, int64_t tokens, 
          weights.inter, per);
   if (tokens == 0) return;
   Workspace w =
-      carve(workspace, pairs, max_items(pairs, routing.num_experts), hidden, weights.inter);
+      carve(workspace, tokens, pairs, max_items(pairs, routing.num_experts), hidden, weights.inter);
   route_experts(router_logits, tokens, correction_bias, fixed, routing, w.experts, w.weights,
                 stream);
   group_by_expert_kernel<<<1, kGroupThreads, 0, stream>>>(w.experts, static_cast<int>(pairs),
                                                           routing.num_experts, w.items);
   check_launch("routed_experts (grouping)");
-  const auto grid_items = static_cast<unsigned>(max_items(pairs, routing.num_experts));
-  const ExpertProducts gate_up{{weights.gate, weights.up}, 2};
-  const ExpertProducts down{{weights.down, weights.down}, 1};
-  const int per_token = routing.experts_per_token;
-  const int64_t inter = weights.inter;
-  if (weights.dtype == DType::kF8E4M3) {
-    launch_products<Fp8Chunks>(x, hidden, per_token, w.items, gate_up, grid_items, w.gate_up,
-                               stream);
+  const bool mma =
+      fp8_activations && routed_experts_on_tensor_cores(hidden, weights.inter, weights.dtype);
+  if (mma) {
+    run_tensor_core_products(x, tokens, routing, weights, w, stream);
+  } else if (weights.dtype == DType::kF8E4M3) {
+    run_chunk_products<Fp8Chunks>(x, tokens, routing, weights, w, stream);
   } else {
-    launch_products<Bf16Chunks>(x, hidden, per_token, w.items, gate_up, grid_items, w.gate_up,
-                                stream);
+    run_chunk_products<Bf16Chunks>(x, tokens, routing, weights, w, stream);
   }
-  check_launch("routed_experts (gate/up)");
-  const auto act_blocks =
-      static_cast<unsigned>(std::min<int64_t>((pairs * inter + 255) / 256, 4096));
-  gated_activation_kernel<<<act_blocks, 256, 0, stream>>>(w.gate_up, pairs, inter,
-                                                          routing.swiglu_limit, w.act);
-  if (weights.dtype == DType::kF8E4M3) {
-    launch_products<Fp8Chunks>(w.act, inter, 1, w.items, down, grid_items, w.expert_out, stream);
-  } else {
-    launch_products<Bf16Chunks>(w.act, inter, 1, w.items, down, grid_items, w.expert_out, stream);
-  }
-  check_launch("routed_experts (down)");
-  combine_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(w.expert_out, w.weights,
-                                                                    per_token, hidden, out);
+  combine_kernel<<<static_cast<unsigned>(tokens), 256, 0, stream>>>(
+      w.expert_out, w.weights, routing.experts_per_token, hidden, out);
   check_launch("routed_experts (combine)");
 }
 
