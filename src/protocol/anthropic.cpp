@@ -83,6 +83,7 @@ Json convert_tools(const Json& tools) {
           {{"name", tool["name"]},
            {"description", string_field(tool, "description", fmt::format("tools[{}]", t))},
            {"parameters", tool.value("input_schema", Json::object())}}}});
+    if (tool.contains("strict")) converted.back()["function"]["strict"] = tool["strict"];
   }
   return converted;
 }

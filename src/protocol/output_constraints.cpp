@@ -19,6 +19,29 @@ std::shared_ptr<const structured::TokenTable> OutputConstraints::table() {
   return table_;
 }
 
+namespace {
+
+std::string tool_name(const Json& function) {
+  const auto name = function.find("name");
+  return name != function.end() && name->is_string() ? name->get<std::string>() : "";
+}
+
+}  // namespace
+
+template <typename Make>
+std::shared_ptr<const structured::Constraint> OutputConstraints::compiled(const std::string& key,
+                                                                          Make&& make) {
+  {
+    std::lock_guard lock(compiled_mutex_);
+    if (auto found = compiled_.find(key); found != compiled_.end()) return found->second;
+  }
+  std::shared_ptr<const structured::Constraint> made = make();
+  std::lock_guard lock(compiled_mutex_);
+  if (compiled_.size() >= kKept) compiled_.clear();
+  compiled_.emplace(key, made);
+  return made;
+}
+
 std::shared_ptr<const structured::Constraint> OutputConstraints::of(
     const GenerationParams& params) {
   if (params.json_output) {
@@ -31,26 +54,77 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::of(
                     : wanted.regex.empty()      ? "choice"
                                                 : "regex:" + wanted.regex;
   for (const std::string& choice : wanted.choice) key += '\0' + choice;
-  {
-    std::lock_guard lock(compiled_mutex_);
-    if (auto found = compiled_.find(key); found != compiled_.end()) return found->second;
-  }
-  std::shared_ptr<const structured::Constraint> made;
-  try {
-    if (!wanted.json_schema.empty()) {
-      made = structured::json_schema_constraint(table(), wanted.json_schema);
-    } else if (!wanted.regex.empty()) {
-      made = structured::regex_constraint(table(), wanted.regex);
-    } else {
-      made = structured::choice_constraint(table(), wanted.choice);
+  return compiled(key, [&] {
+    try {
+      if (!wanted.json_schema.empty())
+        return structured::json_schema_constraint(table(), wanted.json_schema);
+      if (!wanted.regex.empty()) return structured::regex_constraint(table(), wanted.regex);
+      return structured::choice_constraint(table(), wanted.choice);
+    } catch (const structured::GrammarError& error) {
+      throw ApiError(400, error.what(), wanted.field);
     }
+  });
+}
+
+std::string OutputConstraints::enforced_parameters(const Json& function) {
+  const std::string schema = function.contains("parameters") && !function["parameters"].is_null()
+                                 ? function["parameters"].dump()
+                                 : R"({"type": "object"})";
+  try {
+    compiled("json:" + schema, [&] { return structured::json_schema_constraint(table(), schema); });
+    return schema;
   } catch (const structured::GrammarError& error) {
-    throw ApiError(400, error.what(), wanted.field);
+    const auto strict = function.find("strict");
+    if (strict != function.end() && strict->is_boolean() && strict->get<bool>())
+      throw ApiError(400,
+                     fmt::format("tool '{}' is strict, but its parameters cannot be enforced: {}",
+                                 tool_name(function), error.what()),
+                     "tools");
+    return R"({"type": "object"})";
   }
-  std::lock_guard lock(compiled_mutex_);
-  if (compiled_.size() >= kKept) compiled_.clear();
-  compiled_.emplace(std::move(key), made);
-  return made;
+}
+
+std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
+    const chat::ChatRequest& request, const OutputSyntax& syntax) {
+  using Mode = chat::ToolChoice::Mode;
+  if (!request.tools.is_array() || request.tools.empty()) return nullptr;
+  const bool named = request.tool_choice.mode == Mode::kNamed;
+  const bool json_arguments =
+      syntax.tools == ToolFormat::kHermesJson || syntax.tools == ToolFormat::kDeepSeekV3;
+  if (named && json_arguments) {
+    for (const auto& tool : request.tools) {
+      const Json function =
+          tool.is_object() ? tool.value("function", Json::object()) : Json::object();
+      if (tool_name(function) != request.tool_choice.name) continue;
+      const std::string schema = enforced_parameters(function);
+      return compiled("tool:" + schema, [&] {
+        return structured::then_free(structured::json_schema_constraint(table(), schema));
+      });
+    }
+    return nullptr;
+  }
+  if (request.tool_choice.mode != Mode::kRequired || syntax.tools != ToolFormat::kHermesJson)
+    return nullptr;
+  // Hermes: the prompt opened the block; the model writes the call object.
+  Json calls = Json::array();
+  for (const auto& tool : request.tools) {
+    const Json function =
+        tool.is_object() ? tool.value("function", Json::object()) : Json::object();
+    calls.push_back({{"type", "object"},
+                     {"properties",
+                      {{"name", {{"const", tool_name(function)}}},
+                       {"arguments", Json::parse(enforced_parameters(function))}}},
+                     {"required", {"name", "arguments"}},
+                     {"additionalProperties", false}});
+  }
+  const std::string schema = Json{{"anyOf", calls}}.dump();
+  return compiled("tool:" + schema, [&] {
+    try {
+      return structured::then_free(structured::json_schema_constraint(table(), schema));
+    } catch (const structured::GrammarError& error) {
+      throw ApiError(400, error.what(), "tools");
+    }
+  });
 }
 
 std::shared_ptr<const structured::Constraint> OutputConstraints::after_reasoning(

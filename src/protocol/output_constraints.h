@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/model_template.h"
 #include "protocol/openai.h"
 #include "protocol/output_parser.h"
 #include "structured/structured.h"
@@ -27,6 +28,14 @@ class OutputConstraints {
 
   // Null when `params` ask for no constraint; ApiError 400 for a pattern the engine refuses.
   std::shared_ptr<const structured::Constraint> of(const GenerationParams& params);
+  // A forced tool call (tool_choice required or named) whose arguments the model writes as
+  // JSON: the arguments (named; the prompt opened the call up to them) or the call object
+  // (required, Hermes: {"name", "arguments"} of one of the tools) constrained to the tools'
+  // parameters schemas, then free for the model to close the call. Null for other calls and
+  // formats. A strict tool whose schema the engine refuses is a 400; another tool's arguments
+  // are then left free.
+  std::shared_ptr<const structured::Constraint> tool_call(const chat::ChatRequest& request,
+                                                          const OutputSyntax& syntax);
   // `constraint` starting after a reasoning model's reasoning (the tags of `syntax`); itself
   // when the model has none.
   std::shared_ptr<const structured::Constraint> after_reasoning(
@@ -34,6 +43,12 @@ class OutputConstraints {
 
  private:
   std::shared_ptr<const structured::TokenTable> table();
+  // The constraint kept under `key`, or `make`'s, kept.
+  template <typename Make>
+  std::shared_ptr<const structured::Constraint> compiled(const std::string& key, Make&& make);
+  // The tool's parameters schema as it will be enforced: itself, or (a tool that is not
+  // strict, whose schema the engine refuses) any object.
+  std::string enforced_parameters(const Json& function);
 
   const Tokenizer& tokenizer_;
   std::vector<int32_t> end_tokens_;

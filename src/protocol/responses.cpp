@@ -101,6 +101,7 @@ ResponsesRequest parse_responses(const std::string& body_text) {
                             {{"name", string_field(tool, "name", where)},
                              {"description", string_field(tool, "description", where)},
                              {"parameters", tool.value("parameters", Json::object())}}}});
+      if (tool.contains("strict")) converted.back()["function"]["strict"] = tool["strict"];
     }
     request.chat.tools = converted;
   }

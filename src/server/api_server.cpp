@@ -294,6 +294,7 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
   int max_tokens =
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
   job->constraint = constraints_->after_reasoning(constraints_->of(job->params), prompt.syntax);
+  if (!job->constraint) job->constraint = constraints_->tool_call(chat, prompt.syntax);
   if (prompt.syntax.any()) {
     job->parser.emplace(prompt.syntax, "");
     job->parser->push(prompt.forced_output, 0);  // the call the prompt opened (as tokens)

@@ -378,7 +378,46 @@ class AfterReasoning final : public Constraint {
   bool starts_in_;
 };
 
+class ThenFreeMatcher final : public Matcher {
+ public:
+  explicit ThenFreeMatcher(std::unique_ptr<Matcher> inner) : inner_(std::move(inner)) {}
+  ThenFreeMatcher(const ThenFreeMatcher& other)
+      : inner_(other.inner_ ? other.inner_->clone() : nullptr) {}
+
+  std::unique_ptr<Matcher> clone() const override {
+    return std::make_unique<ThenFreeMatcher>(*this);
+  }
+  void mask_logits(float* logits, int32_t vocab_size) const override {
+    if (inner_) inner_->mask_logits(logits, vocab_size);
+  }
+  bool accept(int32_t token) override {
+    if (!inner_) return true;
+    if (!inner_->accept(token)) return false;
+    if (inner_->complete()) inner_.reset();  // free from here
+    return true;
+  }
+  bool complete() const override { return !inner_; }
+
+ private:
+  std::unique_ptr<Matcher> inner_;  // null once it is complete
+};
+
+class ThenFree final : public Constraint {
+ public:
+  explicit ThenFree(std::shared_ptr<const Constraint> inner) : inner_(std::move(inner)) {}
+  std::unique_ptr<Matcher> start() const override {
+    return std::make_unique<ThenFreeMatcher>(inner_->start());
+  }
+
+ private:
+  std::shared_ptr<const Constraint> inner_;
+};
+
 }  // namespace
+
+std::shared_ptr<const Constraint> then_free(std::shared_ptr<const Constraint> inner) {
+  return std::make_shared<ThenFree>(std::move(inner));
+}
 
 std::shared_ptr<const Constraint> after_reasoning(std::shared_ptr<const Constraint> inner,
                                                   int32_t reasoning_start, int32_t reasoning_end,

@@ -86,6 +86,10 @@ std::shared_ptr<const Constraint> regex_constraint(std::shared_ptr<const TokenTa
 std::shared_ptr<const Constraint> choice_constraint(std::shared_ptr<const TokenTable> table,
                                                     const std::vector<std::string>& choices);
 
+// `inner`, then any output once it is complete: a forced tool call's arguments, after which the
+// model closes the call in its own format.
+std::shared_ptr<const Constraint> then_free(std::shared_ptr<const Constraint> inner);
+
 // `inner` after the model's reasoning: a prompt that opened the reasoning, or a first token
 // `reasoning_start`, leaves the output free until the token `reasoning_end`; any other first
 // token starts `inner` at once.

@@ -347,5 +347,69 @@ TEST_F(PaddedVocabularyTest, ControlTokensInJsonKeysStayText) {
   EXPECT_EQ(count(injected, im_start), count(plain, im_start));
 }
 
+// A forced tool call's arguments follow the tool's parameters schema (Hermes format: the
+// prompt opens the call, the model writes the arguments); a strict tool whose schema cannot be
+// enforced is a 400 naming it.
+TEST_F(PaddedVocabularyTest, ForcedToolCallsFollowTheirParameters) {
+  const Json parameters = Json::parse(R"({"type": "object", "properties": {
+      "city": {"enum": ["Oslo", "Rome"]}, "days": {"type": "integer", "minimum": 1,
+      "maximum": 5}}, "required": ["city", "days"], "additionalProperties": false})");
+  auto request = [&](const Json& tool_choice, const Json& schema, int seed) {
+    Json body = {
+        {"messages", {{{"role", "user"}, {"content", "Weather?"}}}},
+        {"tools",
+         {{{"type", "function"},
+           {"function", {{"name", "forecast"}, {"parameters", schema}, {"strict", true}}}}}},
+        {"tool_choice", tool_choice},
+        {"max_tokens", 300},
+        {"temperature", 1.0},
+        {"seed", seed}};
+    return call(port(), "POST", "/v1/chat/completions", body.dump());
+  };
+  // The first JSON object of `text` from `from` on (what the model wrote as the arguments).
+  auto first_object = [](const std::string& text, size_t from) {
+    for (size_t end = from + 1; end <= text.size(); ++end) {
+      Json value = Json::parse(text.substr(from, end - from), nullptr, false);
+      if (value.is_object()) return value;
+    }
+    return Json();
+  };
+  auto check = [&](const Json& arguments) {
+    ASSERT_TRUE(arguments.is_object()) << arguments;
+    EXPECT_EQ(arguments.size(), 2u) << arguments;
+    EXPECT_TRUE(arguments["city"] == "Oslo" || arguments["city"] == "Rome") << arguments;
+    EXPECT_TRUE(arguments["days"].is_number_integer() && arguments["days"] >= 1 &&
+                arguments["days"] <= 5)
+        << arguments;
+  };
+  const Json named = {{"type", "function"}, {"function", {{"name", "forecast"}}}};
+  int checked = 0;
+  for (const Json& choice : {named, Json("required")}) {
+    for (int seed = 1; seed <= 2; ++seed) {
+      Reply reply = request(choice, parameters, seed);
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      const Json message = reply.json()["choices"][0]["message"];
+      if (message.contains("tool_calls") && !message["tool_calls"].empty()) {
+        check(Json::parse(message["tool_calls"][0]["function"]["arguments"].get<std::string>()));
+        ++checked;
+        continue;
+      }
+      // An unfinished call stays content: the arguments follow "arguments": where they start.
+      const std::string content =
+          message["content"].is_string() ? message["content"].get<std::string>() : "";
+      const size_t at = content.find("\"arguments\":");
+      if (at == std::string::npos) continue;
+      const Json arguments = first_object(content, content.find('{', at));
+      if (arguments.is_null()) continue;
+      check(arguments);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 2);
+  Reply refused = request(named, Json::parse(R"({"type": "object", "if": {}})"), 1);
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.json()["error"]["param"], "tools");
+}
+
 }  // namespace
 }  // namespace deepinfer::server
