@@ -1,5 +1,8 @@
 #include "protocol/output_constraints.h"
 
+#include <algorithm>
+#include <optional>
+
 #include "structured/regex.h"
 
 namespace deepinfer::protocol {
@@ -103,9 +106,21 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
     }
     return nullptr;
   }
-  if (request.tool_choice.mode != Mode::kRequired || syntax.tools != ToolFormat::kHermesJson)
-    return nullptr;
-  // Hermes: the prompt opened the block; the model writes the call object.
+  if (syntax.tools != ToolFormat::kHermesJson) return nullptr;
+  const bool required = request.tool_choice.mode == Mode::kRequired;
+  if (!required && request.tool_choice.mode != Mode::kAuto) return nullptr;
+  // Auto: a call the model opens with the block's tag (one token) is held to the schemas when
+  // some tool asks for it (strict).
+  std::optional<int32_t> opening = tokenizer_.token_to_id(syntax.tool_start);
+  if (!required) {
+    const bool strict = std::any_of(request.tools.begin(), request.tools.end(), [](const Json& t) {
+      const Json function = t.is_object() ? t.value("function", Json::object()) : Json::object();
+      const auto flag = function.find("strict");
+      return flag != function.end() && flag->is_boolean() && flag->get<bool>();
+    });
+    if (!strict || !opening) return nullptr;
+  }
+  // Hermes: the block's tag is followed by the call object.
   Json calls = Json::array();
   for (const auto& tool : request.tools) {
     const Json function =
@@ -118,13 +133,15 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
                      {"additionalProperties", false}});
   }
   const std::string schema = Json{{"anyOf", calls}}.dump();
-  return compiled("tool:" + schema, [&] {
+  auto call = compiled("json:" + schema, [&] {
     try {
-      return structured::then_free(structured::json_schema_constraint(table(), schema));
+      return structured::json_schema_constraint(table(), schema);
     } catch (const structured::GrammarError& error) {
       throw ApiError(400, error.what(), "tools");
     }
   });
+  if (required) return structured::then_free(call);
+  return structured::after_each(*opening, call);
 }
 
 std::shared_ptr<const structured::Constraint> OutputConstraints::after_reasoning(

@@ -28,12 +28,12 @@ class OutputConstraints {
 
   // Null when `params` ask for no constraint; ApiError 400 for a pattern the engine refuses.
   std::shared_ptr<const structured::Constraint> of(const GenerationParams& params);
-  // A forced tool call (tool_choice required or named) whose arguments the model writes as
-  // JSON: the arguments (named; the prompt opened the call up to them) or the call object
-  // (required, Hermes: {"name", "arguments"} of one of the tools) constrained to the tools'
-  // parameters schemas, then free for the model to close the call. Null for other calls and
-  // formats. A strict tool whose schema the engine refuses is a 400; another tool's arguments
-  // are then left free.
+  // Tool calls whose arguments the model writes as JSON, held to the tools' parameters
+  // schemas: a forced call's arguments (named; the prompt opened the call up to them) or call
+  // object (required, Hermes: {"name", "arguments"} of one of the tools), then free for the
+  // model to close the call; with tool_choice auto and a strict tool, every call the model
+  // opens with the Hermes tag. Null for other calls and formats. A strict tool whose schema
+  // the engine refuses is a 400; another tool's arguments are then left free.
   std::shared_ptr<const structured::Constraint> tool_call(const chat::ChatRequest& request,
                                                           const OutputSyntax& syntax);
   // `constraint` starting after a reasoning model's reasoning (the tags of `syntax`); itself

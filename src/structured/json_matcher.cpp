@@ -402,6 +402,51 @@ class ThenFreeMatcher final : public Matcher {
   std::unique_ptr<Matcher> inner_;  // null once it is complete
 };
 
+class AfterEachMatcher final : public Matcher {
+ public:
+  AfterEachMatcher(int32_t trigger, std::shared_ptr<const Constraint> inner)
+      : trigger_(trigger), inner_(std::move(inner)) {}
+  AfterEachMatcher(const AfterEachMatcher& other)
+      : trigger_(other.trigger_),
+        inner_(other.inner_),
+        active_(other.active_ ? other.active_->clone() : nullptr) {}
+
+  std::unique_ptr<Matcher> clone() const override {
+    return std::make_unique<AfterEachMatcher>(*this);
+  }
+  void mask_logits(float* logits, int32_t vocab_size) const override {
+    if (active_) active_->mask_logits(logits, vocab_size);
+  }
+  bool accept(int32_t token) override {
+    if (!active_) {
+      if (token == trigger_) active_ = inner_->start();
+      return true;
+    }
+    if (!active_->accept(token)) return false;
+    if (active_->complete()) active_.reset();
+    return true;
+  }
+  bool complete() const override { return !active_; }
+
+ private:
+  int32_t trigger_;
+  std::shared_ptr<const Constraint> inner_;
+  std::unique_ptr<Matcher> active_;  // the constrained stretch in progress, if any
+};
+
+class AfterEach final : public Constraint {
+ public:
+  AfterEach(int32_t trigger, std::shared_ptr<const Constraint> inner)
+      : trigger_(trigger), inner_(std::move(inner)) {}
+  std::unique_ptr<Matcher> start() const override {
+    return std::make_unique<AfterEachMatcher>(trigger_, inner_);
+  }
+
+ private:
+  int32_t trigger_;
+  std::shared_ptr<const Constraint> inner_;
+};
+
 class ThenFree final : public Constraint {
  public:
   explicit ThenFree(std::shared_ptr<const Constraint> inner) : inner_(std::move(inner)) {}
@@ -414,6 +459,11 @@ class ThenFree final : public Constraint {
 };
 
 }  // namespace
+
+std::shared_ptr<const Constraint> after_each(int32_t trigger,
+                                             std::shared_ptr<const Constraint> inner) {
+  return std::make_shared<AfterEach>(trigger, std::move(inner));
+}
 
 std::shared_ptr<const Constraint> then_free(std::shared_ptr<const Constraint> inner) {
   return std::make_shared<ThenFree>(std::move(inner));

@@ -90,6 +90,11 @@ std::shared_ptr<const Constraint> choice_constraint(std::shared_ptr<const TokenT
 // model closes the call in its own format.
 std::shared_ptr<const Constraint> then_free(std::shared_ptr<const Constraint> inner);
 
+// Free output in which each `trigger` token starts `inner` (then free again once it is
+// complete): a tool call's block opened by its tag, its call object held to the tools' schemas.
+std::shared_ptr<const Constraint> after_each(int32_t trigger,
+                                             std::shared_ptr<const Constraint> inner);
+
 // `inner` after the model's reasoning: a prompt that opened the reasoning, or a first token
 // `reasoning_start`, leaves the output free until the token `reasoning_end`; any other first
 // token starts `inner` at once.

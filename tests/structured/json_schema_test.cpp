@@ -188,6 +188,37 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
   }
 }
 
+// A tool call's schema held only where a trigger token opens it (then_free after each), and
+// a forced call's arguments then free text.
+TEST(JsonSchema, TriggeredAndThenFreeStretches) {
+  const int32_t trigger = 0xFF;  // byte 255 stands for the call tag
+  auto call = json_schema_constraint(table(), R"({"type":"object","required":["n"],
+      "properties":{"n":{"type":"integer"}},"additionalProperties":false})");
+  auto each = after_each(trigger, call)->start();
+  auto feed = [](Matcher& matcher, const std::string& text) {
+    for (char c : text)
+      if (!matcher.accept(static_cast<uint8_t>(c))) return false;
+    return true;
+  };
+  EXPECT_TRUE(feed(*each, R"(free text, "quotes" {)"));
+  EXPECT_TRUE(each->complete());
+  EXPECT_TRUE(each->accept(trigger));
+  EXPECT_FALSE(each->complete());
+  auto probe = each->clone();
+  EXPECT_FALSE(feed(*probe, R"({"m":1})"));
+  EXPECT_TRUE(feed(*each, R"({"n":1})"));
+  EXPECT_TRUE(each->complete());
+  EXPECT_TRUE(feed(*each, "anything again"));
+  EXPECT_TRUE(each->accept(trigger));
+  EXPECT_FALSE(feed(*each, "x"));
+
+  auto forced = then_free(call)->start();
+  EXPECT_FALSE(forced->complete());
+  EXPECT_FALSE(feed(*forced->clone(), "hello"));
+  EXPECT_TRUE(feed(*forced, R"({"n":7}}</tool_call>)"));
+  EXPECT_TRUE(forced->complete());
+}
+
 // Along a valid text, the mask allows exactly the tokens the matcher accepts.
 TEST(JsonSchema, MasksAreTheTokensTheMatcherAccepts) {
   const std::string schema = R"({"type":"object","properties":{
