@@ -69,6 +69,8 @@ struct SchemaNode {
   int64_t min_properties = 0, max_properties = -1;
   // not required: sets of properties (indices into `properties`) that may not all be present.
   std::vector<std::vector<size_t>> not_all_present;
+  // dependentRequired: when the first property is present, so must the others be.
+  std::vector<std::pair<size_t, std::vector<size_t>>> dependent_required;
 };
 
 struct SchemaGraph {

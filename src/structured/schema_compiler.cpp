@@ -332,9 +332,17 @@ class Compiler {
   void arrays(int index, const Json& schema, const std::string& pointer);
   void objects(int index, const Json& schema, const std::string& pointer,
                const std::vector<std::vector<std::string>>& not_together);
-  std::vector<std::vector<size_t>> tracked_sets(
-      const std::vector<std::vector<std::string>>& not_together, bool open, int additional_node,
-      bool patterned, const std::string& pointer, std::vector<SchemaNode::Property>& properties);
+  // Which properties may not all be present (not required) and which need others
+  // (dependentRequired, draft 7's dependencies with arrays).
+  struct PresenceRules {
+    std::vector<std::vector<std::string>> not_together;
+    std::vector<std::pair<std::string, std::vector<std::string>>> dependent;
+  };
+  void presence_rules(const PresenceRules& rules, bool open, int additional_node, bool patterned,
+                      const std::string& pointer, std::vector<SchemaNode::Property>& properties,
+                      SchemaNode& node);
+  std::vector<std::pair<std::string, std::vector<std::string>>> dependencies(
+      const Json& schema, const std::string& pointer);
   // The automaton of `values` (those of `types`, which becomes the types present).
   int literals(const Json& values, uint8_t& types, const std::string& pointer);
 
@@ -362,21 +370,10 @@ uint8_t type_of_value(const Json& value) {
 // vocabularies assert nothing (the specification has validators ignore them), as do
 // annotations.
 const std::set<std::string, std::less<>>& unsupported() {
-  static const std::set<std::string, std::less<>> names = {"if",
-                                                           "then",
-                                                           "else",
-                                                           "dependencies",
-                                                           "dependentRequired",
-                                                           "dependentSchemas",
-                                                           "contains",
-                                                           "minContains",
-                                                           "maxContains",
-                                                           "propertyNames",
-                                                           "unevaluatedProperties",
-                                                           "unevaluatedItems",
-                                                           "$dynamicRef",
-                                                           "$recursiveRef",
-                                                           "contentSchema"};
+  static const std::set<std::string, std::less<>> names = {
+      "if",          "then",          "else",          "dependentSchemas",      "contains",
+      "minContains", "maxContains",   "propertyNames", "unevaluatedProperties", "unevaluatedItems",
+      "$dynamicRef", "$recursiveRef", "contentSchema"};
   return names;
 }
 
@@ -604,41 +601,71 @@ void Compiler::arrays(int index, const Json& schema, const std::string& pointer)
   node.max_items = schema.value("maxItems", int64_t{-1});
 }
 
-// Names that may not all be present are tracked as properties (of the additional shape where
-// the schema does not declare them); a set with a name the object cannot hold is always
-// satisfied and dropped. Sorts `properties` and gives each set as indices into them.
-std::vector<std::vector<size_t>> Compiler::tracked_sets(
-    const std::vector<std::vector<std::string>>& not_together, bool open, int additional_node,
-    bool patterned, const std::string& pointer, std::vector<SchemaNode::Property>& properties) {
+// Names the presence rules speak of are tracked as properties (of the additional shape where
+// the schema does not declare them). A not-together set with a name the object cannot hold is
+// always satisfied and dropped; a dependency whose trigger cannot be present too, and one
+// whose dependents cannot be present forbids its trigger. Sorts `properties` and writes the
+// rules as indices into them.
+void Compiler::presence_rules(const PresenceRules& rules, bool open, int additional_node,
+                              bool patterned, const std::string& pointer,
+                              std::vector<SchemaNode::Property>& properties, SchemaNode& node) {
   auto find = [&](const std::string& name) {
     return std::find_if(properties.begin(), properties.end(),
                         [&](const auto& p) { return p.name == name; });
   };
+  auto track = [&](const std::string& name) {
+    if (find(escaped_name(name)) != properties.end()) return true;
+    if (patterned) refuse(pointer, "'not' or dependencies beside patternProperties");
+    if (open) properties.push_back({escaped_name(name), additional_node, false});
+    return open;
+  };
   std::vector<std::vector<std::string>> sets;
-  for (const std::vector<std::string>& names : not_together) {
-    std::vector<std::string> escaped;
-    bool possible = true;
-    for (const std::string& name : names) {
-      escaped.push_back(escaped_name(name));
-      if (find(escaped.back()) != properties.end()) continue;
-      if (patterned) refuse(pointer, "'not' of required beside patternProperties is not supported");
-      if (open) {
-        properties.push_back({escaped.back(), additional_node, false});
-      } else {
-        possible = false;
-      }
+  std::vector<std::pair<std::string, std::vector<std::string>>> dependent;
+  for (const std::vector<std::string>& names : rules.not_together)
+    if (std::all_of(names.begin(), names.end(), track)) sets.push_back(names);
+  for (const auto& [trigger, names] : rules.dependent) {
+    if (!track(trigger)) continue;
+    const bool possible = std::all_of(names.begin(), names.end(), track);
+    if (possible) {
+      dependent.emplace_back(trigger, names);
+    } else {
+      sets.push_back({trigger});
     }
-    if (possible) sets.push_back(std::move(escaped));
   }
   std::sort(properties.begin(), properties.end(),
             [](const auto& a, const auto& b) { return a.name < b.name; });
-  std::vector<std::vector<size_t>> indexed;
+  auto index_of = [&](const std::string& name) {
+    return static_cast<size_t>(find(escaped_name(name)) - properties.begin());
+  };
   for (const std::vector<std::string>& names : sets) {
-    std::vector<size_t>& set = indexed.emplace_back();
-    for (const std::string& name : names)
-      set.push_back(static_cast<size_t>(find(name) - properties.begin()));
+    std::vector<size_t>& set = node.not_all_present.emplace_back();
+    for (const std::string& name : names) set.push_back(index_of(name));
   }
-  return indexed;
+  for (const auto& [trigger, names] : dependent) {
+    std::vector<size_t> indices;
+    for (const std::string& name : names) indices.push_back(index_of(name));
+    node.dependent_required.emplace_back(index_of(trigger), std::move(indices));
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<std::string>>> Compiler::dependencies(
+    const Json& schema, const std::string& pointer) {
+  std::vector<std::pair<std::string, std::vector<std::string>>> out;
+  for (const char* key : {"dependentRequired", "dependencies"}) {
+    if (!schema.contains(key)) continue;
+    if (!schema[key].is_object()) refuse(pointer, fmt::format("'{}' must be an object", key));
+    for (const auto& [trigger, names] : schema[key].items()) {
+      if (!names.is_array())
+        refuse(pointer,
+               fmt::format("'{}' with a schema (for '{}') is not supported", key, trigger));
+      std::vector<std::string>& list = out.emplace_back(trigger, std::vector<std::string>{}).second;
+      for (const Json& name : names) {
+        if (!name.is_string()) refuse(pointer, fmt::format("'{}' lists a non-string", key));
+        list.push_back(name.get<std::string>());
+      }
+    }
+  }
+  return out;
 }
 
 void Compiler::objects(int index, const Json& schema, const std::string& pointer,
@@ -689,14 +716,13 @@ void Compiler::objects(int index, const Json& schema, const std::string& pointer
                                   name));
     properties.push_back({escaped_name(name), additional_node, true});
   }
-  std::vector<std::vector<size_t>> indexed =
-      tracked_sets(not_together, !closed, additional_node, !patterned.empty(), pointer, properties);
+  PresenceRules rules{not_together, dependencies(schema, pointer)};
   SchemaNode& node = graph_.nodes[static_cast<size_t>(index)];
+  presence_rules(rules, !closed, additional_node, !patterned.empty(), pointer, properties, node);
   node.properties = std::move(properties);
   node.pattern_properties = std::move(patterned);
   node.additional = additional_node;
   node.more_properties = !closed;
-  node.not_all_present = std::move(indexed);
   node.min_properties = schema.value("minProperties", int64_t{0});
   node.max_properties = schema.value("maxProperties", int64_t{-1});
 }

@@ -511,10 +511,12 @@ class Automaton {
     if (frame.count < n.min_properties) return false;
     for (size_t i = 0; i < n.properties.size(); ++i)
       if (n.properties[i].required && !seen(frame, i)) return false;
-    return std::none_of(
-        n.not_all_present.begin(), n.not_all_present.end(), [&](const std::vector<size_t>& set) {
-          return std::all_of(set.begin(), set.end(), [&](size_t i) { return seen(frame, i); });
-        });
+    auto all_seen = [&](const std::vector<size_t>& set) {
+      return std::all_of(set.begin(), set.end(), [&](size_t i) { return seen(frame, i); });
+    };
+    for (const auto& [trigger, needed] : n.dependent_required)
+      if (seen(frame, trigger) && !all_seen(needed)) return false;
+    return std::none_of(n.not_all_present.begin(), n.not_all_present.end(), all_seen);
   }
 
   static bool new_key_possible(const Frame& frame, const SchemaNode& n) {

@@ -66,6 +66,14 @@ TEST(JsonSchema, ObjectsTakeTheirPropertiesInAnyOrder) {
              "additionalProperties":false,"minProperties":1,"maxProperties":2})",
          {R"({"x-a":1})", R"({"x-a":1,"x-b":2})"},
          {"{}", R"({"y":1})", R"({"x-a":"s"})", R"({"x-a":1,"x-b":2,"x-c":3})"}});
+  check({R"({"type":"object","properties":{"card":{"type":"string"},"bill":{"type":"string"}},
+             "dependentRequired":{"card":["bill"]}})",
+         {R"({"bill":"x"})", R"({"card":"1","bill":"x"})", "{}", R"({"bill":"x","card":"1"})"},
+         {R"({"card":"1"})", R"({"card":"1","z":2})"}});
+  check({R"({"dependencies":{"a":["b","c"]},"additionalProperties":false,
+             "properties":{"a":{},"b":{}}})",
+         {R"({"b":1})", "{}"},
+         {R"({"a":1,"b":2})", R"({"a":1})"}});
   check({R"({"type":"object","required":["k"],"additionalProperties":{"type":"boolean"}})",
          {R"({"k":true,"z":false})"},
          {R"({"z":false})", R"({"k":1})"}});
@@ -171,6 +179,7 @@ TEST(JsonSchema, RefusesWhatItCannotEnforceByName) {
       {R"x({"type":"string","pattern":"(?=a)"})x", "pattern"},
       {"{not json", "not valid JSON"},
       {R"({"minLength":"two"})", "minLength"},
+      {R"({"dependencies":{"a":{"required":["b"]}}})", "with a schema"},
       {std::string(100000, '[') + std::string(100000, ']'), "nested deeper"},
       {R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})", "never reaches"},
       {R"({"oneOf":[{"required":["a"]},{"required":["b"]}]})", "oneOf"},
