@@ -16,14 +16,6 @@ namespace {
 
 using deepinfer::structured::Constraint;
 
-std::shared_ptr<const deepinfer::structured::TokenTable> byte_table() {
-  std::vector<std::string> bytes;
-  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
-  bytes.emplace_back("<eos>");
-  return std::make_shared<deepinfer::structured::TokenTable>(bytes, std::vector<int32_t>{256},
-                                                             std::vector<int32_t>{});
-}
-
 bool accepts(const Constraint& constraint, const std::string& text) {
   auto matcher = constraint.start();
   for (char c : text)
@@ -43,7 +35,7 @@ struct Counts {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto table = byte_table();
+  const auto table = deepinfer::structured::TokenTable::single_bytes();
   std::map<std::string, int> refusals;
   Counts all;
   for (int arg = 1; arg < argc; ++arg) {

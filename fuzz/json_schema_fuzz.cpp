@@ -7,21 +7,9 @@
 #include "fuzz/fuzz_support.h"
 #include "structured/structured.h"
 
-namespace {
-
-std::shared_ptr<const deepinfer::structured::TokenTable> byte_table() {
-  std::vector<std::string> bytes;
-  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
-  bytes.emplace_back("<eos>");
-  return std::make_shared<deepinfer::structured::TokenTable>(bytes, std::vector<int32_t>{256},
-                                                             std::vector<int32_t>{});
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace deepinfer::structured;
-  static const auto table = byte_table();
+  static const auto table = deepinfer::structured::TokenTable::single_bytes();
   const auto parts = deepinfer::fuzz::split_once(deepinfer::fuzz::as_text(data, size), "\n\n");
   const std::string_view schema = parts.first, output = parts.second;
   deepinfer::fuzz::expect_clean([&] {

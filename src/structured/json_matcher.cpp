@@ -38,6 +38,14 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
   string_sensitive_ = with_shared_prefixes(sensitive);
 }
 
+std::shared_ptr<const TokenTable> TokenTable::single_bytes() {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));
+  bytes.emplace_back("<eos>");
+  return std::make_shared<TokenTable>(std::move(bytes), std::vector<int32_t>{256},
+                                      std::vector<int32_t>{});
+}
+
 std::vector<std::pair<int32_t, uint32_t>> TokenTable::with_shared_prefixes(
     const std::vector<int32_t>& order) const {
   std::vector<std::pair<int32_t, uint32_t>> out;

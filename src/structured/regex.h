@@ -23,6 +23,9 @@ class GrammarError : public Error {
   using Error::Error;
 };
 
+// The code points of `utf8`; false (and `out` partial) when it is not valid UTF-8.
+bool decode_utf8(std::string_view utf8, std::vector<uint32_t>& out);
+
 // A regular language over Unicode code points, as a tree (RegexTree::parse or built directly).
 struct RegexNode {
   enum class Kind : uint8_t { kEmpty, kChars, kConcat, kAlternation, kRepeat };

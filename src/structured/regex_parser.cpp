@@ -406,9 +406,7 @@ RegexTree RegexTree::parse_search(std::string_view pattern) {
   return tree;
 }
 
-int RegexTree::literal(std::string_view utf8) {
-  RegexNode concat;
-  concat.kind = RegexNode::Kind::kConcat;
+bool decode_utf8(std::string_view utf8, std::vector<uint32_t>& out) {
   for (size_t at = 0; at < utf8.size();) {
     const auto lead = static_cast<unsigned char>(utf8[at]);
     const size_t length = lead < 0x80    ? 1
@@ -416,12 +414,22 @@ int RegexTree::literal(std::string_view utf8) {
                           : lead >= 0xE0 ? 3
                           : lead >= 0xC0 ? 2
                                          : 0;
-    if (length == 0 || at + length > utf8.size())
-      throw GrammarError("choice: a choice is not valid UTF-8");
+    if (length == 0 || at + length > utf8.size()) return false;
     uint32_t code = length == 1 ? lead : lead & (0x7Fu >> length);
     for (size_t i = 1; i < length; ++i)
       code = (code << 6) | (static_cast<unsigned char>(utf8[at + i]) & 0x3Fu);
+    out.push_back(code);
     at += length;
+  }
+  return true;
+}
+
+int RegexTree::literal(std::string_view utf8) {
+  std::vector<uint32_t> codes;
+  if (!decode_utf8(utf8, codes)) throw GrammarError("choice: a choice is not valid UTF-8");
+  RegexNode concat;
+  concat.kind = RegexNode::Kind::kConcat;
+  for (uint32_t code : codes) {
     RegexNode one;
     one.kind = RegexNode::Kind::kChars;
     one.chars = {{code, code}};

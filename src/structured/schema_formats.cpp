@@ -196,26 +196,6 @@ int spellings_of(RegexTree& tree, uint32_t code) {
   return tree.add(std::move(options));
 }
 
-std::vector<uint32_t> code_points(std::string_view utf8) {
-  std::vector<uint32_t> out;
-  for (size_t at = 0; at < utf8.size();) {
-    const auto lead = static_cast<unsigned char>(utf8[at]);
-    const size_t length = lead < 0x80    ? 1
-                          : lead >= 0xF0 ? 4
-                          : lead >= 0xE0 ? 3
-                          : lead >= 0xC0 ? 2
-                                         : 0;
-    if (length == 0 || at + length > utf8.size())
-      throw GrammarError("json_schema: a string value is not valid UTF-8");
-    uint32_t code = length == 1 ? lead : lead & (0x7Fu >> length);
-    for (size_t i = 1; i < length; ++i)
-      code = (code << 6) | (static_cast<unsigned char>(utf8[at + i]) & 0x3Fu);
-    out.push_back(code);
-    at += length;
-  }
-  return out;
-}
-
 }  // namespace
 
 RegexTree json_spellings(const std::vector<std::string>& strings) {
@@ -226,7 +206,10 @@ RegexTree json_spellings(const std::vector<std::string>& strings) {
     RegexNode concat;
     concat.kind = RegexNode::Kind::kConcat;
     concat.children.push_back(tree.literal("\""));
-    for (uint32_t code : code_points(text)) concat.children.push_back(spellings_of(tree, code));
+    std::vector<uint32_t> codes;
+    if (!decode_utf8(text, codes))
+      throw GrammarError("json_schema: a string value is not valid UTF-8");
+    for (uint32_t code : codes) concat.children.push_back(spellings_of(tree, code));
     concat.children.push_back(tree.literal("\""));
     options.children.push_back(tree.add(std::move(concat)));
   }

@@ -20,6 +20,9 @@ class TokenTable {
   // grammar is complete.
   TokenTable(std::vector<std::string> token_bytes, const std::vector<int32_t>& end_tokens,
              const std::vector<int32_t>& forbidden);
+  // The 256 single bytes as tokens 0-255 and an end token, 256: for checking a grammar's
+  // language byte by byte (tests, fuzzing, coverage runs).
+  static std::shared_ptr<const TokenTable> single_bytes();
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
   bool is_end(int32_t id) const { return kind_[static_cast<size_t>(id)] == Kind::kEnd; }
