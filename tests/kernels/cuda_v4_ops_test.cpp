@@ -372,6 +372,8 @@ TEST_F(CudaV4Records, PromptIndexerOnTensorCoresChoosesTheBestEntries) {
 TEST_F(CudaV4Records, TiledAttentionMatchesTheCpu) {
   auto rows = paged_batch({0, 20, 100}, {43, 300}, kBlock, kMaxBlocks);
   ASSERT_FALSE(sparse_attention_on_tensor_cores(100, 10, 64));
+  EXPECT_TRUE(sparse_attention_on_tensor_cores(32, 64, 512));  // a decode batch of V4's heads
+  EXPECT_FALSE(sparse_attention_on_tensor_cores(31, 64, 512));
   EXPECT_EQ(sparse_attention_workspace_floats(100, 10, 64, 9 + 6), 0);
   expect_attention_matches(*rows, 9, random_choices(*rows, 6, 4), 6, {});
 }

@@ -78,7 +78,8 @@ void index_scores_mma(const float* queries, const float* head_weights, int64_t t
 int64_t sparse_attention_workspace_floats(int64_t tokens, int heads, int dim, int64_t max_keys);
 // Whether sparse_attention, allowed the tensor cores, runs `tokens` rows on them (bf16
 // products, f32 softmax and sums): head sizes a multiple of 32 up to 512, and rows enough to
-// fill the GPU. Fewer rows (decodes), other head sizes and f32 precision take f32 kernels.
+// fill the GPU (fewer where each row has many heads: a decode batch of 32 rows of 64 heads).
+// Fewer rows, other head sizes and f32 precision take f32 kernels.
 bool sparse_attention_on_tensor_cores(int64_t tokens, int heads, int dim);
 // The tensor-core kernel itself (sparse_attention_mma.cu), without key splits.
 void sparse_attention_mma(const float* q, int64_t tokens, int heads, int dim, DeviceRows rows,
