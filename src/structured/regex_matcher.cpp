@@ -8,6 +8,7 @@
 
 #include "structured/regex.h"
 #include "structured/structured.h"
+#include "structured/token_walk.h"
 
 namespace deepinfer::structured {
 namespace {
@@ -73,23 +74,6 @@ struct RegexProgram {
   MaskCache masks;
 };
 
-// Four logits kept or banned by four bits, as bit masks (the compiler makes it one vector
-// and/andnot/or).
-inline void keep_four(float* logits, unsigned bits) {
-  static const auto kLanes = [] {
-    std::array<std::array<uint32_t, 4>, 16> lanes{};
-    for (unsigned n = 0; n < 16; ++n)
-      for (unsigned k = 0; k < 4; ++k) lanes[n][k] = (n >> k & 1) ? ~0u : 0u;
-    return lanes;
-  }();
-  constexpr uint32_t kBannedBits = 0xFF800000u;  // -infinity
-  uint32_t values[4];
-  std::memcpy(values, logits, sizeof(values));
-  const std::array<uint32_t, 4>& keep = kLanes[bits];
-  for (unsigned k = 0; k < 4; ++k) values[k] = (values[k] & keep[k]) | (~keep[k] & kBannedBits);
-  std::memcpy(logits, values, sizeof(values));
-}
-
 class RegexMatcher final : public Matcher {
  public:
   explicit RegexMatcher(std::shared_ptr<const RegexProgram> program)
@@ -98,21 +82,7 @@ class RegexMatcher final : public Matcher {
   std::unique_ptr<Matcher> clone() const override { return std::make_unique<RegexMatcher>(*this); }
 
   void mask_logits(float* logits, int32_t vocab_size) const override {
-    const MaskCache::Mask mask = program_->masks.allowed(state_);
-    const std::vector<uint64_t>& allowed = *mask;
-    const auto known = static_cast<size_t>(std::min<int32_t>(vocab_size, program_->table->size()));
-    constexpr float kBanned = -std::numeric_limits<float>::infinity();
-    // Word by word: whole words allowed or banned are common; the rest select without branches.
-    for (size_t word = 0; word * 64 < known; ++word) {
-      const uint64_t bits = allowed[word];
-      if (bits == ~uint64_t{0}) continue;
-      float* row = logits + word * 64;
-      const size_t count = std::min<size_t>(64, known - word * 64);
-      size_t b = 0;
-      for (; b + 4 <= count; b += 4) keep_four(row + b, static_cast<unsigned>(bits >> b & 15));
-      for (; b < count; ++b) row[b] = (bits >> b & 1) ? row[b] : kBanned;
-    }
-    for (auto id = static_cast<int32_t>(known); id < vocab_size; ++id) logits[id] = kBanned;
+    apply_mask_bits(*program_->masks.allowed(state_), program_->table->size(), logits, vocab_size);
   }
 
   bool accept(int32_t token) override {

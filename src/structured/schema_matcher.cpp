@@ -4,6 +4,7 @@
 // mask walks the sorted vocabulary (token_walk.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -137,6 +138,40 @@ class Automaton {
 
   // The string being written, when there is one thread and it is inside a string's plain
   // content: tokens without '"', '\\' or control bytes then only extend it.
+  // The whole state as bytes: two automata with the same key allow the same tokens.
+  std::string key() const {
+    std::string out;
+    auto put = [&](const auto& value) {
+      out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+    };
+    auto put_exact = [&](long double value) {  // as hex digits: padding bytes carry nothing
+      char text[64];
+      const int length = std::snprintf(text, sizeof(text), "%La", value);
+      out.append(text, static_cast<size_t>(length));
+      out.push_back('|');
+    };
+    for (const Thread& thread : threads_) {
+      put(thread.spaces);
+      put(thread.stack.size());
+      for (const Frame& frame : thread.stack) {
+        put(frame.node), put(frame.mode), put(frame.escape), put(frame.word), put(frame.state);
+        put(frame.excluded), put(frame.pending), put(frame.count);
+        const NumberReading& r = frame.number;
+        put(r.part), put(r.negative), put(r.int_digits), put(r.frac_digits);
+        put_exact(r.int_value);
+        put_exact(r.frac_value);
+        put(frame.seen.size());
+        for (uint64_t word : frame.seen) put(word);
+        put(frame.key.size());
+        out += frame.key;
+        put(frame.key_states.size());
+        for (int32_t state : frame.key_states) put(state);
+      }
+      out.push_back('#');
+    }
+    return out;
+  }
+
   const Frame* plain_string() const {
     if (threads_.size() != 1 || threads_[0].stack.empty()) return nullptr;
     const Frame& top = threads_[0].stack.back();
@@ -648,10 +683,27 @@ struct SchemaProgram {
     return fits.emplace(key, std::move(made)).first->second;
   }
 
+  using Mask = std::shared_ptr<const std::vector<uint64_t>>;
+  static constexpr size_t kMaxMasks = 256;  // 19 KB each for a 151k vocabulary
+
+  Mask cached_mask(const std::string& key) const {
+    std::lock_guard lock(mutex);
+    auto found = masks.find(key);
+    return found == masks.end() ? nullptr : found->second;
+  }
+  Mask keep_mask(const std::string& key, std::vector<uint64_t> bits) const {
+    auto made = std::make_shared<const std::vector<uint64_t>>(std::move(bits));
+    std::lock_guard lock(mutex);
+    if (masks.size() >= kMaxMasks) masks.clear();
+    masks.emplace(key, made);
+    return made;
+  }
+
   SchemaGraph graph;
   std::shared_ptr<const TokenTable> table;
   mutable std::mutex mutex;
   mutable std::map<std::pair<int, int>, Fits> fits;
+  mutable std::map<std::string, Mask> masks;  // by Automaton::key
 };
 
 class SchemaMatcher final : public Matcher {
@@ -661,18 +713,25 @@ class SchemaMatcher final : public Matcher {
 
   std::unique_ptr<Matcher> clone() const override { return std::make_unique<SchemaMatcher>(*this); }
 
+  // A state's mask is kept by the program: requests of one schema pass through the same
+  // states (the start, each key, each value's start) again and again.
   void mask_logits(float* logits, int32_t vocab_size) const override {
     const TokenTable& table = *program_->table;
-    std::vector<bool> allowed(static_cast<size_t>(table.size()), false);
-    if (automaton_.complete())
-      for (int32_t id : table.end_tokens()) allowed[static_cast<size_t>(id)] = true;
-    if (const Frame* string = automaton_.plain_string()) {
-      allow_plain_string_tokens(*string, allowed);
-      allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
-    } else {
-      allow_fed_tokens(automaton_, table, table.sorted(), allowed);
+    const std::string key = automaton_.key();
+    SchemaProgram::Mask mask = program_->cached_mask(key);
+    if (!mask) {
+      std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
+      if (automaton_.complete())
+        for (int32_t id : table.end_tokens()) mark(allowed, id);
+      if (const Frame* string = automaton_.plain_string()) {
+        allow_plain_string_tokens(*string, allowed);
+        allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
+      } else {
+        allow_fed_tokens(automaton_, table, table.sorted(), allowed);
+      }
+      mask = program_->keep_mask(key, std::move(allowed));
     }
-    ban_others(allowed, logits, vocab_size);
+    apply_mask_bits(*mask, table.size(), logits, vocab_size);
   }
 
   bool accept(int32_t token) override {
@@ -693,7 +752,7 @@ class SchemaMatcher final : public Matcher {
  private:
   // Inside a string, a plain token fits when its code points stay within maxLength and the
   // content automaton (pattern, format) takes its bytes: no walk of the automaton over them.
-  void allow_plain_string_tokens(const Frame& string, std::vector<bool>& allowed) const {
+  void allow_plain_string_tokens(const Frame& string, std::vector<uint64_t>& allowed) const {
     const TokenTable& table = *program_->table;
     const SchemaNode& n = automaton_.node(string.node);
     const int64_t room =
@@ -703,7 +762,7 @@ class SchemaMatcher final : public Matcher {
     const std::vector<int32_t>& plain = table.string_plain();
     const std::vector<uint32_t>& chars = table.string_plain_chars();
     for (size_t i = 0; i < plain.size(); ++i)
-      if (chars[i] <= room && (!fits || (*fits)[i])) allowed[static_cast<size_t>(plain[i])] = true;
+      if (chars[i] <= room && (!fits || (*fits)[i])) mark(allowed, plain[i]);
   }
 
   std::shared_ptr<const SchemaProgram> program_;
