@@ -39,9 +39,6 @@ struct SchemaNode {
   // one of these nodes; the fields below are then unused.
   std::vector<int> any_of;
   bool exclusive = false;  // oneOf: the branches were shown to share no value
-  // oneOf whose branches may share values: a value must complete in exactly one branch, which
-  // the matcher checks as the value ends.
-  bool one_of = false;
   uint8_t types = kAnyType;
   // enum / const: the value is one of these texts (compact JSON) and nothing else.
   int literals = -1;  // index into SchemaGraph::automata

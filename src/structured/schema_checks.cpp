@@ -1,7 +1,6 @@
 // Checks over a compiled SchemaGraph: oneOf branches told apart (or narrowed until they are),
 // and unions that reach a shape.
 #include <algorithm>
-#include <optional>
 #include <set>
 
 #include "structured/json_schema.h"
@@ -9,63 +8,55 @@
 namespace deepinfer::structured {
 namespace {
 
+[[noreturn]] void refuse(const std::string& pointer, const std::string& what) {
+  throw GrammarError(fmt::format("json_schema: {} (at {})", what, pointer));
+}
+
 class OneOfChecks {
  public:
   explicit OneOfChecks(SchemaGraph& graph) : graph_(graph) {}
 
-  // oneOf where its branches can be told apart by their shapes (types only one branch takes,
-  // objects with a required property whose shapes do not meet or that the other forbids,
-  // disjoint enums) is a plain union: a value that matches one branch matches exactly one.
-  // Values of a type two branches both take, and cannot be told apart in, match two branches
-  // and so none: the branches lose that type (a copy of the node; shared nodes stay). Any
-  // other oneOf is checked as the output is written (SchemaNode::one_of).
+  // oneOf is enforced where its branches can be told apart: types only one branch takes,
+  // objects with a required property whose shapes do not meet (or that the other forbids),
+  // disjoint enums. Values of a type two branches both take, and cannot be told apart in, match
+  // two branches and so none: the branches lose that type (a copy of the node, shared nodes
+  // stay). Other oneOf are refused.
   void settle(const std::vector<std::pair<int, std::string>>& one_of) {
-    for (const auto& entry : one_of) {
-      SchemaNode& union_node = graph_.nodes[static_cast<size_t>(entry.first)];
-      std::optional<std::vector<uint8_t>> shared = shared_types(union_node.any_of);
-      if (!shared) {
-        union_node.one_of = true;
-        continue;
-      }
-      std::vector<int> branches = union_node.any_of;
+    for (const auto& [index, pointer] : one_of) {
+      std::vector<int> branches = graph_.nodes[static_cast<size_t>(index)].any_of;
+      std::vector<uint8_t> shared(branches.size(), 0);
       for (size_t i = 0; i < branches.size(); ++i) {
-        if ((*shared)[i] == 0) continue;
+        for (size_t j = i + 1; j < branches.size(); ++j) {
+          const int common = overlap(branches[i], branches[j], 0);
+          if (common < 0)
+            refuse(pointer, fmt::format("oneOf: branches {} and {} cannot be told apart (only "
+                                        "branches that exclude each other are supported)",
+                                        i, j));
+          shared[i] |= static_cast<uint8_t>(common);
+          shared[j] |= static_cast<uint8_t>(common);
+        }
+      }
+      for (size_t i = 0; i < branches.size(); ++i) {
+        if (shared[i] == 0) continue;
         SchemaNode narrowed = graph_.nodes[static_cast<size_t>(branches[i])];
-        narrowed.types &= static_cast<uint8_t>(~(*shared)[i]);
+        const uint8_t left = narrowed.types & static_cast<uint8_t>(~shared[i]);
+        // A number grammar cannot leave out integers, nor an enum its values of a type.
+        if (!narrowed.any_of.empty() || narrowed.literals >= 0 ||
+            ((left & kNumberType) && !(left & kIntegerType)))
+          refuse(pointer, fmt::format("oneOf: branch {} shares values with another branch", i));
+        if (left == 0)
+          refuse(pointer, fmt::format("oneOf: branch {} cannot be told apart from the others", i));
+        narrowed.types = left;
         if (graph_.nodes.size() >= SchemaGraph::kMaxNodes)
           throw GrammarError(
               fmt::format("json_schema: more than {} schema nodes", SchemaGraph::kMaxNodes));
         graph_.nodes.push_back(std::move(narrowed));
         branches[i] = static_cast<int>(graph_.nodes.size()) - 1;
       }
-      SchemaNode& node = graph_.nodes[static_cast<size_t>(entry.first)];
+      SchemaNode& node = graph_.nodes[static_cast<size_t>(index)];
       node.any_of = std::move(branches);
       node.exclusive = true;
     }
-  }
-
-  // Per branch, the types it shares with another branch and must lose; none when some pair
-  // cannot be told apart or a branch cannot lose its shared types (a union, an enum, integers
-  // out of numbers, or all it has).
-  std::optional<std::vector<uint8_t>> shared_types(const std::vector<int>& branches) const {
-    std::vector<uint8_t> shared(branches.size(), 0);
-    for (size_t i = 0; i < branches.size(); ++i) {
-      for (size_t j = i + 1; j < branches.size(); ++j) {
-        const int common = overlap(branches[i], branches[j], 0);
-        if (common < 0) return std::nullopt;
-        shared[i] |= static_cast<uint8_t>(common);
-        shared[j] |= static_cast<uint8_t>(common);
-      }
-    }
-    for (size_t i = 0; i < branches.size(); ++i) {
-      if (shared[i] == 0) continue;
-      const SchemaNode& branch = graph_.nodes[static_cast<size_t>(branches[i])];
-      const uint8_t left = branch.types & static_cast<uint8_t>(~shared[i]);
-      if (!branch.any_of.empty() || branch.literals >= 0 || left == 0 ||
-          ((left & kNumberType) && !(left & kIntegerType)))
-        return std::nullopt;
-    }
-    return shared;
   }
 
   const SchemaNode* known(int index) const {

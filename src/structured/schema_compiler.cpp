@@ -291,8 +291,8 @@ class Compiler {
     return out;
   }
 
-  // anyOf / oneOf: each branch with the keywords beside it (oneOf's exactly-one rule:
-  // settle_one_of and the matcher).
+  // anyOf / oneOf: each branch with the keywords beside it. oneOf is enforced as anyOf (at
+  // least one branch matches).
   void fill_union(int index, const Json& schema, const std::string& pointer) {
     if (schema.contains("anyOf") && schema.contains("oneOf"))
       refuse(pointer, "anyOf beside oneOf is not supported");

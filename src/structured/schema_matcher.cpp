@@ -10,7 +10,6 @@
 #include <mutex>
 
 #include "structured/json_schema.h"
-#include "structured/schema_numbers.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
 
@@ -24,6 +23,8 @@ constexpr int kMaxUnionDepth = 32;
 // Containers open at once: a recursive schema would otherwise let the output nest without end
 // (and every mask copies the stack).
 constexpr size_t kMaxNesting = 128;
+// Bounded numbers are read exactly as long doubles up to this many integer digits.
+constexpr int kMaxBoundedDigits = 18;
 
 bool is_space(uint8_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -54,7 +55,25 @@ enum class Mode : uint8_t {
   kKey,         // inside a key (its bytes in `key`, pattern automata states in `key_states`)
   kColon,       // after a key (its value's node in `pending`)
   kObjectNext,  // after a value: ',' or '}'
-  kOneOf,       // under a oneOf branch's value: the union (node) and the branch (state)
+};
+
+enum class NumberPart : uint8_t {
+  kMinus,
+  kZero,
+  kInt,
+  kFracStart,
+  kFrac,
+  kExpStart,
+  kExpSign,
+  kExp
+};
+
+struct NumberReading {
+  NumberPart part = NumberPart::kMinus;
+  bool negative = false;
+  int int_digits = 0, frac_digits = 0;
+  long double int_value = 0, frac_value = 0;  // frac_value: the fraction's digits as a fraction
+  bool operator==(const NumberReading&) const = default;
 };
 
 struct Frame {
@@ -87,15 +106,7 @@ struct Thread {
 
 constexpr const char* kWords[] = {"true", "false", "null"};
 
-// kRedo: the byte belongs to the frame below (after a number or enum value ended, or to an
-// item just opened); kPause: a oneOf value ended, to be compared across threads first.
-enum class Result : uint8_t { kReject, kAccept, kRedo, kPause };
-
-// A thread whose oneOf value ended at this byte; `consumed`: the byte was the value's own.
-struct Paused {
-  Thread thread;
-  bool consumed = false;
-};
+enum class Result : uint8_t { kReject, kAccept, kRedo };
 
 class Automaton {
  public:
@@ -107,52 +118,22 @@ class Automaton {
 
   bool feed(uint8_t c) {
     std::vector<Thread> next;
-    std::vector<Paused> paused;
-    overflow_ = false;
-    for (const Thread& thread : threads_) step_thread(thread, c, next, paused);
-    while (!paused.empty()) {
-      std::vector<Paused> again;
-      for (Paused& survivor : settle_one_of(paused)) {
-        if (survivor.consumed) {
-          deliver(std::move(survivor.thread), next, again);
-        } else {
-          step_thread(std::move(survivor.thread), c, next, again);
-        }
-      }
-      paused = std::move(again);
-    }
-    // A thread left out for room could be the branch that makes a oneOf value match twice.
-    if (next.empty() || overflow_) return false;
+    for (const Thread& thread : threads_) step_thread(thread, c, next);
+    if (next.empty()) return false;
     threads_ = std::move(next);
     return true;
   }
 
-  // The output may end here: some thread's value is complete, a number (or numeric enum
-  // value) ending with the output, and each oneOf value it closes matched by one branch.
   bool complete() const {
-    std::vector<Paused> ended;
-    for (Thread thread : threads_) {
-      if (!thread.stack.empty()) {
-        const Frame& top = thread.stack.back();
-        const bool scalar_ends = top.mode == Mode::kLiteral
-                                     ? automaton(node(top.node).literals).accepting(top.state)
-                                     : top.mode == Mode::kNumber &&
-                                           number_can_end(node(top.node), top.number) &&
-                                           !excluded_now(top);
-        if (scalar_ends) thread.stack.pop_back();
-      }
+    return std::any_of(threads_.begin(), threads_.end(), [&](const Thread& thread) {
       if (thread.stack.empty()) return true;
-      if (thread.stack.back().mode == Mode::kOneOf) ended.push_back({std::move(thread), true});
-    }
-    while (!ended.empty()) {
-      std::vector<Paused> outer;
-      for (Paused& survivor : settle_one_of(ended)) {
-        if (survivor.thread.stack.empty()) return true;
-        if (survivor.thread.stack.back().mode == Mode::kOneOf) outer.push_back(std::move(survivor));
-      }
-      ended = std::move(outer);
-    }
-    return false;
+      // A number (or a numeric enum value) at the top level ends with the output.
+      const Frame& top = thread.stack.back();
+      if (thread.stack.size() != 1) return false;
+      if (top.mode == Mode::kLiteral)
+        return automaton(node(top.node).literals).accepting(top.state);
+      return top.mode == Mode::kNumber && number_can_end(top) && !excluded_now(top);
+    });
   }
 
   // The string being written, when there is one thread and it is inside a string's plain
@@ -208,28 +189,16 @@ class Automaton {
 
   // Feeds `c` to a thread; a value that starts at a union forks one thread per branch. A step
   // that hands the byte on (a number or enum value it ends, an item it starts) feeds it again.
-  void step_thread(Thread thread, uint8_t c, std::vector<Thread>& out,
-                   std::vector<Paused>& paused) const {
+  void step_thread(Thread thread, uint8_t c, std::vector<Thread>& out) const {
     for (int round = 0; round < 8 && !thread.stack.empty(); ++round) {
       const Frame& top = thread.stack.back();
-      const SchemaNode& n = node(top.node);
-      if (top.mode == Mode::kValue && !is_space(c) && !n.any_of.empty()) {
-        if (n.one_of) {  // each branch under a marker of which one it is
-          for (size_t i = 0; i < n.any_of.size(); ++i) {
-            Thread branch = thread;
-            branch.stack.back().mode = Mode::kOneOf;
-            branch.stack.back().state = static_cast<int32_t>(i);
-            branch.stack.push_back(value_frame(n.any_of[i]));
-            step_thread(std::move(branch), c, out, paused);
-          }
-          return;
-        }
+      if (top.mode == Mode::kValue && !is_space(c) && !node(top.node).any_of.empty()) {
         std::vector<int> leaves;
         union_leaves(top.node, 0, leaves);
         for (int leaf : leaves) {
           Thread branch = thread;
           branch.stack.back().node = leaf;
-          step_thread(std::move(branch), c, out, paused);
+          step_thread(std::move(branch), c, out);
         }
         return;
       }
@@ -237,10 +206,7 @@ class Automaton {
         case Result::kReject:
           return;
         case Result::kAccept:
-          deliver(std::move(thread), out, paused);
-          return;
-        case Result::kPause:
-          paused.push_back({std::move(thread), false});
+          add(std::move(thread), out);
           return;
         case Result::kRedo:
           break;
@@ -248,54 +214,19 @@ class Automaton {
     }
   }
 
-  // A thread that took its byte: kept, or paused when that byte ended a oneOf value.
-  void deliver(Thread thread, std::vector<Thread>& out, std::vector<Paused>& paused) const {
-    if (!thread.stack.empty() && thread.stack.back().mode == Mode::kOneOf) {
-      paused.push_back({std::move(thread), true});
-    } else {
-      add(std::move(thread), out);
-    }
-  }
-
-  // Threads whose oneOf value ended at the same byte with the same frames below it hold the
-  // same value: when two of them came through different branches the value matched twice,
-  // and all are dropped. The others leave their marker.
-  static std::vector<Paused> settle_one_of(const std::vector<Paused>& paused) {
-    auto same_value = [](const Thread& a, const Thread& b) {
-      return a.stack.size() == b.stack.size() && a.stack.back().node == b.stack.back().node &&
-             std::equal(a.stack.begin(), a.stack.end() - 1, b.stack.begin());
-    };
-    std::vector<Paused> survivors;
-    for (const Paused& candidate : paused) {
-      const Thread& thread = candidate.thread;
-      const bool twice = std::any_of(paused.begin(), paused.end(), [&](const Paused& other) {
-        return same_value(thread, other.thread) &&
-               other.thread.stack.back().state != thread.stack.back().state;
-      });
-      if (twice) continue;
-      Paused& kept = survivors.emplace_back(candidate);
-      kept.thread.stack.pop_back();
-    }
-    return survivors;
-  }
-
   void union_leaves(int index, int depth, std::vector<int>& leaves) const {
     if (depth > kMaxUnionDepth) return;
     const SchemaNode& n = node(index);
-    if (n.any_of.empty() || n.one_of) {  // a oneOf keeps its branches apart (step_thread)
+    if (n.any_of.empty()) {
       if (std::find(leaves.begin(), leaves.end(), index) == leaves.end()) leaves.push_back(index);
       return;
     }
     for (int option : n.any_of) union_leaves(option, depth + 1, leaves);
   }
 
-  void add(Thread thread, std::vector<Thread>& out) const {
-    if (std::find(out.begin(), out.end(), thread) != out.end()) return;
-    if (out.size() >= kMaxThreads) {
-      overflow_ = true;
-      return;
-    }
-    out.push_back(std::move(thread));
+  static void add(Thread thread, std::vector<Thread>& out) {
+    if (out.size() >= kMaxThreads) return;
+    if (std::find(out.begin(), out.end(), thread) == out.end()) out.push_back(std::move(thread));
   }
 
   // Whitespace between a container's parts (and before the value), in runs of at most
@@ -309,10 +240,9 @@ class Automaton {
 
   Result step(Thread& thread, uint8_t c) const {
     Frame& top = thread.stack.back();
-    if (top.mode == Mode::kOneOf) return Result::kPause;  // the value under it ended
     if (is_space(c) && takes_space(top.mode)) return accepted(++thread.spaces <= kMaxWhitespaceRun);
-    if (top.mode == Mode::kNumber && !number_continues(node(top.node), top.number, c)) {
-      if (!number_can_end(node(top.node), top.number) || excluded_now(top)) return Result::kReject;
+    if (top.mode == Mode::kNumber && !number_continues(top, c)) {
+      if (!number_can_end(top) || excluded_now(top)) return Result::kReject;
       thread.stack.pop_back();  // the byte after the number belongs to its container
       return Result::kRedo;
     }
@@ -333,15 +263,13 @@ class Automaton {
       case Mode::kLiteral: {
         const ByteDfa& literals = automaton(node(top.node).literals);
         top.state = literals.next(top.state, c);
-        // Nothing can extend it. A number stays open until the byte after it, as the number
-        // grammar does, so that a oneOf's branches see the value end at the same byte.
-        if (literals.final(top.state) && !top.word) thread.stack.pop_back();
+        if (literals.final(top.state)) thread.stack.pop_back();  // nothing can extend it
         return Result::kAccept;
       }
       case Mode::kString:
         return accepted(string_byte(thread, c));
       case Mode::kNumber:
-        return accepted(number_take(node(top.node), top.number, c));
+        return accepted(number_byte(top, c));
       case Mode::kWord:
         if (c != static_cast<uint8_t>(kWords[top.word][top.count])) return Result::kReject;
         if (kWords[top.word][++top.count] != '\0') return Result::kAccept;
@@ -364,9 +292,8 @@ class Automaton {
       const ByteDfa& literals = automaton(n.literals);
       top.state = literals.next(ByteDfa::kStart, c);
       top.mode = Mode::kLiteral;
-      top.word = c == '-' || is_digit(c);  // a number (see the kLiteral step)
       if (top.state == ByteDfa::kDead) return false;
-      if (literals.final(top.state) && !top.word) thread.stack.pop_back();
+      if (literals.final(top.state)) thread.stack.pop_back();
       return true;
     }
     if ((c == '{' || c == '[') && thread.stack.size() > kMaxNesting) return false;
@@ -388,7 +315,7 @@ class Automaton {
       top.mode = Mode::kNumber;
       top.number.negative = c == '-';
       top.number.part = NumberPart::kMinus;
-      return c == '-' ? number_feasible(n, top.number) : number_take(n, top.number, c);
+      return c == '-' ? number_feasible(top) : number_byte(top, c);
     }
     const int word = c == 't' ? 0 : c == 'f' ? 1 : c == 'n' ? 2 : -1;
     if (word < 0 || !(n.types & (word == 2 ? kNullType : kBooleanType))) return false;
@@ -442,6 +369,142 @@ class Automaton {
     if (!is_hex(c)) return false;
     escape = escape == 2 ? 0 : escape - 1;
     return true;
+  }
+
+  // Numbers: bounded ones (minimum, maximum, multipleOf) are written without an exponent and
+  // checked as they are written: each digit must leave some completion inside the bounds.
+  static bool integer_only(const SchemaNode& n) { return !(n.types & kNumberType); }
+  static bool bounded(const SchemaNode& n) { return n.minimum || n.maximum || n.multiple_of > 0; }
+  static bool exponent(const SchemaNode& n, uint8_t c) {
+    return (c == 'e' || c == 'E') && !integer_only(n) && !bounded(n);
+  }
+
+  bool number_continues(const Frame& frame, uint8_t c) const {
+    const SchemaNode& n = node(frame.node);
+    const bool fraction = c == '.' && !integer_only(n);
+    switch (frame.number.part) {
+      case NumberPart::kMinus:
+      case NumberPart::kFracStart:
+      case NumberPart::kExpSign:
+        return is_digit(c);
+      case NumberPart::kZero:
+        return fraction || exponent(n, c);
+      case NumberPart::kInt:
+        return is_digit(c) || fraction || exponent(n, c);
+      case NumberPart::kFrac:
+        return is_digit(c) || exponent(n, c);
+      case NumberPart::kExpStart:
+        return c == '+' || c == '-' || is_digit(c);
+      case NumberPart::kExp:
+        return is_digit(c);
+    }
+    return false;
+  }
+
+  bool number_byte(Frame& frame, uint8_t c) const {
+    NumberReading& r = frame.number;
+    const int digit = c - '0';
+    switch (r.part) {
+      case NumberPart::kMinus:
+        r.part = c == '0' ? NumberPart::kZero : NumberPart::kInt;
+        r.int_digits = 1;
+        r.int_value = digit;
+        break;
+      case NumberPart::kZero:
+      case NumberPart::kInt:
+        if (c == '.') {
+          r.part = NumberPart::kFracStart;
+        } else if (c == 'e' || c == 'E') {
+          r.part = NumberPart::kExpStart;
+        } else {
+          r.int_value = r.int_value * 10 + digit;
+          if (++r.int_digits > kMaxBoundedDigits && bounded(node(frame.node))) return false;
+        }
+        break;
+      case NumberPart::kFracStart:
+      case NumberPart::kFrac:
+        if (c == 'e' || c == 'E') {
+          r.part = NumberPart::kExpStart;
+        } else {
+          r.part = NumberPart::kFrac;
+          r.frac_value += digit * powl(10.0L, -static_cast<long double>(++r.frac_digits));
+        }
+        break;
+      case NumberPart::kExpStart:
+        r.part = is_digit(c) ? NumberPart::kExp : NumberPart::kExpSign;
+        break;
+      default:
+        r.part = NumberPart::kExp;
+        break;
+    }
+    return number_feasible(frame);
+  }
+
+  // Some number in [low, high] (magnitudes, as written so far) the node allows.
+  bool reachable(const Frame& frame, long double low, long double high) const {
+    const SchemaNode& n = node(frame.node);
+    const bool integer = integer_only(n);
+    long double lo = frame.number.negative ? -high : low;
+    long double hi = frame.number.negative ? -low : high;
+    if (integer) {
+      lo = ceill(lo);
+      hi = floorl(hi);
+    }
+    if (n.minimum) {
+      long double m = n.minimum->value;
+      if (integer) m = n.minimum->exclusive ? floorl(m) + 1 : ceill(m);
+      if (!integer && n.minimum->exclusive && hi <= m) return false;
+      lo = std::max(lo, m);
+    }
+    if (n.maximum) {
+      long double m = n.maximum->value;
+      if (integer) m = n.maximum->exclusive ? ceill(m) - 1 : floorl(m);
+      if (!integer && n.maximum->exclusive && lo >= m) return false;
+      hi = std::min(hi, m);
+    }
+    if (lo > hi) return false;
+    if (integer && n.multiple_of > 0) {
+      const auto step = static_cast<long double>(n.multiple_of);
+      return ceill(lo / step) * step <= hi;
+    }
+    return true;
+  }
+
+  bool number_feasible(const Frame& frame) const {
+    const SchemaNode& n = node(frame.node);
+    if (!bounded(n)) return true;
+    const NumberReading& r = frame.number;
+    const bool integer = integer_only(n);
+    switch (r.part) {
+      case NumberPart::kMinus:
+        return reachable(frame, 0, std::numeric_limits<long double>::infinity());
+      case NumberPart::kZero:
+        return reachable(frame, 0, integer ? 0 : 1);
+      case NumberPart::kInt: {
+        // It ends here, or takes k more digits: [v 10^k, (v + 1) 10^k).
+        long double low = r.int_value, span = 1;
+        for (int k = 0; k <= kMaxBoundedDigits - r.int_digits; ++k, low *= 10, span *= 10)
+          if (reachable(frame, low, integer ? low + span - 1 : low + span)) return true;
+        return false;
+      }
+      case NumberPart::kFracStart:
+      case NumberPart::kFrac: {
+        const long double x = r.int_value + r.frac_value;
+        return reachable(frame, x, x + powl(10.0L, -static_cast<long double>(r.frac_digits)));
+      }
+      default:
+        return true;
+    }
+  }
+
+  bool number_can_end(const Frame& frame) const {
+    const NumberReading& r = frame.number;
+    if (r.part != NumberPart::kZero && r.part != NumberPart::kInt && r.part != NumberPart::kFrac &&
+        r.part != NumberPart::kExp)
+      return false;
+    if (!bounded(node(frame.node))) return true;
+    const long double value = r.int_value + r.frac_value;
+    return reachable(frame, value, value);
   }
 
   static bool item_allowed(const SchemaNode& n, int64_t index) {
@@ -587,7 +650,6 @@ class Automaton {
 
   const SchemaGraph* graph_;
   std::vector<Thread> threads_;
-  mutable bool overflow_ = false;  // a step had more threads than kMaxThreads
 };
 
 struct SchemaProgram {
