@@ -569,8 +569,20 @@ class Automaton {
                                n.properties.begin());
   }
 
+  // Keys are matched as written, so each is written one way (as JSON text writes names):
+  // characters as themselves, escapes only where JSON needs them ("\\/" and "\\u" for a
+  // printable character would name a declared property without matching it).
+  static bool canonical_key_byte(uint8_t escape, uint8_t c) {
+    if (escape == 1) return c != '/';
+    if (escape == 5 || escape == 4) return c == '0';  // \u00..
+    if (escape == 3) return c == '0' || c == '1';     // control characters only
+    return true;
+  }
+
   bool key_byte(Frame& frame, const SchemaNode& n, uint8_t c) const {
-    if (!escape_byte(frame.escape, c) || frame.key.size() >= kMaxKeyBytes) return false;
+    if (!canonical_key_byte(frame.escape, c) || !escape_byte(frame.escape, c) ||
+        frame.key.size() >= kMaxKeyBytes)
+      return false;
     frame.key.push_back(static_cast<char>(c));
     bool alive = n.more_properties;
     for (size_t i = 0; i < frame.key_states.size(); ++i) {
