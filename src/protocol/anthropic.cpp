@@ -127,10 +127,11 @@ MessagesRequest parse_messages(const std::string& body_text) {
     request.chat.variables["enable_thinking"] = enabled;
     request.chat.variables["thinking"] = enabled;
   }
-  // The sampling fields share OpenAI's names, except stop_sequences.
+  // The sampling fields share OpenAI's names, except stop_sequences; vLLM's ignore_eos is
+  // taken here too.
   Json common = Json::object();
-  for (const char* key :
-       {"temperature", "top_p", "top_k", "stream", "max_tokens", "cache_salt", "cache_retention"})
+  for (const char* key : {"temperature", "top_p", "top_k", "stream", "max_tokens", "cache_salt",
+                          "cache_retention", "ignore_eos"})
     if (body.contains(key)) common[key] = body[key];
   if (body.contains("stop_sequences")) common["stop"] = body["stop_sequences"];
   // Structured outputs: {"type": "json_schema", "schema": {...}}, as text.format is read.

@@ -113,7 +113,7 @@ ResponsesRequest parse_responses(const std::string& body_text) {
         string_field(*reasoning, "effort", "reasoning", "medium");
   Json common = Json::object();
   for (const char* key :
-       {"temperature", "top_p", "stream", "seed", "cache_salt", "cache_retention"})
+       {"temperature", "top_p", "stream", "seed", "cache_salt", "cache_retention", "ignore_eos"})
     if (body.contains(key)) common[key] = body[key];
   if (body.contains("max_output_tokens")) common["max_tokens"] = body["max_output_tokens"];
   if (auto text = body.find("text");
