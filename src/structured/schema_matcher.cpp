@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "structured/json_schema.h"
+#include "structured/schema_numbers.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
 
@@ -23,8 +24,6 @@ constexpr int kMaxUnionDepth = 32;
 // Containers open at once: a recursive schema would otherwise let the output nest without end
 // (and every mask copies the stack).
 constexpr size_t kMaxNesting = 128;
-// Bounded numbers are read exactly as long doubles up to this many integer digits.
-constexpr int kMaxBoundedDigits = 18;
 
 bool is_space(uint8_t c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -55,25 +54,6 @@ enum class Mode : uint8_t {
   kKey,         // inside a key (its bytes in `key`, pattern automata states in `key_states`)
   kColon,       // after a key (its value's node in `pending`)
   kObjectNext,  // after a value: ',' or '}'
-};
-
-enum class NumberPart : uint8_t {
-  kMinus,
-  kZero,
-  kInt,
-  kFracStart,
-  kFrac,
-  kExpStart,
-  kExpSign,
-  kExp
-};
-
-struct NumberReading {
-  NumberPart part = NumberPart::kMinus;
-  bool negative = false;
-  int int_digits = 0, frac_digits = 0;
-  long double int_value = 0, frac_value = 0;  // frac_value: the fraction's digits as a fraction
-  bool operator==(const NumberReading&) const = default;
 };
 
 struct Frame {
@@ -132,7 +112,8 @@ class Automaton {
       if (thread.stack.size() != 1) return false;
       if (top.mode == Mode::kLiteral)
         return automaton(node(top.node).literals).accepting(top.state);
-      return top.mode == Mode::kNumber && number_can_end(top) && !excluded_now(top);
+      return top.mode == Mode::kNumber && number_can_end(node(top.node), top.number) &&
+             !excluded_now(top);
     });
   }
 
@@ -241,8 +222,8 @@ class Automaton {
   Result step(Thread& thread, uint8_t c) const {
     Frame& top = thread.stack.back();
     if (is_space(c) && takes_space(top.mode)) return accepted(++thread.spaces <= kMaxWhitespaceRun);
-    if (top.mode == Mode::kNumber && !number_continues(top, c)) {
-      if (!number_can_end(top) || excluded_now(top)) return Result::kReject;
+    if (top.mode == Mode::kNumber && !number_continues(node(top.node), top.number, c)) {
+      if (!number_can_end(node(top.node), top.number) || excluded_now(top)) return Result::kReject;
       thread.stack.pop_back();  // the byte after the number belongs to its container
       return Result::kRedo;
     }
@@ -269,7 +250,7 @@ class Automaton {
       case Mode::kString:
         return accepted(string_byte(thread, c));
       case Mode::kNumber:
-        return accepted(number_byte(top, c));
+        return accepted(number_take(node(top.node), top.number, c));
       case Mode::kWord:
         if (c != static_cast<uint8_t>(kWords[top.word][top.count])) return Result::kReject;
         if (kWords[top.word][++top.count] != '\0') return Result::kAccept;
@@ -315,7 +296,7 @@ class Automaton {
       top.mode = Mode::kNumber;
       top.number.negative = c == '-';
       top.number.part = NumberPart::kMinus;
-      return c == '-' ? number_feasible(top) : number_byte(top, c);
+      return c == '-' ? number_feasible(n, top.number) : number_take(n, top.number, c);
     }
     const int word = c == 't' ? 0 : c == 'f' ? 1 : c == 'n' ? 2 : -1;
     if (word < 0 || !(n.types & (word == 2 ? kNullType : kBooleanType))) return false;
@@ -369,142 +350,6 @@ class Automaton {
     if (!is_hex(c)) return false;
     escape = escape == 2 ? 0 : escape - 1;
     return true;
-  }
-
-  // Numbers: bounded ones (minimum, maximum, multipleOf) are written without an exponent and
-  // checked as they are written: each digit must leave some completion inside the bounds.
-  static bool integer_only(const SchemaNode& n) { return !(n.types & kNumberType); }
-  static bool bounded(const SchemaNode& n) { return n.minimum || n.maximum || n.multiple_of > 0; }
-  static bool exponent(const SchemaNode& n, uint8_t c) {
-    return (c == 'e' || c == 'E') && !integer_only(n) && !bounded(n);
-  }
-
-  bool number_continues(const Frame& frame, uint8_t c) const {
-    const SchemaNode& n = node(frame.node);
-    const bool fraction = c == '.' && !integer_only(n);
-    switch (frame.number.part) {
-      case NumberPart::kMinus:
-      case NumberPart::kFracStart:
-      case NumberPart::kExpSign:
-        return is_digit(c);
-      case NumberPart::kZero:
-        return fraction || exponent(n, c);
-      case NumberPart::kInt:
-        return is_digit(c) || fraction || exponent(n, c);
-      case NumberPart::kFrac:
-        return is_digit(c) || exponent(n, c);
-      case NumberPart::kExpStart:
-        return c == '+' || c == '-' || is_digit(c);
-      case NumberPart::kExp:
-        return is_digit(c);
-    }
-    return false;
-  }
-
-  bool number_byte(Frame& frame, uint8_t c) const {
-    NumberReading& r = frame.number;
-    const int digit = c - '0';
-    switch (r.part) {
-      case NumberPart::kMinus:
-        r.part = c == '0' ? NumberPart::kZero : NumberPart::kInt;
-        r.int_digits = 1;
-        r.int_value = digit;
-        break;
-      case NumberPart::kZero:
-      case NumberPart::kInt:
-        if (c == '.') {
-          r.part = NumberPart::kFracStart;
-        } else if (c == 'e' || c == 'E') {
-          r.part = NumberPart::kExpStart;
-        } else {
-          r.int_value = r.int_value * 10 + digit;
-          if (++r.int_digits > kMaxBoundedDigits && bounded(node(frame.node))) return false;
-        }
-        break;
-      case NumberPart::kFracStart:
-      case NumberPart::kFrac:
-        if (c == 'e' || c == 'E') {
-          r.part = NumberPart::kExpStart;
-        } else {
-          r.part = NumberPart::kFrac;
-          r.frac_value += digit * powl(10.0L, -static_cast<long double>(++r.frac_digits));
-        }
-        break;
-      case NumberPart::kExpStart:
-        r.part = is_digit(c) ? NumberPart::kExp : NumberPart::kExpSign;
-        break;
-      default:
-        r.part = NumberPart::kExp;
-        break;
-    }
-    return number_feasible(frame);
-  }
-
-  // Some number in [low, high] (magnitudes, as written so far) the node allows.
-  bool reachable(const Frame& frame, long double low, long double high) const {
-    const SchemaNode& n = node(frame.node);
-    const bool integer = integer_only(n);
-    long double lo = frame.number.negative ? -high : low;
-    long double hi = frame.number.negative ? -low : high;
-    if (integer) {
-      lo = ceill(lo);
-      hi = floorl(hi);
-    }
-    if (n.minimum) {
-      long double m = n.minimum->value;
-      if (integer) m = n.minimum->exclusive ? floorl(m) + 1 : ceill(m);
-      if (!integer && n.minimum->exclusive && hi <= m) return false;
-      lo = std::max(lo, m);
-    }
-    if (n.maximum) {
-      long double m = n.maximum->value;
-      if (integer) m = n.maximum->exclusive ? ceill(m) - 1 : floorl(m);
-      if (!integer && n.maximum->exclusive && lo >= m) return false;
-      hi = std::min(hi, m);
-    }
-    if (lo > hi) return false;
-    if (integer && n.multiple_of > 0) {
-      const auto step = static_cast<long double>(n.multiple_of);
-      return ceill(lo / step) * step <= hi;
-    }
-    return true;
-  }
-
-  bool number_feasible(const Frame& frame) const {
-    const SchemaNode& n = node(frame.node);
-    if (!bounded(n)) return true;
-    const NumberReading& r = frame.number;
-    const bool integer = integer_only(n);
-    switch (r.part) {
-      case NumberPart::kMinus:
-        return reachable(frame, 0, std::numeric_limits<long double>::infinity());
-      case NumberPart::kZero:
-        return reachable(frame, 0, integer ? 0 : 1);
-      case NumberPart::kInt: {
-        // It ends here, or takes k more digits: [v 10^k, (v + 1) 10^k).
-        long double low = r.int_value, span = 1;
-        for (int k = 0; k <= kMaxBoundedDigits - r.int_digits; ++k, low *= 10, span *= 10)
-          if (reachable(frame, low, integer ? low + span - 1 : low + span)) return true;
-        return false;
-      }
-      case NumberPart::kFracStart:
-      case NumberPart::kFrac: {
-        const long double x = r.int_value + r.frac_value;
-        return reachable(frame, x, x + powl(10.0L, -static_cast<long double>(r.frac_digits)));
-      }
-      default:
-        return true;
-    }
-  }
-
-  bool number_can_end(const Frame& frame) const {
-    const NumberReading& r = frame.number;
-    if (r.part != NumberPart::kZero && r.part != NumberPart::kInt && r.part != NumberPart::kFrac &&
-        r.part != NumberPart::kExp)
-      return false;
-    if (!bounded(node(frame.node))) return true;
-    const long double value = r.int_value + r.frac_value;
-    return reachable(frame, value, value);
   }
 
   static bool item_allowed(const SchemaNode& n, int64_t index) {
