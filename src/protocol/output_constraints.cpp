@@ -100,9 +100,10 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
           tool.is_object() ? tool.value("function", Json::object()) : Json::object();
       if (tool_name(function) != request.tool_choice.name) continue;
       const std::string schema = enforced_parameters(function);
-      return compiled("tool:" + schema, [&] {
-        return structured::then_free(structured::json_schema_constraint(table(), schema));
-      });
+      // enforced_parameters compiled and kept the arguments' schema: wrapped, not compiled again.
+      auto arguments = compiled(
+          "json:" + schema, [&] { return structured::json_schema_constraint(table(), schema); });
+      return structured::then_free(std::move(arguments));
     }
     return nullptr;
   }
