@@ -3,7 +3,8 @@
 // vocabulary every time; a regex's automaton state keeps its mask, so only the first visit of a
 // state walks it (RegexFirstVisit) and every later one applies it (RegexMask); a JSON Schema's
 // program keeps the masks of the states it has seen too (SchemaMask: first visits;
-// SchemaMaskSeen: later ones).
+// SchemaMaskSeen: later ones). A grammar's mask runs its Earley chart over the tokens its
+// terminals' cached masks leave open (GrammarMask).
 #include <benchmark/benchmark.h>
 
 #include "structured/structured.h"
@@ -169,6 +170,50 @@ BENCHMARK_CAPTURE(BM_RegexMask, in_text, "2024-05-06T12:30 Lun")
     ->UseRealTime();
 BENCHMARK(BM_RegexFirstVisit)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_RegexCompile)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// JSON in GBNF, as llama.cpp's examples write it.
+constexpr const char* kJsonGrammar = R"(root ::= value
+value  ::= object | array | string | number | ("true" | "false" | "null")
+object ::= "{" ws ( string ws ":" ws value ws ("," ws string ws ":" ws value ws)* )? "}"
+array  ::= "[" ws ( value ws ("," ws value ws)* )? "]"
+string ::= "\"" ( [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\""
+number ::= "-"? ([0-9] | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
+ws     ::= [ \t\n]*)";
+
+// A grammar state's mask, the terminals' masks already cached (their first walk is once per
+// terminal state for the grammar's lifetime).
+void BM_GrammarMask(benchmark::State& state, const char* prefix) {
+  const Vocabulary& v = qwen3();
+  auto matcher = structured::grammar_constraint(v.table, kJsonGrammar)->start();
+  for (int32_t id : v.tokenizer->encode(prefix, EncodeMode::kPlain))
+    if (!matcher->accept(id)) state.SkipWithError("prefix does not match");
+  std::vector<float> logits(static_cast<size_t>(v.tokenizer->vocab_size()));
+  matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
+  for (auto _ : state) {
+    matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
+    benchmark::DoNotOptimize(logits.data());
+  }
+}
+
+void BM_GrammarCompile(benchmark::State& state) {
+  const Vocabulary& v = qwen3();
+  for (auto _ : state)
+    benchmark::DoNotOptimize(structured::grammar_constraint(v.table, kJsonGrammar));
+}
+
+BENCHMARK_CAPTURE(BM_GrammarMask, start, "")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GrammarMask, key, R"({"loc)")->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GrammarMask, in_string, R"({"location": "San Fr)")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GrammarMask, in_number, R"({"location": "Oslo", "days": 1)")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_GrammarMask, nested,
+                  R"({"location": "Oslo", "days": 3, "stops": [{"name": "A", "hours": 2}, )")
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_GrammarCompile)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 }  // namespace
 }  // namespace deepinfer

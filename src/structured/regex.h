@@ -26,6 +26,13 @@ class GrammarError : public Error {
 // The code points of `utf8`; false (and `out` partial) when it is not valid UTF-8.
 bool decode_utf8(std::string_view utf8, std::vector<uint32_t>& out);
 
+// Code point ranges sorted with overlapping and touching ones merged.
+std::vector<std::pair<uint32_t, uint32_t>> normalised_code_points(
+    std::vector<std::pair<uint32_t, uint32_t>> ranges);
+// Every code point (surrogates excluded: UTF-8 cannot hold them) outside `ranges`.
+std::vector<std::pair<uint32_t, uint32_t>> complement_code_points(
+    const std::vector<std::pair<uint32_t, uint32_t>>& ranges);
+
 // A regular language over Unicode code points, as a tree (RegexTree::parse or built directly).
 struct RegexNode {
   enum class Kind : uint8_t { kEmpty, kChars, kConcat, kAlternation, kRepeat };

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "structured/dfa_masks.h"
 #include "structured/regex.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
@@ -13,65 +14,13 @@
 namespace deepinfer::structured {
 namespace {
 
-// The tokens allowed in each automaton state, as bits by token id, made on first use. At
-// most kMaxMasks are kept (19 KB each for a 151k vocabulary): past that the cache starts over,
-// and masks in use stay alive with their users.
-class MaskCache {
- public:
-  using Mask = std::shared_ptr<const std::vector<uint64_t>>;
-  static constexpr size_t kMaxMasks = 1024;
-
-  MaskCache(const ByteDfa& dfa, const TokenTable& table) : dfa_(dfa), table_(table) {}
-
-  Mask allowed(int state) const {
-    {
-      std::lock_guard lock(mutex_);
-      if (auto found = masks_.find(state); found != masks_.end()) return found->second;
-    }
-    auto made = std::make_shared<const std::vector<uint64_t>>(build(state));
-    std::lock_guard lock(mutex_);
-    if (masks_.size() >= kMaxMasks) masks_.clear();
-    return masks_.emplace(state, std::move(made)).first->second;
-  }
-
- private:
-  // states[d] is the automaton after the first d bytes of the current token; `valid` is how
-  // deep the previous token got (a token that shares a longer prefix with it fails too).
-  std::vector<uint64_t> build(int state) const {
-    std::vector<uint64_t> bits((static_cast<size_t>(table_.size()) + 63) / 64, 0);
-    auto allow = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= 1ull << (id % 64); };
-    std::vector<int> states(1, state);
-    size_t valid = 0;
-    for (const auto& [id, shared] : table_.sorted()) {
-      if (shared > valid) continue;
-      const std::string& bytes = table_.bytes(id);
-      states.resize(shared + 1);
-      size_t depth = shared;
-      for (; depth < bytes.size(); ++depth) {
-        const int next = dfa_.next(states[depth], static_cast<uint8_t>(bytes[depth]));
-        if (next == ByteDfa::kDead) break;
-        states.push_back(next);
-      }
-      valid = depth;
-      if (depth == bytes.size()) allow(id);
-    }
-    if (dfa_.accepting(state))
-      for (int32_t id : table_.end_tokens()) allow(id);
-    return bits;
-  }
-
-  const ByteDfa& dfa_;
-  const TokenTable& table_;
-  mutable std::mutex mutex_;
-  mutable std::map<int, Mask> masks_;
-};
-
 struct RegexProgram {
+  static constexpr size_t kMaxMasks = 1024;
   RegexProgram(const RegexTree& tree, std::shared_ptr<const TokenTable> tokens)
-      : dfa(tree), table(std::move(tokens)), masks(dfa, *table) {}
+      : dfa(tree), table(std::move(tokens)), masks(dfa, *table, true, kMaxMasks) {}
   ByteDfa dfa;
   std::shared_ptr<const TokenTable> table;
-  MaskCache masks;
+  DfaMaskCache masks;
 };
 
 class RegexMatcher final : public Matcher {

@@ -10,40 +10,6 @@ using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 
-Ranges normalised(Ranges ranges) {
-  std::sort(ranges.begin(), ranges.end());
-  Ranges merged;
-  for (const auto& range : ranges) {
-    if (!merged.empty() && range.first <= merged.back().second + 1) {
-      merged.back().second = std::max(merged.back().second, range.second);
-    } else {
-      merged.push_back(range);
-    }
-  }
-  return merged;
-}
-
-// Every code point (surrogates excluded: UTF-8 cannot hold them) outside `ranges`.
-Ranges complement(const Ranges& ranges) {
-  Ranges out;
-  uint32_t next = 0;
-  for (const auto& [low, high] : normalised(ranges)) {
-    if (low > next) out.emplace_back(next, low - 1);
-    next = high + 1;
-  }
-  if (next <= kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
-  Ranges without_surrogates;
-  for (const auto& [low, high] : out) {
-    if (high < 0xD800 || low > 0xDFFF) {
-      without_surrogates.emplace_back(low, high);
-      continue;
-    }
-    if (low < 0xD800) without_surrogates.emplace_back(low, 0xD7FF);
-    if (high > 0xDFFF) without_surrogates.emplace_back(0xE000, high);
-  }
-  return without_surrogates;
-}
-
 const Ranges kDigits{{'0', '9'}};
 const Ranges kWord{{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 // ECMAScript's \s: ASCII white space and the Unicode space separators and line terminators.
@@ -189,7 +155,7 @@ class Parser {
     if (c == '[') return chars(char_class());
     if (c == '.') {
       ++at_;
-      return chars(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+      return chars(complement_code_points({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
     }
     if (c == '\\') return chars(escape(false));
     if (c == '*' || c == '+' || c == '?') error(fmt::format("'{}' with nothing to repeat", c));
@@ -244,7 +210,7 @@ class Parser {
     }
     if (!peek(']')) error("an unterminated character class");
     ++at_;
-    return negated ? complement(ranges) : ranges;
+    return negated ? complement_code_points(ranges) : ranges;
   }
 
   Ranges member() {
@@ -263,15 +229,15 @@ class Parser {
       case 'd':
         return kDigits;
       case 'D':
-        return complement(kDigits);
+        return complement_code_points(kDigits);
       case 'w':
         return kWord;
       case 'W':
-        return complement(kWord);
+        return complement_code_points(kWord);
       case 's':
         return kSpace;
       case 'S':
-        return complement(kSpace);
+        return complement_code_points(kSpace);
       case 'n':
         return {{'\n', '\n'}};
       case 't':
@@ -357,7 +323,7 @@ class Parser {
   int chars(Ranges ranges) {
     RegexNode node;
     node.kind = RegexNode::Kind::kChars;
-    node.chars = normalised(std::move(ranges));
+    node.chars = normalised_code_points(std::move(ranges));
     return tree_.add(std::move(node));
   }
 
@@ -367,7 +333,7 @@ class Parser {
   int any_text() {
     RegexNode chars;
     chars.kind = RegexNode::Kind::kChars;
-    chars.chars = complement({});
+    chars.chars = complement_code_points({});
     RegexNode repeat;
     repeat.kind = RegexNode::Kind::kRepeat;
     repeat.children = {tree_.add(std::move(chars))};
@@ -382,6 +348,41 @@ class Parser {
 };
 
 }  // namespace
+
+std::vector<std::pair<uint32_t, uint32_t>> normalised_code_points(
+    std::vector<std::pair<uint32_t, uint32_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<std::pair<uint32_t, uint32_t>> merged;
+  for (const auto& range : ranges) {
+    if (!merged.empty() && range.first <= merged.back().second + 1) {
+      merged.back().second = std::max(merged.back().second, range.second);
+    } else {
+      merged.push_back(range);
+    }
+  }
+  return merged;
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> complement_code_points(
+    const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  uint32_t next = 0;
+  for (const auto& [low, high] : normalised_code_points(ranges)) {
+    if (low > next) out.emplace_back(next, low - 1);
+    next = high + 1;
+  }
+  if (next <= kMaxCodePoint) out.emplace_back(next, kMaxCodePoint);
+  std::vector<std::pair<uint32_t, uint32_t>> without_surrogates;
+  for (const auto& [low, high] : out) {
+    if (high < 0xD800 || low > 0xDFFF) {
+      without_surrogates.emplace_back(low, high);
+      continue;
+    }
+    if (low < 0xD800) without_surrogates.emplace_back(low, 0xD7FF);
+    if (high > 0xDFFF) without_surrogates.emplace_back(0xE000, high);
+  }
+  return without_surrogates;
+}
 
 int RegexTree::add(RegexNode node) {
   nodes.push_back(std::move(node));

@@ -85,6 +85,11 @@ std::shared_ptr<const Constraint> json_schema_constraint(std::shared_ptr<const T
 // GrammarError for a pattern it refuses.
 std::shared_ptr<const Constraint> regex_constraint(std::shared_ptr<const TokenTable> table,
                                                    std::string_view pattern);
+// The whole output is a sentence of `grammar`: GBNF (llama.cpp's syntax, start rule `root`)
+// or Lark's EBNF (start rule `start`; see grammar.h), then an end token. Throws GrammarError
+// for a grammar it refuses.
+std::shared_ptr<const Constraint> grammar_constraint(std::shared_ptr<const TokenTable> table,
+                                                     std::string_view grammar);
 // The whole output is exactly one of `choices`, then an end token.
 std::shared_ptr<const Constraint> choice_constraint(std::shared_ptr<const TokenTable> table,
                                                     const std::vector<std::string>& choices);
