@@ -65,8 +65,11 @@ struct StructuredOutput {
   std::string regex;                // the whole output matches it
   std::vector<std::string> choice;  // the whole output is one of them
   std::string json_schema;          // the output is one JSON value this schema accepts (its text)
+  std::string grammar;              // the output is a sentence of this GBNF or Lark grammar
   std::string field;                // the request field that set it, for errors
-  bool any() const { return !regex.empty() || !choice.empty() || !json_schema.empty(); }
+  bool any() const {
+    return !regex.empty() || !choice.empty() || !json_schema.empty() || !grammar.empty();
+  }
 };
 
 // A JSON Schema given inline (an object or a boolean) or as its JSON text (vLLM's guided_json

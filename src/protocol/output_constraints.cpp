@@ -54,6 +54,7 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::of(
   const StructuredOutput& wanted = params.structured;
   if (!wanted.any()) return nullptr;
   std::string key = !wanted.json_schema.empty() ? "json:" + wanted.json_schema
+                    : !wanted.grammar.empty()   ? "grammar:" + wanted.grammar
                     : wanted.regex.empty()      ? "choice"
                                                 : "regex:" + wanted.regex;
   for (const std::string& choice : wanted.choice) key += '\0' + choice;
@@ -61,6 +62,7 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::of(
     try {
       if (!wanted.json_schema.empty())
         return structured::json_schema_constraint(table(), wanted.json_schema);
+      if (!wanted.grammar.empty()) return structured::grammar_constraint(table(), wanted.grammar);
       if (!wanted.regex.empty()) return structured::regex_constraint(table(), wanted.regex);
       return structured::choice_constraint(table(), wanted.choice);
     } catch (const structured::GrammarError& error) {

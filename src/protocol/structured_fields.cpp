@@ -25,7 +25,7 @@ std::vector<std::string> read_choices(const Json& value, const std::string& fiel
   return choices;
 }
 
-// One constraint kind: regex, choice or json; grammars are refused by name until built.
+// One constraint kind: regex, choice, json or grammar (structural tags are refused by name).
 void read_kind(const std::string& kind, const Json& value, const std::string& field,
                StructuredOutput& out) {
   if (value.is_null()) return;
@@ -33,18 +33,18 @@ void read_kind(const std::string& kind, const Json& value, const std::string& fi
   if (out.any())
     throw ApiError(400, fmt::format("'{}': a request takes one output constraint", field), param);
   out.field = param;
-  if (kind == "regex") {
+  if (kind == "regex" || kind == "grammar") {
     if (!value.is_string() || value.get<std::string>().empty())
       throw ApiError(400, fmt::format("'{}' must be a non-empty string", field), param);
-    out.regex = value.get<std::string>();
+    (kind == "regex" ? out.regex : out.grammar) = value.get<std::string>();
   } else if (kind == "choice") {
     out.choice = read_choices(value, field, param);
   } else if (kind == "json") {
     out.json_schema = read_schema(value, field, param);
   } else {
     throw ApiError(400,
-                   fmt::format("'{}' is not supported yet: regex, choice and json constraints "
-                               "are (grammars are planned)",
+                   fmt::format("'{}' is not supported: regex, choice, json and grammar "
+                               "constraints are",
                                field),
                    param);
   }
@@ -80,8 +80,8 @@ void read_structured_output(const Json& body, GenerationParams& params) {
   }
   if (out.any() && params.json_output)
     throw ApiError(400,
-                   "response_format json_object and a regex, choice or json constraint exclude "
-                   "each other",
+                   "response_format json_object and a regex, choice, json or grammar constraint "
+                   "exclude each other",
                    "response_format");
 }
 

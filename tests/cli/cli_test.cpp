@@ -150,8 +150,9 @@ TEST(Cli, OfflineBatchConstrainsOutput) {
 {"id": "regex", "prompt": "x =", "max_tokens": 30, "temperature": 1.0, "seed": 3, "structured_outputs": {"regex": "v[0-9]{1,2}\\.[0-9]"}}
 {"id": "choice", "messages": [{"role": "user", "content": "hi"}], "temperature": 1.0, "seed": 4, "guided_choice": ["red", "green"]}
 {"id": "schema", "prompt": "x =", "max_tokens": 60, "temperature": 1.0, "seed": 5, "guided_json": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": false}}
+{"id": "grammar", "prompt": "x =", "max_tokens": 30, "temperature": 1.0, "seed": 6, "structured_outputs": {"grammar": "root ::= item (\", \" item){0,2}\nitem ::= [a-c]{1,3} | \"[\" root \"]\""}}
 )");
-  ASSERT_EQ(lines.size(), 4u);
+  ASSERT_EQ(lines.size(), 5u);
   const nlohmann::json& json = lines[0]["choices"][0];
   if (json["finish_reason"] == "stop") {
     nlohmann::json parsed = nlohmann::json::parse(json["text"].get<std::string>(), nullptr, false);
@@ -169,17 +170,30 @@ TEST(Cli, OfflineBatchConstrainsOutput) {
     EXPECT_TRUE(parsed.is_object() && parsed.size() == 1 && parsed["n"].is_number_integer())
         << schema["text"];
   }
+  const nlohmann::json& grammar = lines[4]["choices"][0];
+  EXPECT_EQ(grammar["finish_reason"], "stop") << grammar;
+  {
+    // Items of one to three of a-c, or bracketed lists of them, one to three a list.
+    std::string text = grammar["text"];
+    const std::regex flat("[a-c]{1,3}(, [a-c]{1,3}){0,2}");
+    const std::regex innermost(R"(\[[a-c]{1,3}(, [a-c]{1,3}){0,2}\])");
+    for (std::string reduced; (reduced = std::regex_replace(text, innermost, "a")) != text;)
+      text = reduced;
+    EXPECT_TRUE(std::regex_match(text, flat)) << grammar["text"];
+  }
 
   for (const char* line : {R"({"prompt": "x", "guided_regex": "(a)\\1"})",
                            R"({"prompt": "x", "guided_json": {"if": {"type": "object"}}})",
-                           R"({"prompt": "x", "response_format": {"type": "json_schema"}})"}) {
+                           R"({"prompt": "x", "response_format": {"type": "json_schema"}})",
+                           R"({"prompt": "x", "guided_grammar": "root ::= [z-a]"})"}) {
     std::ofstream(input) << line << "\n";
     auto bad = run_command(
         fmt::format("{} generate {} --input {} --output {}", kBinary, model, input, output));
     EXPECT_EQ(bad.status, 1) << line;
     EXPECT_TRUE(bad.output.find("back-references") != std::string::npos ||
                 bad.output.find("--input line 1") != std::string::npos ||
-                bad.output.find("keyword 'if'") != std::string::npos)
+                bad.output.find("keyword 'if'") != std::string::npos ||
+                bad.output.find("runs backwards") != std::string::npos)
         << bad.output;
   }
 }

@@ -237,7 +237,76 @@ TEST_F(ServerTest, RegexAndChoiceOutputsMatch) {
       std::string::npos);
   EXPECT_EQ(refused(R"("guided_choice": [])")["param"], "guided_choice");
   EXPECT_EQ(refused(R"("guided_regex": "a", "guided_choice": ["a"])")["param"], "guided_choice");
-  EXPECT_EQ(refused(R"("guided_grammar": "root ::= \"a\"")")["param"], "guided_grammar");
+  EXPECT_EQ(refused(R"("guided_grammar": "root ::= missing")")["param"], "guided_grammar");
+  EXPECT_NE(refused(R"("structured_outputs": {"grammar": "start: x{a}"})")["message"]
+                .get<std::string>()
+                .find("templates"),
+            std::string::npos);
+  EXPECT_EQ(refused(R"("structured_outputs": {"structural_tag": {}})")["param"],
+            "structured_outputs");
+}
+
+// Sums and products of up to three digits or bracketed such expressions: the language both
+// grammars below define, read by recursive descent.
+bool arithmetic(const std::string& text, size_t& at, int depth = 0) {
+  auto term = [&] {
+    if (at < text.size() && text[at] == '(') {
+      ++at;
+      if (depth > 64 || !arithmetic(text, at, depth + 1)) return false;
+      return at < text.size() && text[at++] == ')';
+    }
+    return at < text.size() && std::isdigit(static_cast<unsigned char>(text[at++]));
+  };
+  if (!term()) return false;
+  for (int terms = 1; at < text.size() && (text[at] == '+' || text[at] == '*'); ++terms) {
+    ++at;
+    if (terms == 3 || !term()) return false;
+  }
+  return true;
+}
+
+bool arithmetic(const std::string& text) {
+  size_t at = 0;
+  return arithmetic(text, at) && at == text.size();
+}
+
+// vLLM's grammar constraints in GBNF (structured_outputs.grammar) and Lark (guided_grammar):
+// every finished output is a sentence, streamed or not.
+TEST_F(ServerTest, GrammarOutputsAreSentences) {
+  const std::string gbnf = R"(root ::= expr\nexpr ::= term ((\"+\" | \"*\") term){0,2}\n)"
+                           R"(term ::= [0-9] | \"(\" expr \")\")";
+  const std::string lark = R"(start: expr\n?expr: term ((\"+\" | \"*\") term) ~ 0..2\n)"
+                           R"(?term: NUMBER | \"(\" expr \")\"\nNUMBER: /[0-9]/)";
+  int finished = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    for (bool stream : {false, true}) {
+      const std::string field =
+          seed % 2 ? fmt::format(R"("structured_outputs": {{"grammar": "{}"}})", gbnf)
+                   : fmt::format(R"("guided_grammar": "{}")", lark);
+      Reply reply = call(port(), "POST", "/v1/completions",
+                         fmt::format(R"({{"prompt": "def", "max_tokens": 40, "temperature": 1.0,
+                                         "seed": {}, "stream": {}, {}}})",
+                                     seed, stream, field));
+      ASSERT_EQ(reply.status, 200) << reply.body;
+      std::string text, finish;
+      if (stream) {
+        bool done = false;
+        for (const Json& chunk : sse_payloads(reply.body, done)) {
+          if (chunk["choices"].empty()) continue;
+          text += chunk["choices"][0]["text"].get<std::string>();
+          if (chunk["choices"][0]["finish_reason"].is_string())
+            finish = chunk["choices"][0]["finish_reason"];
+        }
+      } else {
+        text = reply.json()["choices"][0]["text"];
+        finish = reply.json()["choices"][0]["finish_reason"];
+      }
+      if (finish != "stop") continue;
+      ++finished;
+      EXPECT_TRUE(arithmetic(text)) << text;
+    }
+  }
+  EXPECT_GE(finished, 2);
 }
 
 // JSON Schema outputs (response_format json_schema, Responses' text.format, guided_json):
