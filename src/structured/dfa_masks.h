@@ -9,6 +9,7 @@
 
 #include "structured/regex.h"
 #include "structured/structured.h"
+#include "structured/token_walk.h"
 
 namespace deepinfer::structured {
 
@@ -39,24 +40,9 @@ class DfaMaskCache {
   // deep the previous token got (a token that shares a longer prefix with it fails too).
   std::vector<uint64_t> build(int state) const {
     std::vector<uint64_t> bits((static_cast<size_t>(table_.size()) + 63) / 64, 0);
-    auto allow = [&](int32_t id) { bits[static_cast<size_t>(id) / 64] |= 1ull << (id % 64); };
-    std::vector<int> states(1, state);
-    size_t valid = 0;
-    for (const auto& [id, shared] : table_.sorted()) {
-      if (shared > valid) continue;
-      const std::string& bytes = table_.bytes(id);
-      states.resize(shared + 1);
-      size_t depth = shared;
-      for (; depth < bytes.size(); ++depth) {
-        const int next = dfa_.next(states[depth], static_cast<uint8_t>(bytes[depth]));
-        if (next == ByteDfa::kDead) break;
-        states.push_back(next);
-      }
-      valid = depth;
-      if (depth == bytes.size()) allow(id);
-    }
+    allow_dfa_tokens(dfa_, state, table_, table_.sorted(), bits);
     if (ends_ && dfa_.accepting(state))
-      for (int32_t id : table_.end_tokens()) allow(id);
+      for (int32_t id : table_.end_tokens()) mark(bits, id);
     return bits;
   }
 

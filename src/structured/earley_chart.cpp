@@ -3,6 +3,11 @@
 // remedy, so that a rule completed with no text still moves the items that wait for it).
 #include "structured/earley_chart.h"
 
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+
 namespace deepinfer::structured {
 
 EarleyChart::EarleyChart(const Cfg* cfg) : cfg_(cfg) {
@@ -157,6 +162,7 @@ void EarleyChart::complete_item(const Item& item, int32_t row) {
 
 void EarleyChart::pop_to(size_t rows) {
   if (rows >= row_start_.size()) return;
+  if (row_keys_.size() > rows) row_keys_.resize(rows);
   items_.resize(row_start_[rows]);
   row_start_.resize(rows);
 }
@@ -168,6 +174,32 @@ bool EarleyChart::complete() const {
       return true;
   }
   return false;
+}
+
+// A row's items, each with its start row's key in place of the row's index (or a mark for
+// this row itself), sorted: the hash does not see the order items were found in.
+std::pair<uint64_t, uint64_t> EarleyChart::row_key(size_t row) const {
+  const size_t begin = row_start_[row];
+  const size_t end = row + 1 < row_start_.size() ? row_start_[row + 1] : items_.size();
+  std::vector<std::array<uint64_t, 4>> entries;
+  entries.reserve(end - begin);
+  for (size_t i = begin; i < end; ++i) {
+    const Item& item = items_[i];
+    const auto origin = static_cast<size_t>(item.origin);
+    const std::pair<uint64_t, uint64_t> from =
+        origin == row ? std::pair{~uint64_t{0}, ~uint64_t{0}} : row_keys_[origin];
+    entries.push_back({static_cast<uint64_t>(static_cast<uint32_t>(item.production)) << 32 |
+                           static_cast<uint32_t>(item.dot),
+                       static_cast<uint32_t>(item.state), from.first, from.second});
+  }
+  std::sort(entries.begin(), entries.end());
+  const XXH128_hash_t hash = XXH3_128bits(entries.data(), entries.size() * sizeof(entries[0]));
+  return {hash.low64, hash.high64};
+}
+
+std::pair<uint64_t, uint64_t> EarleyChart::key() {
+  while (row_keys_.size() < row_start_.size()) row_keys_.push_back(row_key(row_keys_.size()));
+  return row_keys_.back();
 }
 
 }  // namespace deepinfer::structured

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "structured/grammar.h"
@@ -34,6 +35,10 @@ class EarleyChart {
   void pop_to(size_t rows);
   // The output so far is a sentence of the grammar.
   bool complete() const;
+  // What may still follow, as a key: two charts with the same key accept the same
+  // continuations. The last row's items with, in place of each start row, that row's key (a
+  // 128-bit hash, so rows of other outputs that parse alike share it).
+  std::pair<uint64_t, uint64_t> key();
   // The last row's items that are inside or before a terminal, as (terminal, state).
   template <typename Visit>
   void each_scanning(Visit visit) const {
@@ -55,10 +60,12 @@ class EarleyChart {
   void rehash();
   void close_row(int32_t row);
   void complete_item(const Item& item, int32_t row);
+  std::pair<uint64_t, uint64_t> row_key(size_t row) const;
 
   const Cfg* cfg_;
   std::vector<Item> items_;
   std::vector<uint32_t> row_start_;
+  std::vector<std::pair<uint64_t, uint64_t>> row_keys_;  // of the first rows, made by key()
   // The row being built: an open-addressing set of its items (indices into items_), slots of
   // an older row told apart by their stamp.
   std::vector<uint32_t> slots_, slot_stamp_;

@@ -14,6 +14,8 @@ namespace {
 // regular rule stays a rule of its own.
 constexpr size_t kMaxInlineNodes = 4000;
 constexpr size_t kMaxSymbols = 400000;
+// All terminals together: bounds the time their automata take to build.
+constexpr size_t kMaxTerminalNodes = 400000;
 
 class Lowering {
  public:
@@ -42,6 +44,7 @@ class Lowering {
       lower_body(source_.rules[static_cast<size_t>(rule)].body,
                  rule_cfg_[static_cast<size_t>(rule)]);
     }
+    drop_unproductive(source_.rules[static_cast<size_t>(source_.start)].name);
     settle_nullable();
     return std::move(cfg_);
   }
@@ -115,9 +118,14 @@ class Lowering {
   }
 
   // The terminal of regex node `node`; none when its language is only the empty text.
-  void add_terminal(int node, std::vector<Cfg::Symbol>& out) {
+  void add_terminal(int node, size_t size, std::vector<Cfg::Symbol>& out) {
     auto [found, added] = terminal_of_node_.emplace(node, -1);
     if (added) {
+      terminal_nodes_ += size;
+      if (terminal_nodes_ > kMaxTerminalNodes)
+        throw GrammarError(fmt::format(
+            "grammar: its terminals hold more than {} pattern nodes once rules are inlined",
+            kMaxTerminalNodes));
       tree_.root = node;
       auto dfa = std::make_unique<ByteDfa>(tree_);
       if (!(dfa->accepting(ByteDfa::kStart) && dfa->final(ByteDfa::kStart))) {
@@ -140,7 +148,8 @@ class Lowering {
 
   void lower_rule_ref(int rule, std::vector<Cfg::Symbol>& out) {
     if (rule_regular(rule)) {
-      add_terminal(to_regex(source_.rules[static_cast<size_t>(rule)].body), out);
+      add_terminal(to_regex(source_.rules[static_cast<size_t>(rule)].body),
+                   rule_size_[static_cast<size_t>(rule)], out);
       return;
     }
     int& made = rule_cfg_[static_cast<size_t>(rule)];
@@ -169,7 +178,8 @@ class Lowering {
 
   void lower_into(int index, std::vector<Cfg::Symbol>& out) {
     const GrammarExpr& e = expr(index);
-    if (regular(index)) return add_terminal(to_regex(index), out);
+    if (regular(index))
+      return add_terminal(to_regex(index), expr_size_[static_cast<size_t>(index)], out);
     switch (e.kind) {
       case GrammarExpr::Kind::kRule:
         return lower_rule_ref(e.rule, out);
@@ -183,22 +193,27 @@ class Lowering {
       case GrammarExpr::Kind::kRepeat:
         return lower_repeat(e, out);
       case GrammarExpr::Kind::kTerminal:
-        return add_terminal(e.terminal, out);
+        return add_terminal(e.terminal, 1, out);
     }
   }
 
-  // Neighbouring regular items make one terminal.
+  // Neighbouring regular items make one terminal (up to kMaxInlineNodes).
   void lower_sequence(const GrammarExpr& e, std::vector<Cfg::Symbol>& out) {
     RegexNode run;
     run.kind = RegexNode::Kind::kConcat;
+    size_t run_size = 0;
     auto flush = [&] {
       if (run.children.empty()) return;
       const int node = run.children.size() == 1 ? run.children[0] : tree_.add(run);
-      add_terminal(node, out);
+      add_terminal(node, run_size, out);
       run.children.clear();
+      run_size = 0;
     };
     for (int child : e.children) {
       if (regular(child)) {
+        const size_t size = expr_size_[static_cast<size_t>(child)];
+        if (run_size + size > kMaxInlineNodes) flush();
+        run_size += size;
         run.children.push_back(to_regex(child));
       } else {
         flush();
@@ -251,6 +266,35 @@ class Lowering {
     return index;
   }
 
+  // Productions using a rule that derives no text can never complete: dropped, so that every
+  // prefix the matcher allows can still be finished. A start rule left with none is an error.
+  void drop_unproductive(const std::string& start_name) {
+    std::vector<uint8_t> terminal_ok(cfg_.terminals.size(), 0);
+    for (size_t t = 0; t < cfg_.terminals.size(); ++t)
+      for (int state = ByteDfa::kStart; state < cfg_.terminals[t]->size() && !terminal_ok[t];
+           ++state)
+        terminal_ok[t] = cfg_.terminals[t]->accepting(state) ? 1 : 0;
+    std::vector<uint8_t> rule_ok(cfg_.rule_productions.size(), 0);
+    auto productive = [&](const Cfg::Production& p) {
+      return std::all_of(p.symbols.begin(), p.symbols.end(), [&](Cfg::Symbol symbol) {
+        return (symbol.terminal ? terminal_ok : rule_ok)[static_cast<size_t>(symbol.id)] != 0;
+      });
+    };
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const Cfg::Production& p : cfg_.productions)
+        if (!rule_ok[static_cast<size_t>(p.rule)] && productive(p))
+          rule_ok[static_cast<size_t>(p.rule)] = 1, changed = true;
+    }
+    if (!rule_ok[static_cast<size_t>(
+            cfg_.productions[static_cast<size_t>(cfg_.start_production)].rule)])
+      throw GrammarError(fmt::format("grammar: rule '{}' derives no text", start_name));
+    for (std::vector<int32_t>& productions : cfg_.rule_productions)
+      std::erase_if(productions, [&](int32_t p) {
+        return !productive(cfg_.productions[static_cast<size_t>(p)]);
+      });
+  }
+
   void settle_nullable() {
     cfg_.rule_nullable.assign(cfg_.rule_productions.size(), 0);
     for (bool changed = true; changed;) {
@@ -275,7 +319,7 @@ class Lowering {
   std::vector<size_t> rule_size_;
   std::vector<int> rule_regex_, rule_cfg_, pending_;
   std::map<int, int> terminal_of_node_;
-  size_t symbols_ = 0;
+  size_t symbols_ = 0, terminal_nodes_ = 0;
 };
 
 }  // namespace

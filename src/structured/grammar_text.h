@@ -24,7 +24,9 @@ class GrammarCursor {
   char peek(size_t ahead = 0) const {
     return at_ + ahead < text_.size() ? text_[at_ + ahead] : '\0';
   }
-  void advance() { ++at_; }
+  void advance() {
+    if (at_ < text_.size()) ++at_;
+  }
   // Steps over `word` when the text continues with it.
   bool take(std::string_view word);
   // One character of a literal or class: an escape (\n, \t, \r, \xHH, \uHHHH, \UHHHHHHHH, or a

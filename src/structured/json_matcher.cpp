@@ -27,7 +27,13 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
     bool plain = std::none_of(text.begin(), text.end(), [](char c) {
       return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
     });
-    (plain ? string_plain_ : sensitive).push_back(id);
+    // A raw control byte ends any string: a token with one before its first '"' or '\\' can
+    // never continue one.
+    const auto first = std::find_if(text.begin(), text.end(), [](char c) {
+      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
+    });
+    if (!plain && static_cast<unsigned char>(*first) >= 0x20) sensitive.push_back(id);
+    if (plain) string_plain_.push_back(id);
     if (plain)
       string_plain_chars_.push_back(
           static_cast<uint32_t>(std::count_if(text.begin(), text.end(), [](char c) {
@@ -36,6 +42,50 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
   }
   sorted_ = with_shared_prefixes(order);
   string_sensitive_ = with_shared_prefixes(sensitive);
+  string_plain_sorted_ = with_shared_prefixes(string_plain_);
+  index_string_plain();
+}
+
+void TokenTable::index_string_plain() {
+  const size_t words = (static_cast<size_t>(size()) + 63) / 64;
+  plain_within_.assign(kCountedChars + 2, std::vector<uint64_t>(words, 0));
+  for (size_t i = 0; i < string_plain_.size(); ++i) {
+    const int32_t id = string_plain_[i];
+    const uint32_t chars = string_plain_chars_[i];
+    plain_max_chars_ = std::max(plain_max_chars_, chars);
+    plain_max_bytes_ = std::max(plain_max_bytes_, bytes(id).size());
+    if (chars > kCountedChars) plain_long_.emplace_back(id, chars);
+    for (uint32_t k = std::min(chars, kCountedChars + 1); k <= kCountedChars + 1; ++k)
+      plain_within_[k][static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+  }
+}
+
+void TokenTable::allow_string_plain(int64_t max_chars, int64_t max_bytes,
+                                    const std::vector<uint64_t>* filter,
+                                    std::vector<uint64_t>& allowed) const {
+  auto passes = [&](int32_t id) {
+    return !filter || ((*filter)[static_cast<size_t>(id) / 64] >> (id % 64) & 1);
+  };
+  if (max_bytes < static_cast<int64_t>(plain_max_bytes_)) {  // near a key's byte limit: rare
+    for (size_t i = 0; i < string_plain_.size(); ++i) {
+      const int32_t id = string_plain_[i];
+      if (string_plain_chars_[i] <= max_chars &&
+          static_cast<int64_t>(bytes(id).size()) <= max_bytes && passes(id))
+        allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+    }
+    return;
+  }
+  if (max_chars < 0) return;
+  const bool all = max_chars >= static_cast<int64_t>(plain_max_chars_);
+  const std::vector<uint64_t>& within =
+      plain_within_[all ? kCountedChars + 1
+                        : static_cast<size_t>(std::min<int64_t>(max_chars, kCountedChars))];
+  for (size_t word = 0; word < within.size(); ++word)
+    allowed[word] |= within[word] & (filter ? (*filter)[word] : ~uint64_t{0});
+  if (all || max_chars <= static_cast<int64_t>(kCountedChars)) return;
+  for (const auto& [id, chars] : plain_long_)
+    if (chars <= max_chars && passes(id))
+      allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
 }
 
 std::shared_ptr<const TokenTable> TokenTable::single_bytes() {
@@ -46,8 +96,32 @@ std::shared_ptr<const TokenTable> TokenTable::single_bytes() {
                                       std::vector<int32_t>{});
 }
 
-std::vector<std::pair<int32_t, uint32_t>> TokenTable::with_shared_prefixes(
-    const std::vector<int32_t>& order) const {
+SortedTokens::SortedTokens(std::vector<Entry> entries) : entries_(std::move(entries)) {
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    if (i % kBlock == 0) block_min_.push_back(entries_[i].second);
+    if (i % kSuperBlock == 0) super_block_min_.push_back(entries_[i].second);
+    block_min_.back() = std::min(block_min_.back(), entries_[i].second);
+    super_block_min_.back() = std::min(super_block_min_.back(), entries_[i].second);
+  }
+}
+
+size_t SortedTokens::next_within(size_t from, uint32_t depth) const {
+  size_t i = from;
+  while (i < entries_.size()) {
+    if (i % kSuperBlock == 0 && super_block_min_[i / kSuperBlock] > depth) {
+      i += kSuperBlock;
+    } else if (i % kBlock == 0 && block_min_[i / kBlock] > depth) {
+      i += kBlock;
+    } else if (entries_[i].second <= depth) {
+      return i;
+    } else {
+      ++i;
+    }
+  }
+  return entries_.size();
+}
+
+SortedTokens TokenTable::with_shared_prefixes(const std::vector<int32_t>& order) const {
   std::vector<std::pair<int32_t, uint32_t>> out;
   out.reserve(order.size());
   const std::string* previous = nullptr;
@@ -61,7 +135,7 @@ std::vector<std::pair<int32_t, uint32_t>> TokenTable::with_shared_prefixes(
     out.emplace_back(id, shared);
     previous = &current;
   }
-  return out;
+  return SortedTokens(std::move(out));
 }
 
 namespace {

@@ -324,6 +324,7 @@ class LarkParser {
       } else if (in_.peek() == '\\') {
         pattern.push_back('\\');
         in_.advance();
+        if (in_.done()) throw in_.error("unterminated regular expression");
       }
       pattern.push_back(in_.peek());
       in_.advance();

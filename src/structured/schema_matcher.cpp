@@ -11,6 +11,7 @@
 
 #include "structured/json_schema.h"
 #include "structured/schema_numbers.h"
+#include "structured/shared_stack.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
 
@@ -22,7 +23,7 @@ constexpr size_t kMaxKeyBytes = 4096;
 constexpr size_t kMaxThreads = 64;
 constexpr int kMaxUnionDepth = 32;
 // Containers open at once: a recursive schema would otherwise let the output nest without end
-// (and every mask copies the stack).
+// (and every mask's walk copies the top of the stack).
 constexpr size_t kMaxNesting = 128;
 
 bool is_space(uint8_t c) {
@@ -79,7 +80,7 @@ Frame value_frame(int node) {
 }
 
 struct Thread {
-  std::vector<Frame> stack;  // empty: the value is complete
+  SharedStack<Frame> stack;  // empty: the value is complete
   uint8_t spaces = 0;
   bool operator==(const Thread&) const = default;
 };
@@ -96,12 +97,13 @@ class Automaton {
     threads_.push_back(std::move(start));
   }
 
+  // Steps every thread on `c`. The threads are moved through, not copied: after false the
+  // automaton is spent (callers feed a copy they drop on failure).
   bool feed(uint8_t c) {
     std::vector<Thread> next;
-    for (const Thread& thread : threads_) step_thread(thread, c, next);
-    if (next.empty()) return false;
+    for (Thread& thread : threads_) step_thread(std::move(thread), c, next);
     threads_ = std::move(next);
-    return true;
+    return !threads_.empty();
   }
 
   bool complete() const {
@@ -134,7 +136,7 @@ class Automaton {
     for (const Thread& thread : threads_) {
       put(thread.spaces);
       put(thread.stack.size());
-      for (const Frame& frame : thread.stack) {
+      thread.stack.each([&](const Frame& frame) {
         put(frame.node), put(frame.mode), put(frame.escape), put(frame.word), put(frame.state);
         put(frame.excluded), put(frame.pending), put(frame.count);
         const NumberReading& r = frame.number;
@@ -147,7 +149,7 @@ class Automaton {
         out += frame.key;
         put(frame.key_states.size());
         for (int32_t state : frame.key_states) put(state);
-      }
+      });
       out.push_back('#');
     }
     return out;
@@ -158,6 +160,16 @@ class Automaton {
     const Frame& top = threads_[0].stack.back();
     return top.mode == Mode::kString && top.escape == 0 ? &top : nullptr;
   }
+
+  // The key being written, when there is one thread, inside a key's plain content, of an
+  // object that takes any key: every plain token then only extends it (up to kMaxKeyBytes).
+  const Frame* free_key() const {
+    if (threads_.size() != 1 || threads_[0].stack.empty()) return nullptr;
+    const Frame& top = threads_[0].stack.back();
+    return top.mode == Mode::kKey && top.escape == 0 && node(top.node).more_properties ? &top
+                                                                                       : nullptr;
+  }
+  static constexpr size_t max_key_bytes() { return kMaxKeyBytes; }
 
   const SchemaNode& node(int index) const {
     return index < 0 ? any_node() : graph_->nodes[static_cast<size_t>(index)];
@@ -510,14 +522,14 @@ class Automaton {
 };
 
 struct SchemaProgram {
-  using Fits = std::shared_ptr<const std::vector<bool>>;
+  using Fits = std::shared_ptr<const std::vector<uint64_t>>;
   static constexpr size_t kMaxFits = 1024;
 
   SchemaProgram(SchemaGraph compiled, std::shared_ptr<const TokenTable> tokens)
       : graph(std::move(compiled)), table(std::move(tokens)) {}
 
-  // Which string_plain tokens (by their index there) content automaton `index` takes whole
-  // from `state`: worked out on first use and kept (at most kMaxFits, then started over).
+  // Which string_plain tokens (bits by token id) content automaton `index` takes whole from
+  // `state`: worked out on first use and kept (at most kMaxFits, then started over).
   Fits plain_fits(int index, int state) const {
     const std::pair<int, int> key{index, state};
     {
@@ -525,16 +537,9 @@ struct SchemaProgram {
       if (auto found = fits.find(key); found != fits.end()) return found->second;
     }
     const ByteDfa& dfa = *graph.automata[static_cast<size_t>(index)];
-    const std::vector<int32_t>& plain = table->string_plain();
-    auto made = std::make_shared<std::vector<bool>>(plain.size(), false);
-    for (size_t i = 0; i < plain.size(); ++i) {
-      int at = state;
-      for (char c : table->bytes(plain[i])) {
-        at = dfa.next(at, static_cast<uint8_t>(c));
-        if (at == ByteDfa::kDead) break;
-      }
-      (*made)[i] = at != ByteDfa::kDead;
-    }
+    auto made =
+        std::make_shared<std::vector<uint64_t>>((static_cast<size_t>(table->size()) + 63) / 64, 0);
+    allow_dfa_tokens(dfa, state, *table, table->string_plain_sorted(), *made);
     std::lock_guard lock(mutex);
     if (fits.size() >= kMaxFits) fits.clear();
     return fits.emplace(key, std::move(made)).first->second;
@@ -583,6 +588,11 @@ class SchemaMatcher final : public Matcher {
       if (const Frame* string = automaton_.plain_string()) {
         allow_plain_string_tokens(*string, allowed);
         allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
+      } else if (const Frame* name = automaton_.free_key()) {
+        table.allow_string_plain(
+            std::numeric_limits<int64_t>::max(),
+            static_cast<int64_t>(Automaton::max_key_bytes() - name->key.size()), nullptr, allowed);
+        allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
       } else {
         allow_fed_tokens(automaton_, table, table.sorted(), allowed);
       }
@@ -610,16 +620,13 @@ class SchemaMatcher final : public Matcher {
   // Inside a string, a plain token fits when its code points stay within maxLength and the
   // content automaton (pattern, format) takes its bytes: no walk of the automaton over them.
   void allow_plain_string_tokens(const Frame& string, std::vector<uint64_t>& allowed) const {
-    const TokenTable& table = *program_->table;
     const SchemaNode& n = automaton_.node(string.node);
     const int64_t room =
         n.max_length < 0 ? std::numeric_limits<int64_t>::max() : n.max_length - string.count;
     const SchemaProgram::Fits fits =
         n.content >= 0 ? program_->plain_fits(n.content, string.state) : nullptr;
-    const std::vector<int32_t>& plain = table.string_plain();
-    const std::vector<uint32_t>& chars = table.string_plain_chars();
-    for (size_t i = 0; i < plain.size(); ++i)
-      if (chars[i] <= room && (!fits || (*fits)[i])) mark(allowed, plain[i]);
+    program_->table->allow_string_plain(room, std::numeric_limits<int64_t>::max(), fits.get(),
+                                        allowed);
   }
 
   std::shared_ptr<const SchemaProgram> program_;

@@ -12,6 +12,29 @@
 
 namespace deepinfer::structured {
 
+// Tokens in byte order, each with the length of the prefix it shares with the one before it,
+// and the least of those lengths over blocks of tokens, so that a walk that finds a prefix dead
+// jumps past every token below it instead of stepping over them one by one.
+class SortedTokens {
+ public:
+  using Entry = std::pair<int32_t, uint32_t>;  // token id, bytes shared with the one before
+  SortedTokens() = default;
+  explicit SortedTokens(std::vector<Entry> entries);
+  size_t size() const { return entries_.size(); }
+  const Entry& operator[](size_t i) const { return entries_[i]; }
+  std::vector<Entry>::const_iterator begin() const { return entries_.begin(); }
+  std::vector<Entry>::const_iterator end() const { return entries_.end(); }
+  // The first position from `from` on whose token shares at most `depth` bytes with the one
+  // before it (size() when none): the next token not below the previous one's first depth + 1
+  // bytes.
+  size_t next_within(size_t from, uint32_t depth) const;
+
+ private:
+  static constexpr size_t kBlock = 64, kSuperBlock = 4096;
+  std::vector<Entry> entries_;
+  std::vector<uint32_t> block_min_, super_block_min_;
+};
+
 // The vocabulary as the bytes each token writes, sorted so that a matcher checks a prefix
 // shared by many tokens once. Built once per model (Tokenizer::token_bytes()).
 class TokenTable {
@@ -26,28 +49,39 @@ class TokenTable {
   int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[static_cast<size_t>(id)]; }
   bool is_end(int32_t id) const { return kind_[static_cast<size_t>(id)] == Kind::kEnd; }
-  // Ordinary tokens in byte order, each with the length of the prefix it shares with the one
-  // before it.
-  const std::vector<std::pair<int32_t, uint32_t>>& sorted() const { return sorted_; }
+  // Ordinary tokens in byte order.
+  const SortedTokens& sorted() const { return sorted_; }
   // Inside a JSON string most tokens are just characters: those without '"', '\\' or control
-  // bytes (allowed there whatever came before), and the others, sorted as above.
+  // bytes (allowed there whatever came before); string_sensitive are the others that can
+  // continue a string (no control byte before their first '"' or '\\'), sorted as above.
   const std::vector<int32_t>& string_plain() const { return string_plain_; }
+  const SortedTokens& string_plain_sorted() const { return string_plain_sorted_; }
   // The code points each string_plain token writes (its bytes that do not continue one).
   const std::vector<uint32_t>& string_plain_chars() const { return string_plain_chars_; }
-  const std::vector<std::pair<int32_t, uint32_t>>& string_sensitive() const {
-    return string_sensitive_;
-  }
+  // Marks in `allowed` (bits by token id) the string_plain tokens of at most `max_chars` code
+  // points and `max_bytes` bytes that `filter` (bits by token id; null: any) marks: word by
+  // word from bits made once, not token by token.
+  void allow_string_plain(int64_t max_chars, int64_t max_bytes, const std::vector<uint64_t>* filter,
+                          std::vector<uint64_t>& allowed) const;
+  const SortedTokens& string_sensitive() const { return string_sensitive_; }
   const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
 
  private:
   enum class Kind : uint8_t { kText, kEnd, kForbidden };
-  std::vector<std::pair<int32_t, uint32_t>> with_shared_prefixes(
-      const std::vector<int32_t>& order) const;
+  SortedTokens with_shared_prefixes(const std::vector<int32_t>& order) const;
+  void index_string_plain();
   std::vector<std::string> bytes_;
   std::vector<Kind> kind_;
-  std::vector<std::pair<int32_t, uint32_t>> sorted_, string_sensitive_;
+  SortedTokens sorted_, string_sensitive_, string_plain_sorted_;
   std::vector<int32_t> string_plain_;
   std::vector<uint32_t> string_plain_chars_;
+  // plain_within_[k]: bits of the string_plain tokens of at most k code points (the last: all);
+  // longer tokens one by one from plain_long_.
+  static constexpr uint32_t kCountedChars = 16;
+  std::vector<std::vector<uint64_t>> plain_within_;
+  std::vector<std::pair<int32_t, uint32_t>> plain_long_;  // (id, code points)
+  uint32_t plain_max_chars_ = 0;
+  size_t plain_max_bytes_ = 0;
   std::vector<int32_t> end_tokens_;
 };
 

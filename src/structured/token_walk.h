@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "structured/regex.h"
 #include "structured/structured.h"
 
 namespace deepinfer::structured {
@@ -23,24 +24,55 @@ inline void mark(std::vector<uint64_t>& bits, int32_t id) {
   bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
 }
 
-// Marks in `allowed` every token of `tokens` (sorted, with shared prefixes: TokenTable::sorted
-// or string_sensitive) that `start` accepts whole (State: copyable, with bool feed(uint8_t)).
+// Marks in `allowed` every token of `tokens` (TokenTable::sorted or string_sensitive) that
+// `start` accepts whole (State: copyable, with bool feed(uint8_t)).
 template <typename State, typename Marks>
-void allow_fed_tokens(const State& start, const TokenTable& table,
-                      const std::vector<std::pair<int32_t, uint32_t>>& tokens, Marks& allowed) {
+void allow_fed_tokens(const State& start, const TokenTable& table, const SortedTokens& tokens,
+                      Marks& allowed) {
   // states[d] is the automaton after the first d bytes of the current token; `valid` is how
-  // deep the previous token got (a token sharing a longer prefix with it fails too).
+  // deep the previous token got: the tokens after it that share more with it fail too, and are
+  // jumped over.
   std::vector<State> states(1, start);
   size_t valid = 0;
-  for (const auto& [id, shared] : tokens) {
-    if (shared > valid) continue;
-    const std::string& bytes = table.bytes(id);
-    states.erase(states.begin() + static_cast<std::ptrdiff_t>(shared) + 1, states.end());
-    size_t depth = shared;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].second > valid) {
+      i = tokens.next_within(i, static_cast<uint32_t>(valid));
+      if (i == tokens.size()) break;
+    }
+    const std::string& bytes = table.bytes(tokens[i].first);
+    const size_t common = tokens[i].second;
+    states.erase(states.begin() + static_cast<std::ptrdiff_t>(common) + 1, states.end());
+    size_t depth = common;
     for (; depth < bytes.size(); ++depth) {
       State next = states[depth];
       if (!next.feed(static_cast<uint8_t>(bytes[depth]))) break;
       states.push_back(std::move(next));
+    }
+    valid = depth;
+    if (depth == bytes.size()) mark(allowed, tokens[i].first);
+  }
+}
+
+// Marks in `allowed` every token of `tokens` that automaton `dfa` reads whole from `state`
+// without dying (allow_fed_tokens with integer states: no copies).
+template <typename Marks>
+void allow_dfa_tokens(const ByteDfa& dfa, int state, const TokenTable& table,
+                      const SortedTokens& tokens, Marks& allowed) {
+  std::vector<int> states(1, state);
+  size_t valid = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].second > valid) {
+      i = tokens.next_within(i, static_cast<uint32_t>(valid));
+      if (i == tokens.size()) break;
+    }
+    const auto& [id, shared] = tokens[i];
+    const std::string& bytes = table.bytes(id);
+    states.resize(shared + 1);
+    size_t depth = shared;
+    for (; depth < bytes.size(); ++depth) {
+      const int next = dfa.next(states[depth], static_cast<uint8_t>(bytes[depth]));
+      if (next == ByteDfa::kDead) break;
+      states.push_back(next);
     }
     valid = depth;
     if (depth == bytes.size()) mark(allowed, id);

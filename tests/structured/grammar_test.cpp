@@ -141,6 +141,11 @@ item ::= "<" root? ">")";
 }
 
 TEST(Grammar, AmbiguityAndEmptyLanguagesParse) {
+  // The second alternative never ends: only the first is left.
+  const auto matcher = start(R"(root ::= "a" | "b" x
+x ::= "c" x)");
+  EXPECT_TRUE(sentence(*matcher, "a"));
+  EXPECT_FALSE(matcher->clone()->accept('b'));
   EXPECT_TRUE(sentence(R"(root ::= x x x
 x ::= "a"* | "ab")",
                        "aaba"));
@@ -179,6 +184,7 @@ TEST(Grammar, RefusalsNameTheConstructAndLine) {
   EXPECT_NE(refusal("root ::= \"x\"\nroot ::= \"y\"").find("defined twice"), std::string::npos);
   EXPECT_NE(refusal("root ::= \"x\"\n  \"y\" (").find("line 2"), std::string::npos);
   EXPECT_NE(refusal("root ::= \"\\q\"").find("unknown escape"), std::string::npos);
+  EXPECT_NE(refusal("root ::= x\nx ::= \"a\" x").find("'root' derives no text"), std::string::npos);
   EXPECT_NE(refusal("root ::= <think>").find("token references"), std::string::npos);
   EXPECT_NE(refusal("root ::= \"a\"{5,2}").find("upper bound"), std::string::npos);
   EXPECT_NE(refusal("start: x{a}").find("templates"), std::string::npos);

@@ -1,0 +1,117 @@
+// Token-mask cost along real documents, measured the way MaskBench does: for each schema of
+// JSONSchemaBench-style files (one {"id", "schema", "instances": [{"valid", "data"}]} a line), a
+// fresh constraint is compiled (timed), then each valid instance (compact JSON) is tokenised
+// with a real vocabulary and a mask is computed before every token and before the end token
+// (each timed). With --grammar FILE, every schema's instances are walked under that grammar
+// (GBNF or Lark) instead, compiled afresh for each schema in the same way.
+//   mask_bench TOKENIZER_DIR [--grammar FILE] FILE.jsonl...
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "structured/structured.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using deepinfer::structured::Constraint;
+
+double micros_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+}
+
+double percentile(std::vector<double>& values, double share) {
+  if (values.empty()) return 0.0;
+  const auto at = static_cast<size_t>(share * static_cast<double>(values.size() - 1));
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(at), values.end());
+  return values[at];
+}
+
+struct Totals {
+  int schemas = 0, compiled = 0, instances = 0, walked = 0;
+  std::vector<double> compile_us, mask_us;
+};
+
+// Masks before each of the instance's tokens and before the end; false when a token is
+// refused (the instance is then left, its masks so far kept).
+bool walk(const Constraint& constraint, const std::vector<int32_t>& tokens, int32_t vocab,
+          Totals& totals) {
+  auto matcher = constraint.start();
+  std::vector<float> logits(static_cast<size_t>(vocab), 0.0f);
+  for (size_t i = 0; i <= tokens.size(); ++i) {
+    const Clock::time_point start = Clock::now();
+    matcher->mask_logits(logits.data(), vocab);
+    totals.mask_us.push_back(micros_since(start));
+    if (i < tokens.size() && !matcher->accept(tokens[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    fmt::print(stderr, "usage: mask_bench TOKENIZER_DIR [--grammar FILE] FILE.jsonl...\n");
+    return 1;
+  }
+  const auto tokenizer = deepinfer::Tokenizer::load(argv[1]);
+  std::vector<int32_t> control;
+  for (int32_t id = 0; id < tokenizer->vocab_size(); ++id)
+    if (tokenizer->is_special(id)) control.push_back(id);
+  std::vector<int32_t> ends;
+  if (auto end = tokenizer->token_to_id("<|im_end|>")) ends.push_back(*end);
+  const auto table =
+      std::make_shared<deepinfer::structured::TokenTable>(tokenizer->token_bytes(), ends, control);
+  std::string grammar;
+  int first_file = 2;
+  if (std::string(argv[2]) == "--grammar" && argc > 4) {
+    std::stringstream text;
+    text << std::ifstream(argv[3]).rdbuf();
+    grammar = text.str();
+    first_file = 4;
+  }
+  Totals totals;
+  for (int arg = first_file; arg < argc; ++arg) {
+    std::ifstream in(argv[arg]);
+    for (std::string line; std::getline(in, line);) {
+      const nlohmann::json record = nlohmann::json::parse(line);
+      ++totals.schemas;
+      std::shared_ptr<const Constraint> constraint;
+      const Clock::time_point start = Clock::now();
+      try {
+        constraint = grammar.empty() ? deepinfer::structured::json_schema_constraint(
+                                           table, record["schema"].dump())
+                                     : deepinfer::structured::grammar_constraint(table, grammar);
+      } catch (const std::exception&) {
+        continue;
+      }
+      totals.compile_us.push_back(micros_since(start));
+      ++totals.compiled;
+      for (const nlohmann::json& instance : record.value("instances", nlohmann::json::array())) {
+        if (!instance["valid"].get<bool>()) continue;
+        ++totals.instances;
+        const auto tokens =
+            tokenizer->encode(instance["data"].dump(), deepinfer::EncodeMode::kPlain);
+        totals.walked += walk(*constraint, tokens, tokenizer->vocab_size(), totals) ? 1 : 0;
+      }
+    }
+    fmt::print(stderr, "{}: {} schemas so far\n", argv[arg], totals.schemas);
+  }
+  double sum = 0.0;
+  for (double us : totals.mask_us) sum += us;
+  const double mean =
+      totals.mask_us.empty() ? 0.0 : sum / static_cast<double>(totals.mask_us.size());
+  fmt::print("{} of {} schemas compiled; {} of {} valid instances walked to the end\n",
+             totals.compiled, totals.schemas, totals.walked, totals.instances);
+  fmt::print("masks: {}, mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us, max {:.0f} us\n",
+             totals.mask_us.size(), mean, percentile(totals.mask_us, 0.5),
+             percentile(totals.mask_us, 0.99), percentile(totals.mask_us, 1.0));
+  fmt::print("compile: p50 {:.0f} us, p99 {:.0f} us\n", percentile(totals.compile_us, 0.5),
+             percentile(totals.compile_us, 0.99));
+  return 0;
+}
