@@ -21,9 +21,7 @@
 namespace deepinfer::structured {
 namespace {
 
-// Masks kept for all of a grammar's terminals together, and of whole chart states (19 KB each
-// for a 151k vocabulary).
-constexpr size_t kMaxTerminalMasks = 2048;
+// Masks kept of whole chart states (19 KB each for a 151k vocabulary).
 constexpr size_t kMaxStateMasks = 512;
 
 using Mask = std::shared_ptr<const std::vector<uint64_t>>;
@@ -32,10 +30,8 @@ using ChartKey = std::pair<uint64_t, uint64_t>;
 struct GrammarProgram {
   GrammarProgram(Cfg grammar, std::shared_ptr<const TokenTable> tokens)
       : cfg(std::move(grammar)), table(std::move(tokens)) {
-    const size_t per_terminal =
-        std::max<size_t>(8, kMaxTerminalMasks / std::max<size_t>(1, cfg.terminals.size()));
     for (const auto& dfa : cfg.terminals)
-      terminal_masks.push_back(std::make_unique<DfaMaskCache>(*dfa, *table, false, per_terminal));
+      terminal_masks.push_back(std::make_unique<DfaMasks>(*dfa, *table, false));
     rank_of.assign(static_cast<size_t>(table->size()), -1);
     const auto& sorted = table->sorted();
     for (size_t rank = 0; rank < sorted.size(); ++rank) {
@@ -59,7 +55,7 @@ struct GrammarProgram {
 
   Cfg cfg;
   std::shared_ptr<const TokenTable> table;
-  std::vector<std::unique_ptr<DfaMaskCache>> terminal_masks;
+  std::vector<std::unique_ptr<DfaMasks>> terminal_masks;
   std::vector<int32_t> rank_of;  // a token's place in table->sorted(); -1: not a text token
   std::array<std::pair<size_t, size_t>, 256> first_byte_ranks{};  // [begin, end) by first byte
   mutable std::mutex mutex;

@@ -88,6 +88,18 @@ void TokenTable::allow_string_plain(int64_t max_chars, int64_t max_bytes,
       allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
 }
 
+TokenTable::Bits TokenTable::shared_bits(const BitsKey& key,
+                                         const std::function<std::vector<uint64_t>()>& make) const {
+  {
+    std::lock_guard lock(shared_mutex_);
+    if (auto found = shared_bits_.find(key); found != shared_bits_.end()) return found->second;
+  }
+  auto made = std::make_shared<const std::vector<uint64_t>>(make());
+  std::lock_guard lock(shared_mutex_);
+  if (shared_bits_.size() >= kMaxSharedBits) shared_bits_.clear();
+  return shared_bits_.emplace(key, std::move(made)).first->second;
+}
+
 std::shared_ptr<const TokenTable> TokenTable::single_bytes() {
   std::vector<std::string> bytes;
   for (int b = 0; b < 256; ++b) bytes.emplace_back(1, static_cast<char>(b));

@@ -79,12 +79,16 @@ class ByteDfa {
   // No byte leads anywhere but the dead state: the match is over.
   bool final(int state) const { return final_[static_cast<size_t>(state)] != 0; }
   int size() const { return static_cast<int>(accepting_.size()); }
+  // A 128-bit hash of the whole automaton: automata built from the same language the same way
+  // share it (and so can share what is worked out from them).
+  std::pair<uint64_t, uint64_t> fingerprint() const { return fingerprint_; }
 
  private:
   std::vector<uint8_t> byte_class_ = std::vector<uint8_t>(256, 0);
   size_t classes_ = 1;
   std::vector<int32_t> moves_;  // [state][class]
   std::vector<uint8_t> accepting_, final_;
+  std::pair<uint64_t, uint64_t> fingerprint_{0, 0};
 };
 
 }  // namespace deepinfer::structured

@@ -1,6 +1,8 @@
 // From RegexTree to ByteDfa: a Thompson automaton over bytes (code point ranges become UTF-8
 // byte-range sequences), then the subset construction over classes of bytes that every
 // transition treats alike.
+#include <xxhash.h>
+
 #include <algorithm>
 #include <map>
 
@@ -264,6 +266,15 @@ ByteDfa::ByteDfa(const RegexTree& tree) {
     for (size_t c = 0; c < classes_; ++c) moves = moves || moves_[state * classes_ + c] != kDead;
     final_[state] = !moves;
   }
+  const size_t bytes = byte_class_.size() + moves_.size() * sizeof(int32_t) + accepting_.size();
+  std::vector<uint8_t> image;
+  image.reserve(bytes);
+  image.insert(image.end(), byte_class_.begin(), byte_class_.end());
+  const auto* moves = reinterpret_cast<const uint8_t*>(moves_.data());
+  image.insert(image.end(), moves, moves + moves_.size() * sizeof(int32_t));
+  image.insert(image.end(), accepting_.begin(), accepting_.end());
+  const XXH128_hash_t hash = XXH3_128bits(image.data(), image.size());
+  fingerprint_ = {hash.low64, hash.high64};
 }
 
 }  // namespace deepinfer::structured

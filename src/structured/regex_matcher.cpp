@@ -15,12 +15,11 @@ namespace deepinfer::structured {
 namespace {
 
 struct RegexProgram {
-  static constexpr size_t kMaxMasks = 1024;
   RegexProgram(const RegexTree& tree, std::shared_ptr<const TokenTable> tokens)
-      : dfa(tree), table(std::move(tokens)), masks(dfa, *table, true, kMaxMasks) {}
+      : dfa(tree), table(std::move(tokens)), masks(dfa, *table, true) {}
   ByteDfa dfa;
   std::shared_ptr<const TokenTable> table;
-  DfaMaskCache masks;
+  DfaMasks masks;
 };
 
 class RegexMatcher final : public Matcher {

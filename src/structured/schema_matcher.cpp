@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 
+#include "structured/dfa_masks.h"
 #include "structured/json_schema.h"
 #include "structured/schema_numbers.h"
 #include "structured/shared_stack.h"
@@ -155,20 +156,23 @@ class Automaton {
     return out;
   }
 
-  const Frame* plain_string() const {
-    if (threads_.size() != 1 || threads_[0].stack.empty()) return nullptr;
-    const Frame& top = threads_[0].stack.back();
-    return top.mode == Mode::kString && top.escape == 0 ? &top : nullptr;
+  // The frames being written when every thread is inside a string's plain content or a key's
+  // plain content of an object that takes any key (a plain token then only extends each, up to
+  // kMaxKeyBytes for keys); empty otherwise.
+  std::vector<const Frame*> plain_tops() const {
+    std::vector<const Frame*> tops;
+    for (const Thread& thread : threads_) {
+      if (thread.stack.empty()) return {};
+      const Frame& top = thread.stack.back();
+      const bool plain =
+          top.escape == 0 &&
+          (top.mode == Mode::kString || (top.mode == Mode::kKey && node(top.node).more_properties));
+      if (!plain) return {};
+      tops.push_back(&top);
+    }
+    return tops;
   }
-
-  // The key being written, when there is one thread, inside a key's plain content, of an
-  // object that takes any key: every plain token then only extends it (up to kMaxKeyBytes).
-  const Frame* free_key() const {
-    if (threads_.size() != 1 || threads_[0].stack.empty()) return nullptr;
-    const Frame& top = threads_[0].stack.back();
-    return top.mode == Mode::kKey && top.escape == 0 && node(top.node).more_properties ? &top
-                                                                                       : nullptr;
-  }
+  static bool is_key(const Frame& frame) { return frame.mode == Mode::kKey; }
   static constexpr size_t max_key_bytes() { return kMaxKeyBytes; }
 
   const SchemaNode& node(int index) const {
@@ -522,27 +526,21 @@ class Automaton {
 };
 
 struct SchemaProgram {
-  using Fits = std::shared_ptr<const std::vector<uint64_t>>;
-  static constexpr size_t kMaxFits = 1024;
+  using Fits = TokenTable::Bits;
 
   SchemaProgram(SchemaGraph compiled, std::shared_ptr<const TokenTable> tokens)
       : graph(std::move(compiled)), table(std::move(tokens)) {}
 
   // Which string_plain tokens (bits by token id) content automaton `index` takes whole from
-  // `state`: worked out on first use and kept (at most kMaxFits, then started over).
+  // `state`: worked out on first use and kept by the vocabulary's table.
   Fits plain_fits(int index, int state) const {
-    const std::pair<int, int> key{index, state};
-    {
-      std::lock_guard lock(mutex);
-      if (auto found = fits.find(key); found != fits.end()) return found->second;
-    }
     const ByteDfa& dfa = *graph.automata[static_cast<size_t>(index)];
-    auto made =
-        std::make_shared<std::vector<uint64_t>>((static_cast<size_t>(table->size()) + 63) / 64, 0);
-    allow_dfa_tokens(dfa, state, *table, table->string_plain_sorted(), *made);
-    std::lock_guard lock(mutex);
-    if (fits.size() >= kMaxFits) fits.clear();
-    return fits.emplace(key, std::move(made)).first->second;
+    const auto [low, high] = dfa.fingerprint();
+    return table->shared_bits({low, high, static_cast<uint64_t>(state), DfaMasks::kPlainFits}, [&] {
+      std::vector<uint64_t> made((static_cast<size_t>(table->size()) + 63) / 64, 0);
+      allow_dfa_tokens(dfa, state, *table, table->string_plain_sorted(), made);
+      return made;
+    });
   }
 
   using Mask = std::shared_ptr<const std::vector<uint64_t>>;
@@ -564,7 +562,6 @@ struct SchemaProgram {
   SchemaGraph graph;
   std::shared_ptr<const TokenTable> table;
   mutable std::mutex mutex;
-  mutable std::map<std::pair<int, int>, Fits> fits;
   mutable std::map<std::string, Mask> masks;  // by Automaton::key
 };
 
@@ -585,13 +582,17 @@ class SchemaMatcher final : public Matcher {
       std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
       if (automaton_.complete())
         for (int32_t id : table.end_tokens()) mark(allowed, id);
-      if (const Frame* string = automaton_.plain_string()) {
-        allow_plain_string_tokens(*string, allowed);
-        allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
-      } else if (const Frame* name = automaton_.free_key()) {
-        table.allow_string_plain(
-            std::numeric_limits<int64_t>::max(),
-            static_cast<int64_t>(Automaton::max_key_bytes() - name->key.size()), nullptr, allowed);
+      if (const std::vector<const Frame*> tops = automaton_.plain_tops(); !tops.empty()) {
+        for (const Frame* top : tops) {
+          if (Automaton::is_key(*top)) {
+            table.allow_string_plain(
+                std::numeric_limits<int64_t>::max(),
+                static_cast<int64_t>(Automaton::max_key_bytes() - top->key.size()), nullptr,
+                allowed);
+          } else {
+            allow_plain_string_tokens(*top, allowed);
+          }
+        }
         allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
       } else {
         allow_fed_tokens(automaton_, table, table.sorted(), allowed);

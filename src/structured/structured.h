@@ -4,8 +4,12 @@
 // each behind the same Constraint/Matcher seam.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,6 +70,15 @@ class TokenTable {
   const SortedTokens& string_sensitive() const { return string_sensitive_; }
   const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
 
+  // Token bits (by id) worked out from an automaton state, kept for every constraint of this
+  // vocabulary: the same formats and terminals recur across schemas, grammars and requests.
+  // `key`: the automaton's fingerprint, its state, and what the bits mean. At most
+  // kMaxSharedBits are kept (19 KB each for a 151k vocabulary), then the cache starts over.
+  using Bits = std::shared_ptr<const std::vector<uint64_t>>;
+  using BitsKey = std::array<uint64_t, 4>;
+  static constexpr size_t kMaxSharedBits = 1024;
+  Bits shared_bits(const BitsKey& key, const std::function<std::vector<uint64_t>()>& make) const;
+
  private:
   enum class Kind : uint8_t { kText, kEnd, kForbidden };
   SortedTokens with_shared_prefixes(const std::vector<int32_t>& order) const;
@@ -83,6 +96,8 @@ class TokenTable {
   uint32_t plain_max_chars_ = 0;
   size_t plain_max_bytes_ = 0;
   std::vector<int32_t> end_tokens_;
+  mutable std::mutex shared_mutex_;
+  mutable std::map<BitsKey, Bits> shared_bits_;
 };
 
 // One completion's place in its grammar.
