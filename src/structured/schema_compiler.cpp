@@ -61,6 +61,15 @@ std::string escaped_name(const std::string& name) {
   return quoted.substr(1, quoted.size() - 2);
 }
 
+bool matches_whole(const ByteDfa& dfa, std::string_view text) {
+  int state = ByteDfa::kStart;
+  for (char c : text) {
+    state = dfa.next(state, static_cast<uint8_t>(c));
+    if (state == ByteDfa::kDead) return false;
+  }
+  return dfa.accepting(state);
+}
+
 // allOf as one schema: each keyword of the two intersected. Keywords the intersection of
 // which the graph cannot express are refused.
 class Merger {
@@ -73,6 +82,7 @@ class Merger {
     Json out = a;
     Json nested = Json::array();  // unions of b beside a union of a: each a branch's part
     for (const auto& [key, value] : b.items()) {
+      if (is_item_keyword(key)) continue;  // merged by position below
       const bool union_key = key == "anyOf" || key == "oneOf";
       if (union_key && (out.contains("anyOf") || out.contains("oneOf"))) {
         nested.push_back(Json{{key, value}});
@@ -90,6 +100,7 @@ class Merger {
         branch = Json{{"allOf", parts}};
       }
     }
+    merge_items(out, a, b);
     // A property one side declares falls under the other side's additionalProperties.
     add_other_sides_rule(out, a, b);
     add_other_sides_rule(out, b, a);
@@ -118,9 +129,7 @@ class Merger {
         out[name] = out.contains(name) ? all_of(out[name], schema) : schema;
       return out;
     }
-    if (key == "items" && x.is_object() && y.is_object()) return all_of(x, y);
-    if (key == "additionalProperties" || key == "items" || key == "additionalItems")
-      return all_of(x, y);
+    if (key == "additionalProperties") return all_of(x, y);
     if (key == "not") return Json{{"anyOf", Json::array({x, y})}};  // neither x nor y
     if (key == "multipleOf" && x.is_number_integer() && y.is_number_integer())
       return std::lcm(x.get<int64_t>(), y.get<int64_t>());
@@ -136,6 +145,52 @@ class Merger {
   }
 
   Json all_of(const Json& x, const Json& y) { return Json{{"allOf", Json::array({x, y})}}; }
+  Json both(const Json& x, const Json& y) {
+    return x == Json(true) ? y : y == Json(true) ? x : all_of(x, y);
+  }
+
+  static bool is_item_keyword(const std::string& key) {
+    return key == "prefixItems" || key == "items" || key == "additionalItems";
+  }
+
+  // A side's item shapes by position: the prefix, then the rest (draft 7 writes the prefix as
+  // an "items" array and the rest as "additionalItems"; 2020-12 "prefixItems" and "items").
+  static std::pair<std::vector<Json>, Json> item_shapes(const Json& side) {
+    std::vector<Json> prefix;
+    Json rest = true;
+    if (side.contains("items") && side["items"].is_array()) {
+      prefix.assign(side["items"].begin(), side["items"].end());
+      if (side.contains("additionalItems")) rest = side["additionalItems"];
+    } else {
+      if (side.contains("prefixItems") && side["prefixItems"].is_array())
+        prefix.assign(side["prefixItems"].begin(), side["prefixItems"].end());
+      if (side.contains("items")) rest = side["items"];
+    }
+    return {prefix, rest};
+  }
+
+  // Item i of the merge satisfies item i of both sides (a side's rest past its prefix).
+  void merge_items(Json& out, const Json& a, const Json& b) {
+    auto has_items = [](const Json& side) {
+      return side.contains("prefixItems") || side.contains("items") ||
+             side.contains("additionalItems");
+    };
+    if (!has_items(a) || !has_items(b)) {
+      if (has_items(b))
+        for (const char* key : {"prefixItems", "items", "additionalItems"})
+          if (b.contains(key)) out[key] = b[key];
+      return;
+    }
+    const auto [prefix_a, rest_a] = item_shapes(a);
+    const auto [prefix_b, rest_b] = item_shapes(b);
+    Json prefix = Json::array();
+    for (size_t i = 0; i < std::max(prefix_a.size(), prefix_b.size()); ++i)
+      prefix.push_back(both(i < prefix_a.size() ? prefix_a[i] : rest_a,
+                            i < prefix_b.size() ? prefix_b[i] : rest_b));
+    for (const char* key : {"prefixItems", "items", "additionalItems"}) out.erase(key);
+    if (!prefix.empty()) out["prefixItems"] = std::move(prefix);
+    if (Json rest = both(rest_a, rest_b); rest != Json(true)) out["items"] = std::move(rest);
+  }
 
   Json both_same(const std::string& key, const Json& x, const Json& y) {
     if (x == y) return x;
@@ -566,6 +621,9 @@ void Compiler::strings(SchemaNode& node, const Json& schema, const std::string& 
     if (!language) refuse(pointer, fmt::format("format '{}' is not supported", format));
   }
   if (language) node.content = add_automaton(json_escaped(*language));
+  // A host name is at most 253 characters (a length its automaton does not count).
+  if (!schema.contains("pattern") && (format == "hostname" || format == "idn-hostname"))
+    node.max_length = node.max_length < 0 ? 253 : std::min<int64_t>(node.max_length, 253);
 }
 
 void Compiler::arrays(int index, const Json& schema, const std::string& pointer) {
@@ -685,23 +743,30 @@ void Compiler::objects(int index, const Json& schema, const std::string& pointer
   int additional_node = -1;
   if (additional && !additional->is_boolean())
     additional_node = node_for(*additional, pointer + "/additionalProperties");
-  if (schema.contains("properties")) {
-    for (const auto& [name, value] : schema["properties"].items()) {
-      const int child = node_for(value, pointer + "/properties/" + name);
-      properties.push_back({escaped_name(name), child, required.erase(name) > 0});
-    }
-  }
+  // A declared name that a pattern matches must satisfy both schemas.
+  std::vector<std::pair<ByteDfa, const Json*>> name_patterns;
   std::vector<std::pair<int, int>> patterned;
   if (schema.contains("patternProperties")) {
     for (const auto& [pattern, value] : schema["patternProperties"].items()) {
       RegexTree tree;
       try {
         tree = RegexTree::parse_search(pattern);
+        name_patterns.emplace_back(ByteDfa(tree), &value);
       } catch (const GrammarError& error) {
         refuse(pointer, fmt::format("patternProperties: {}", error.what()));
       }
       const int automaton = add_automaton(json_escaped(tree));
       patterned.emplace_back(automaton, node_for(value, pointer + "/patternProperties/" + pattern));
+    }
+  }
+  if (schema.contains("properties")) {
+    for (const auto& [name, value] : schema["properties"].items()) {
+      Json parts = Json::array({value});
+      for (const auto& [dfa, pattern_schema] : name_patterns)
+        if (matches_whole(dfa, name)) parts.push_back(*pattern_schema);
+      const Json& shape = parts.size() == 1 ? value : keep(Json{{"allOf", std::move(parts)}});
+      const int child = node_for(shape, pointer + "/properties/" + name);
+      properties.push_back({escaped_name(name), child, required.erase(name) > 0});
     }
   }
   // Required names the schema does not declare take the additional shape.

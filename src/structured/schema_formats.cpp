@@ -13,14 +13,21 @@ constexpr const char* kDate =
     R"((?:\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\d|30)|)"
     R"(02-(?:0[1-9]|1\d|2[0-8]))|(?:\d\d(?:0[48]|[2468][048]|[13579][26])|)"
     R"((?:[02468][048]|[13579][26])00)-02-29))";
+// A leap second only as 23:59:60 UTC (written with a zero offset).
 constexpr const char* kTime =
-    R"((?:[01]\d|2[0-3]):[0-5]\d:(?:[0-5]\d|60)(?:\.\d{1,9})?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d))";
-constexpr const char* kHostLabel = R"([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)";
+    R"((?:(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,9})?(?:[Zz]|[+-](?:[01]\d|2[0-3]):[0-5]\d)|)"
+    R"(23:59:60(?:\.\d{1,9})?(?:[Zz]|[+-]00:00)))";
+// A label of up to 63 letters, digits and inner hyphens, never with hyphens third and fourth
+// (reserved for A-labels such as "xn--", whose punycode we do not check).
+constexpr const char* kHostLabel =
+    R"((?:[A-Za-z0-9]{1,2}|[A-Za-z0-9][A-Za-z0-9-][A-Za-z0-9]|)"
+    R"([A-Za-z0-9][A-Za-z0-9-](?:[A-Za-z0-9]{2}|-[A-Za-z0-9])(?:[A-Za-z0-9-]{0,58}[A-Za-z0-9])?|)"
+    R"([A-Za-z0-9][A-Za-z0-9-][A-Za-z0-9]-[A-Za-z0-9-]{0,58}[A-Za-z0-9]))";
 constexpr const char* kHex4 = "[0-9a-fA-F]{1,4}";
 constexpr const char* kOctet = R"((?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))";
-// RFC 3986's unreserved, reserved and percent-encoded characters.
-constexpr const char* kUriChar = R"((?:[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=]|%[0-9A-Fa-f]{2}))";
-
+// RFC 3986's pieces: path characters, query and fragment characters, the authority.
+constexpr const char* kPathChar = R"((?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|%[0-9A-Fa-f]{2}))";
+constexpr const char* kRegNameChar = R"((?:[A-Za-z0-9\-._~!$&'()*+,;=]|%[0-9A-Fa-f]{2}))";
 std::string hostname() {
   return fmt::format(R"({0}(?:\.{0})*)", kHostLabel);
 }
@@ -41,13 +48,38 @@ std::string ipv6() {
   return fmt::format("(?:{})", fmt::join(forms, "|"));
 }
 
+// [userinfo@]host[:port]: the host a registered name, an IPv4 address or a bracketed IPv6 one.
+std::string authority() {
+  return fmt::format(R"((?:(?:{0}|:)*@)?(?:\[{1}\]|{0}*)(?::\d*)?)", kRegNameChar, ipv6());
+}
+
+// The path, query and fragment after a scheme or in a relative reference; `first` is what the
+// first segment of a rootless path may hold.
+std::string path_query_fragment(const std::string& first) {
+  const std::string p = kPathChar;
+  return fmt::format(R"((?://{0}(?:/{1}*)*|/(?:{1}+(?:/{1}*)*)?|{2}+(?:/{1}*)*)?)"
+                     R"((?:\?(?:{1}|[/?])*)?(?:#(?:{1}|[/?])*)?)",
+                     authority(), p, first);
+}
+
+std::string uri() {
+  return fmt::format(R"([A-Za-z][A-Za-z0-9+.\-]*:{})", path_query_fragment(kPathChar));
+}
+
+// A relative reference's first segment holds no ':' (it would read as a scheme).
+std::string relative_reference() {
+  return path_query_fragment(R"((?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{2}))");
+}
+
 const std::map<std::string, std::string, std::less<>>& formats() {
   static const std::map<std::string, std::string, std::less<>> patterns = {
       {"date", kDate},
       {"time", kTime},
       {"date-time", fmt::format("{}[Tt]{}", kDate, kTime)},
+      // RFC 3339's ABNF: each unit only after the next larger one, whole numbers.
       {"duration",
-       R"(P(?:\d+W|(?:\d+Y(?:\d+M)?(?:\d+D)?|\d+M(?:\d+D)?|\d+D)(?:T(?:\d+H(?:\d+M)?(?:\d+(?:\.\d+)?S)?|\d+M(?:\d+(?:\.\d+)?S)?|\d+(?:\.\d+)?S))?|T(?:\d+H(?:\d+M)?(?:\d+(?:\.\d+)?S)?|\d+M(?:\d+(?:\.\d+)?S)?|\d+(?:\.\d+)?S)))"},
+       R"(P(?:(?:\d+D|\d+M(?:\d+D)?|\d+Y(?:\d+M(?:\d+D)?)?)(?:T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S))?|)"
+       R"(T(?:\d+H(?:\d+M(?:\d+S)?)?|\d+M(?:\d+S)?|\d+S)|\d+W))"},
       {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
       {"email",
        fmt::format(
@@ -56,12 +88,8 @@ const std::map<std::string, std::string, std::less<>>& formats() {
       {"hostname", hostname()},
       {"ipv4", fmt::format(R"({0}(?:\.{0}){{3}})", kOctet)},
       {"ipv6", ipv6()},
-      {"uri", fmt::format(R"([A-Za-z][A-Za-z0-9+.\-]*:{}*)", kUriChar)},
-      // A relative reference's first segment holds no ':' (it would read as a scheme).
-      {"uri-reference",
-       fmt::format(
-           R"([A-Za-z][A-Za-z0-9+.\-]*:{0}*|(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|%[0-9A-Fa-f]{{2}})*(?:[/?#]{0}*)?)",
-           kUriChar)},
+      {"uri", uri()},
+      {"uri-reference", fmt::format("(?:{}|{})", uri(), relative_reference())},
       {"byte", "(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?"},
       {"json-pointer", "(?:/(?:[^~/]|~[01])*)*"},
       {"relative-json-pointer", "(?:0|[1-9][0-9]*)(?:#|(?:/(?:[^~/]|~[01])*)*)"},

@@ -146,7 +146,9 @@ bool number_can_end(const SchemaNode& n, const NumberReading& r) {
       r.part != NumberPart::kExp)
     return false;
   if (!bounded(n)) return true;
-  const long double value = r.int_value + r.frac_value;
+  // The value as validators hold it (a double, as the bounds are): 1.1 then meets a minimum of
+  // 1.1, which its closer long double reading falls just short of.
+  const long double value = static_cast<double>(r.int_value + r.frac_value);
   return reachable(n, r.negative, value, value);
 }
 

@@ -88,13 +88,19 @@ TEST(JsonSchema, StringsKeepLengthsPatternsAndFormats) {
   check({R"({"type":"string","pattern":"b\"c"})", {R"("ab\"cd")"}, {R"("abcd")", R"("ab"c")"}});
   check({R"({"type":"string","format":"date"})", {R"("2024-02-29")"}, {R"("2024-13-01")"}});
   check({R"({"type":"string","format":"date-time"})",
-         {R"("2024-02-29T12:30:00Z")", R"("2024-02-29T12:30:00.5+01:00")"},
-         {R"("2024-02-29 12:30")"}});
+         {R"("2024-02-29T12:30:00Z")", R"("2024-02-29T12:30:00.5+01:00")",
+          R"("2016-12-31T23:59:60Z")"},
+         {R"("2024-02-29 12:30")", R"("2016-12-31T23:58:60Z")"}});
   check({R"({"format":"uuid"})", {R"("123e4567-e89b-12d3-a456-426614174000")"}, {R"("123")"}});
   check({R"({"format":"ipv4"})", {R"("192.168.0.1")"}, {R"("256.1.1.1")"}});
   check({R"({"format":"ipv6"})", {R"("::1")", R"("fe80::1:2")"}, {R"(":::")"}});
   check({R"({"format":"email"})", {R"("a.b@ex.com")"}, {R"("a@")", R"("ab")"}});
-  check({R"({"format":"duration"})", {R"("P3DT4H")", R"("PT0.5S")"}, {R"("P")", R"("PT")"}});
+  check({R"({"format":"duration"})", {R"("P3DT4H")", R"("P1Y2M3DT4H5M6S")", R"("P2W")"},
+         {R"("P")", R"("PT")", R"("PT0.5S")", R"("P1Y2D")", R"("PT1H2S")"}});
+  check({R"({"format":"hostname"})", {R"("a-b.example")", '"' + std::string(63, 'a') + '"'},
+         {R"("xn--abc")", R"("ab--c")", '"' + std::string(64, 'a') + '"', R"("-a")"}});
+  check({R"({"format":"uri"})", {R"("http://u@host:80/p?q#f")", R"("urn:isbn:1")"},
+         {R"("http://host:8a/")", R"("http://[x]/")", R"("/relative")"}});
 }
 
 TEST(JsonSchema, NumbersKeepTheirBounds) {
