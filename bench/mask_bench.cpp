@@ -3,8 +3,9 @@
 // fresh constraint is compiled (timed), then each valid instance (compact JSON) is tokenised
 // with a real vocabulary and a mask is computed before every token and before the end token
 // (each timed). With --grammar FILE, every schema's instances are walked under that grammar
-// (GBNF or Lark) instead, compiled afresh for each schema in the same way.
-//   mask_bench TOKENIZER_DIR [--grammar FILE] FILE.jsonl...
+// (GBNF or Lark) instead, compiled afresh for each schema in the same way. With --slow-ms N,
+// each mask slower than N ms is reported with its schema's id and place.
+//   mask_bench TOKENIZER_DIR [--grammar FILE] [--slow-ms N] FILE.jsonl...
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -34,6 +35,8 @@ double percentile(std::vector<double>& values, double share) {
 
 struct Totals {
   int schemas = 0, compiled = 0, instances = 0, walked = 0;
+  double slow_us = 0;  // 0: report none
+  std::string id;      // the schema being walked
   std::vector<double> compile_us, mask_us;
 };
 
@@ -47,6 +50,9 @@ bool walk(const Constraint& constraint, const std::vector<int32_t>& tokens, int3
     const Clock::time_point start = Clock::now();
     matcher->mask_logits(logits.data(), vocab);
     totals.mask_us.push_back(micros_since(start));
+    if (totals.slow_us > 0 && totals.mask_us.back() > totals.slow_us)
+      fmt::print("slow: {:.1f} ms, schema {}, before token {} of {}\n",
+                 totals.mask_us.back() / 1000, totals.id, i, tokens.size());
     if (i < tokens.size() && !matcher->accept(tokens[i])) return false;
   }
   return true;
@@ -56,7 +62,8 @@ bool walk(const Constraint& constraint, const std::vector<int32_t>& tokens, int3
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fmt::print(stderr, "usage: mask_bench TOKENIZER_DIR [--grammar FILE] FILE.jsonl...\n");
+    fmt::print(stderr,
+               "usage: mask_bench TOKENIZER_DIR [--grammar FILE] [--slow-ms N] FILE.jsonl...\n");
     return 1;
   }
   const auto tokenizer = deepinfer::Tokenizer::load(argv[1]);
@@ -68,19 +75,28 @@ int main(int argc, char** argv) {
   const auto table =
       std::make_shared<deepinfer::structured::TokenTable>(tokenizer->token_bytes(), ends, control);
   std::string grammar;
-  int first_file = 2;
-  if (std::string(argv[2]) == "--grammar" && argc > 4) {
-    std::stringstream text;
-    text << std::ifstream(argv[3]).rdbuf();
-    grammar = text.str();
-    first_file = 4;
-  }
   Totals totals;
+  int first_file = 2;
+  for (; first_file + 1 < argc && std::string(argv[first_file]).starts_with("--");
+       first_file += 2) {
+    const std::string flag = argv[first_file];
+    if (flag == "--grammar") {
+      std::stringstream text;
+      text << std::ifstream(argv[first_file + 1]).rdbuf();
+      grammar = text.str();
+    } else if (flag == "--slow-ms") {
+      totals.slow_us = 1000.0 * std::stod(argv[first_file + 1]);
+    } else {
+      fmt::print(stderr, "mask_bench: unknown option {}\n", flag);
+      return 1;
+    }
+  }
   for (int arg = first_file; arg < argc; ++arg) {
     std::ifstream in(argv[arg]);
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json record = nlohmann::json::parse(line);
       ++totals.schemas;
+      totals.id = record.value("id", nlohmann::json()).dump();
       std::shared_ptr<const Constraint> constraint;
       const Clock::time_point start = Clock::now();
       try {

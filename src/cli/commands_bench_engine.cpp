@@ -15,6 +15,8 @@
 #include "engine/engine.h"
 #include "kv/block_file.h"
 #include "kv/disk_tier.h"
+#include "protocol/openai.h"
+#include "protocol/output_constraints.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer::cli {
@@ -38,6 +40,10 @@ struct EngineBenchArgs {
   // them in turn instead of synthetic ids.
   std::string dataset_path;
   std::vector<std::vector<int32_t>> dataset;
+  // vLLM's structured_outputs object ({"json": ...}, {"regex": ...}, {"grammar": ...},
+  // {"choice": [...]}) that every throughput request's output follows.
+  std::string structured_outputs;
+  std::shared_ptr<const structured::Constraint> constraint;
   EngineConfig engine = cli_engine_config();
   bool json = false;
 };
@@ -72,6 +78,25 @@ std::vector<int32_t> synthetic_tokens(int count, int seed, int32_t vocab) {
   return tokens;
 }
 
+// The constraint --structured-outputs asks for, compiled as the server would.
+std::shared_ptr<const structured::Constraint> load_constraint(const std::string& text,
+                                                              const std::string& model_dir,
+                                                              const CausalLM& model) {
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, false);
+  if (parsed.is_discarded() || !parsed.is_object())
+    fail("--structured-outputs: not a JSON object: {}", text);
+  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
+  protocol::OutputConstraints constraints(*tokenizer, model.config().eos_token_ids);
+  protocol::GenerationParams params;
+  try {
+    protocol::read_structured_output(nlohmann::json{{"structured_outputs", parsed}}, params);
+    if (!params.structured.any()) fail("--structured-outputs: no json, regex, grammar or choice");
+    return constraints.of(params);
+  } catch (const protocol::ApiError& error) {
+    fail("--structured-outputs: {}", error.what());
+  }
+}
+
 GenerationRequest request_of(std::string id, std::vector<int32_t> prompt, int max_tokens) {
   GenerationRequest request;
   request.id = std::move(id);
@@ -94,7 +119,10 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
                                       ? synthetic_tokens(args.prompt_tokens, r + 1, vocab)
                                       : args.dataset[static_cast<size_t>(r) % args.dataset.size()];
     prompt_tokens += static_cast<int64_t>(prompt.size());
-    engine.submit(request_of(std::to_string(r), std::move(prompt), args.output_tokens));
+    GenerationRequest request =
+        request_of(std::to_string(r), std::move(prompt), args.output_tokens);
+    request.constraint = args.constraint;
+    engine.submit(std::move(request));
   }
   auto start = Clock::now();
   std::vector<GenerationResult> results = engine.run_to_completion();
@@ -227,6 +255,8 @@ void run_engine_bench(const EngineBenchArgs& given) {
   EngineBenchArgs args = given;
   if (!args.dataset_path.empty())
     args.dataset = load_dataset(args.dataset_path, args.model.model_dir);
+  if (!args.structured_outputs.empty())
+    args.constraint = load_constraint(args.structured_outputs, args.model.model_dir, model);
   prepare_kv_cache_dir(args.engine, args.model, model);
   prepare_speculative(args.engine, args.model);
   nlohmann::json report = {{"model", args.model.model_dir},
@@ -235,7 +265,8 @@ void run_engine_bench(const EngineBenchArgs& given) {
                            {"async_scheduling", args.engine.async_scheduling},
                            {"threads", ThreadPool::global().size()},
                            {"prompt_tokens", args.prompt_tokens},
-                           {"output_tokens", args.output_tokens}};
+                           {"output_tokens", args.output_tokens},
+                           {"structured_outputs", args.structured_outputs}};
   for (int32_t concurrency : parse_id_list(args.concurrency, "--concurrency")) {
     if (concurrency < 1) fail("--concurrency: {} is not a positive count", concurrency);
     nlohmann::json run = throughput(model, args, concurrency);
@@ -325,6 +356,11 @@ void add_engine_bench_command(CLI::App& app) {
                       "Throughput prompts from a JSONL file of {\"prompt\": TEXT} lines, "
                       "tokenized with the model's tokenizer and taken in turn (instead of "
                       "--prompt-tokens synthetic ids)");
+  command->add_option("--structured-outputs", args->structured_outputs,
+                      "Constrain every throughput request's output as vLLM's structured_outputs "
+                      "field does: a JSON object such as {\"json\": SCHEMA}, {\"regex\": "
+                      "PATTERN}, {\"grammar\": GBNF_OR_LARK} or {\"choice\": [...]} (the "
+                      "token masks' cost against a run without)");
   add_engine_options(*command, args->engine, "");
   command->add_flag("--json", args->json, "Print one JSON object instead of lines");
   command->callback([args] { run_engine_bench(*args); });

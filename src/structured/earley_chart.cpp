@@ -68,6 +68,7 @@ size_t EarleyChart::slot_of(const Item& item, bool& found) const {
 }
 
 bool EarleyChart::add(const Item& item) {
+  ++work_;
   const size_t in_row = items_.size() - row_start_.back();
   if (in_row >= kMaxRowItems) {
     full_ = true;

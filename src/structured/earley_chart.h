@@ -29,6 +29,8 @@ class EarleyChart {
   explicit EarleyChart(const Cfg* cfg);
 
   size_t rows() const { return row_start_.size(); }
+  // Items tried so far (kept or found already there): the work the chart has done.
+  uint64_t work() const { return work_; }
   // Pushes the row after byte `c`; false (and nothing pushed) when no parse reads it.
   bool feed(uint8_t c);
   // Drops the rows past the first `rows`.
@@ -71,6 +73,7 @@ class EarleyChart {
   std::vector<uint32_t> slots_, slot_stamp_;
   uint32_t stamp_ = 0;
   bool full_ = false;
+  uint64_t work_ = 0;
 };
 
 }  // namespace deepinfer::structured

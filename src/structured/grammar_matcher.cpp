@@ -112,6 +112,7 @@ class GrammarMatcher final : public Matcher {
     std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
     std::array<bool, 256> viable{};
     allow_whole_terminal_tokens(allowed, viable);
+    allow_one_byte_tokens(allowed);
     allow_parsed_tokens(candidates(allowed, viable), allowed);
     if (chart_.complete())
       for (int32_t id : table.end_tokens()) mark(allowed, id);
@@ -173,15 +174,30 @@ class GrammarMatcher final : public Matcher {
 
   // The candidates through the chart, in sorted order. `held` rows above `base` hold the first
   // bytes of the last token parsed; a token sharing its first `dead` bytes fails with it.
+  // Single bytes first: past the walk's budget the output can still go on a byte at a time.
+  void allow_one_byte_tokens(std::vector<uint64_t>& allowed) const {
+    const TokenTable& table = *program_->table;
+    const size_t base = chart_.rows();
+    for (const auto& [id, shared] : table.one_byte_tokens()) {
+      if (allowed[static_cast<size_t>(id) / 64] >> (id % 64) & 1) continue;
+      if (chart_.feed(static_cast<uint8_t>(table.bytes(id)[0]))) mark(allowed, id);
+      chart_.pop_to(base);
+    }
+  }
+
+  // The walk tries at most this many chart items (tens of milliseconds); past it only the
+  // tokens already checked are allowed, so an ambiguous grammar cannot stall a step.
+  static constexpr size_t kMaxWalkItems = size_t{1} << 20;
+
   void allow_parsed_tokens(const std::vector<uint64_t>& ranks,
                            std::vector<uint64_t>& allowed) const {
     const TokenTable& table = *program_->table;
     constexpr size_t kNone = std::numeric_limits<size_t>::max();
     const size_t base = chart_.rows();
     const std::string* last = nullptr;
-    size_t held = 0, dead = kNone;
-    for (size_t word = 0; word < ranks.size(); ++word) {
-      for (uint64_t open = ranks[word]; open != 0; open &= open - 1) {
+    size_t held = 0, dead = kNone, spent = 0;
+    for (size_t word = 0; word < ranks.size() && spent <= kMaxWalkItems; ++word) {
+      for (uint64_t open = ranks[word]; open != 0 && spent <= kMaxWalkItems; open &= open - 1) {
         const size_t rank = word * 64 + static_cast<size_t>(std::countr_zero(open));
         const int32_t id = table.sorted()[rank].first;
         const std::string& bytes = table.bytes(id);
@@ -189,7 +205,9 @@ class GrammarMatcher final : public Matcher {
         if (dead != kNone && shared >= dead) continue;
         size_t depth = std::min(held, shared);
         chart_.pop_to(base + depth);
+        const uint64_t work = chart_.work();
         while (depth < bytes.size() && chart_.feed(static_cast<uint8_t>(bytes[depth]))) ++depth;
+        spent += chart_.work() - work;
         last = &bytes;
         held = depth;
         dead = depth < bytes.size() ? depth + 1 : kNone;

@@ -43,6 +43,10 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
   sorted_ = with_shared_prefixes(order);
   string_sensitive_ = with_shared_prefixes(sensitive);
   string_plain_sorted_ = with_shared_prefixes(string_plain_);
+  std::vector<int32_t> single;
+  std::copy_if(order.begin(), order.end(), std::back_inserter(single),
+               [&](int32_t id) { return bytes(id).size() == 1; });
+  one_byte_tokens_ = with_shared_prefixes(single);
   index_string_plain();
 }
 

@@ -174,6 +174,7 @@ class Automaton {
   }
   static bool is_key(const Frame& frame) { return frame.mode == Mode::kKey; }
   static constexpr size_t max_key_bytes() { return kMaxKeyBytes; }
+  size_t threads() const { return threads_.size(); }
 
   const SchemaNode& node(int index) const {
     return index < 0 ? any_node() : graph_->nodes[static_cast<size_t>(index)];
@@ -578,30 +579,9 @@ class SchemaMatcher final : public Matcher {
     const TokenTable& table = *program_->table;
     const std::string key = automaton_.key();
     SchemaProgram::Mask mask = program_->cached_mask(key);
-    if (!mask) {
-      std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
-      if (automaton_.complete())
-        for (int32_t id : table.end_tokens()) mark(allowed, id);
-      if (const std::vector<const Frame*> tops = automaton_.plain_tops(); !tops.empty()) {
-        for (const Frame* top : tops) {
-          if (Automaton::is_key(*top)) {
-            table.allow_string_plain(
-                std::numeric_limits<int64_t>::max(),
-                static_cast<int64_t>(Automaton::max_key_bytes() - top->key.size()), nullptr,
-                allowed);
-          } else {
-            allow_plain_string_tokens(*top, allowed);
-          }
-        }
-        allow_fed_tokens(automaton_, table, table.string_sensitive(), allowed);
-      } else {
-        allow_fed_tokens(automaton_, table, table.sorted(), allowed);
-      }
-      mask = program_->keep_mask(key, std::move(allowed));
-    }
+    if (!mask) mask = program_->keep_mask(key, allowed_tokens());
     apply_mask_bits(*mask, table.size(), logits, vocab_size);
   }
-
   bool accept(int32_t token) override {
     const TokenTable& table = *program_->table;
     if (token < 0 || token >= table.size()) return false;
@@ -628,6 +608,47 @@ class SchemaMatcher final : public Matcher {
         n.content >= 0 ? program_->plain_fits(n.content, string.state) : nullptr;
     program_->table->allow_string_plain(room, std::numeric_limits<int64_t>::max(), fits.get(),
                                         allowed);
+  }
+
+  // A mask's walk steps at most this many threads by a byte (tens of milliseconds): past it
+  // only the tokens already checked are allowed, the single bytes always among them, so a
+  // schema whose unions keep many threads alive writes in smaller tokens instead of stalling.
+  static constexpr size_t kMaxThreadSteps = 150'000;
+
+  // The automaton, charging each byte it is fed to a budget; out of budget, it takes nothing.
+  struct Budgeted {
+    Automaton automaton;
+    size_t* spent;
+    bool feed(uint8_t c) {
+      if (*spent > kMaxThreadSteps) return false;
+      *spent += automaton.threads();
+      return automaton.feed(c);
+    }
+  };
+
+  std::vector<uint64_t> allowed_tokens() const {
+    const TokenTable& table = *program_->table;
+    std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
+    if (automaton_.complete())
+      for (int32_t id : table.end_tokens()) mark(allowed, id);
+    allow_fed_tokens(automaton_, table, table.one_byte_tokens(), allowed);
+    size_t spent = 0;
+    const Budgeted start{automaton_, &spent};
+    if (const std::vector<const Frame*> tops = automaton_.plain_tops(); !tops.empty()) {
+      for (const Frame* top : tops) {
+        if (Automaton::is_key(*top)) {
+          table.allow_string_plain(
+              std::numeric_limits<int64_t>::max(),
+              static_cast<int64_t>(Automaton::max_key_bytes() - top->key.size()), nullptr, allowed);
+        } else {
+          allow_plain_string_tokens(*top, allowed);
+        }
+      }
+      allow_fed_tokens(start, table, table.string_sensitive(), allowed);
+    } else {
+      allow_fed_tokens(start, table, table.sorted(), allowed);
+    }
+    return allowed;
   }
 
   std::shared_ptr<const SchemaProgram> program_;

@@ -68,6 +68,9 @@ class TokenTable {
   void allow_string_plain(int64_t max_chars, int64_t max_bytes, const std::vector<uint64_t>* filter,
                           std::vector<uint64_t>& allowed) const;
   const SortedTokens& string_sensitive() const { return string_sensitive_; }
+  // The tokens of one byte, sorted: a mask that must stop early checks these first, so that
+  // output can always go on a byte at a time.
+  const SortedTokens& one_byte_tokens() const { return one_byte_tokens_; }
   const std::vector<int32_t>& end_tokens() const { return end_tokens_; }
 
   // Token bits (by id) worked out from an automaton state, kept for every constraint of this
@@ -85,7 +88,7 @@ class TokenTable {
   void index_string_plain();
   std::vector<std::string> bytes_;
   std::vector<Kind> kind_;
-  SortedTokens sorted_, string_sensitive_, string_plain_sorted_;
+  SortedTokens sorted_, string_sensitive_, string_plain_sorted_, one_byte_tokens_;
   std::vector<int32_t> string_plain_;
   std::vector<uint32_t> string_plain_chars_;
   // plain_within_[k]: bits of the string_plain tokens of at most k code points (the last: all);
