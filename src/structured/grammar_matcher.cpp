@@ -112,8 +112,7 @@ class GrammarMatcher final : public Matcher {
     std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
     std::array<bool, 256> viable{};
     allow_whole_terminal_tokens(allowed, viable);
-    allow_one_byte_tokens(allowed);
-    allow_parsed_tokens(candidates(allowed, viable), allowed);
+    if (!allow_parsed_tokens(candidates(allowed, viable), allowed)) allow_one_byte_tokens(allowed);
     if (chart_.complete())
       for (int32_t id : table.end_tokens()) mark(allowed, id);
     return allowed;
@@ -174,7 +173,7 @@ class GrammarMatcher final : public Matcher {
 
   // The candidates through the chart, in sorted order. `held` rows above `base` hold the first
   // bytes of the last token parsed; a token sharing its first `dead` bytes fails with it.
-  // Single bytes first: past the walk's budget the output can still go on a byte at a time.
+  // Past the walk's budget the output can still go on a byte at a time.
   void allow_one_byte_tokens(std::vector<uint64_t>& allowed) const {
     const TokenTable& table = *program_->table;
     const size_t base = chart_.rows();
@@ -186,10 +185,12 @@ class GrammarMatcher final : public Matcher {
   }
 
   // The walk tries at most this many chart items (tens of milliseconds); past it only the
-  // tokens already checked are allowed, so an ambiguous grammar cannot stall a step.
+  // tokens already checked and the single bytes are allowed, so an ambiguous grammar cannot
+  // stall a step.
   static constexpr size_t kMaxWalkItems = size_t{1} << 20;
 
-  void allow_parsed_tokens(const std::vector<uint64_t>& ranks,
+  // False when the walk ran out of budget before the last candidate.
+  bool allow_parsed_tokens(const std::vector<uint64_t>& ranks,
                            std::vector<uint64_t>& allowed) const {
     const TokenTable& table = *program_->table;
     constexpr size_t kNone = std::numeric_limits<size_t>::max();
@@ -215,6 +216,7 @@ class GrammarMatcher final : public Matcher {
       }
     }
     chart_.pop_to(base);
+    return spent <= kMaxWalkItems;
   }
 
   std::shared_ptr<const GrammarProgram> program_;

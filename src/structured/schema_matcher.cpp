@@ -611,8 +611,8 @@ class SchemaMatcher final : public Matcher {
   }
 
   // A mask's walk steps at most this many threads by a byte (tens of milliseconds): past it
-  // only the tokens already checked are allowed, the single bytes always among them, so a
-  // schema whose unions keep many threads alive writes in smaller tokens instead of stalling.
+  // only the tokens already checked and the single bytes are allowed, so a schema whose unions
+  // keep many threads alive writes in smaller tokens instead of stalling.
   static constexpr size_t kMaxThreadSteps = 150'000;
 
   // The automaton, charging each byte it is fed to a budget; out of budget, it takes nothing.
@@ -631,7 +631,6 @@ class SchemaMatcher final : public Matcher {
     std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
     if (automaton_.complete())
       for (int32_t id : table.end_tokens()) mark(allowed, id);
-    allow_fed_tokens(automaton_, table, table.one_byte_tokens(), allowed);
     size_t spent = 0;
     const Budgeted start{automaton_, &spent};
     if (const std::vector<const Frame*> tops = automaton_.plain_tops(); !tops.empty()) {
@@ -648,6 +647,8 @@ class SchemaMatcher final : public Matcher {
     } else {
       allow_fed_tokens(start, table, table.sorted(), allowed);
     }
+    if (spent > kMaxThreadSteps)
+      allow_fed_tokens(automaton_, table, table.one_byte_tokens(), allowed);
     return allowed;
   }
 
