@@ -3,6 +3,7 @@
 // open and the scalar being written, each with the schema node it must satisfy. The token
 // mask walks the sorted vocabulary (token_walk.h).
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -86,6 +87,10 @@ struct Thread {
   bool operator==(const Thread&) const = default;
 };
 
+// Most automata hold one thread: kept inline, a copy (which a mask's walk makes for every byte
+// it tries) allocates nothing for the list.
+using Threads = boost::container::small_vector<Thread, 2>;
+
 constexpr const char* kWords[] = {"true", "false", "null"};
 
 enum class Result : uint8_t { kReject, kAccept, kRedo };
@@ -101,7 +106,7 @@ class Automaton {
   // Steps every thread on `c`. The threads are moved through, not copied: after false the
   // automaton is spent (callers feed a copy they drop on failure).
   bool feed(uint8_t c) {
-    std::vector<Thread> next;
+    Threads next;
     for (Thread& thread : threads_) step_thread(std::move(thread), c, next);
     threads_ = std::move(next);
     return !threads_.empty();
@@ -187,7 +192,7 @@ class Automaton {
 
   // Feeds `c` to a thread; a value that starts at a union forks one thread per branch. A step
   // that hands the byte on (a number or enum value it ends, an item it starts) feeds it again.
-  void step_thread(Thread thread, uint8_t c, std::vector<Thread>& out) const {
+  void step_thread(Thread thread, uint8_t c, Threads& out) const {
     for (int round = 0; round < 8 && !thread.stack.empty(); ++round) {
       const Frame& top = thread.stack.back();
       if (top.mode == Mode::kValue && !is_space(c) && !node(top.node).any_of.empty()) {
@@ -222,7 +227,7 @@ class Automaton {
     for (int option : n.any_of) union_leaves(option, depth + 1, leaves);
   }
 
-  static void add(Thread thread, std::vector<Thread>& out) {
+  static void add(Thread thread, Threads& out) {
     if (out.size() >= kMaxThreads) return;
     if (std::find(out.begin(), out.end(), thread) == out.end()) out.push_back(std::move(thread));
   }
@@ -523,7 +528,7 @@ class Automaton {
   }
 
   const SchemaGraph* graph_;
-  std::vector<Thread> threads_;
+  Threads threads_;
 };
 
 struct SchemaProgram {
