@@ -132,11 +132,12 @@ void BM_SchemaMask(benchmark::State& state, const char* prefix) {
   }
 }
 
-// The mask of a state the schema's program has seen before (another request, an earlier
-// step): the kept bits applied.
-void BM_SchemaMaskSeen(benchmark::State& state, const char* prefix) {
+// The mask after `prefix` in a state its constraint has seen before (another request, an
+// earlier step): the kept bits applied.
+void seen_state_mask(benchmark::State& state, const structured::Constraint& constraint,
+                     const char* prefix) {
   const Vocabulary& v = qwen3();
-  auto matcher = structured::json_schema_constraint(v.table, kToolSchema)->start();
+  auto matcher = constraint.start();
   for (int32_t id : v.tokenizer->encode(prefix, EncodeMode::kPlain))
     if (!matcher->accept(id)) state.SkipWithError("prefix does not match");
   std::vector<float> logits(static_cast<size_t>(v.tokenizer->vocab_size()));
@@ -145,6 +146,10 @@ void BM_SchemaMaskSeen(benchmark::State& state, const char* prefix) {
     matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
     benchmark::DoNotOptimize(logits.data());
   }
+}
+
+void BM_SchemaMaskSeen(benchmark::State& state, const char* prefix) {
+  seen_state_mask(state, *structured::json_schema_constraint(qwen3().table, kToolSchema), prefix);
 }
 
 void BM_SchemaCompile(benchmark::State& state) {
@@ -201,18 +206,9 @@ number ::= "-"? ([0-9] | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
 ws     ::= [ \t\n]*)";
 
 // A grammar state's mask, the terminals' masks already cached (their first walk is once per
-// terminal state for the grammar's lifetime).
+// terminal state for the vocabulary's lifetime).
 void BM_GrammarMask(benchmark::State& state, const char* prefix) {
-  const Vocabulary& v = qwen3();
-  auto matcher = structured::grammar_constraint(v.table, kJsonGrammar)->start();
-  for (int32_t id : v.tokenizer->encode(prefix, EncodeMode::kPlain))
-    if (!matcher->accept(id)) state.SkipWithError("prefix does not match");
-  std::vector<float> logits(static_cast<size_t>(v.tokenizer->vocab_size()));
-  matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
-  for (auto _ : state) {
-    matcher->mask_logits(logits.data(), static_cast<int32_t>(logits.size()));
-    benchmark::DoNotOptimize(logits.data());
-  }
+  seen_state_mask(state, *structured::grammar_constraint(qwen3().table, kJsonGrammar), prefix);
 }
 
 void BM_GrammarCompile(benchmark::State& state) {

@@ -74,16 +74,8 @@ class GbnfParser {
   }
 
   int alternation(int depth) {
-    if (depth > GrammarSource::kMaxNesting) throw in_.error("groups nest too deeply");
-    GrammarExpr alternatives;
-    alternatives.kind = GrammarExpr::Kind::kAlternation;
-    alternatives.children.push_back(sequence(depth));
-    while (in_.take("|")) {
-      skip_space();
-      alternatives.children.push_back(sequence(depth));
-    }
-    if (alternatives.children.size() == 1) return alternatives.children[0];
-    return out_.add(std::move(alternatives));
+    return parse_alternatives(
+        in_, out_, depth, [this](int d) { return sequence(d); }, [this] { skip_space(); });
   }
 
   int sequence(int depth) {
@@ -125,12 +117,7 @@ class GbnfParser {
     throw in_.error(fmt::format("unexpected '{}'", c));
   }
 
-  int terminal(int node) {
-    GrammarExpr expr;
-    expr.kind = GrammarExpr::Kind::kTerminal;
-    expr.terminal = node;
-    return out_.add(std::move(expr));
-  }
+  int terminal(int node) { return out_.add_terminal(node); }
 
   int postfix(int child) {
     skip_inline_space();
@@ -146,12 +133,7 @@ class GbnfParser {
     } else {
       return child;
     }
-    GrammarExpr repeat;
-    repeat.kind = GrammarExpr::Kind::kRepeat;
-    repeat.children = {child};
-    repeat.min = min;
-    repeat.max = max;
-    return postfix(out_.add(std::move(repeat)));
+    return postfix(out_.add_repeat(child, min, max));
   }
 
   void skip_inline_space() {

@@ -54,7 +54,9 @@ struct GrammarSource {
   static GrammarSource parse_lark(std::string_view text);
 
   int add(GrammarExpr expr);
-  int rule_named(std::string_view name);  // the rule's index, added undefined on first use
+  int add_terminal(int node);                   // an expression of terminals' node `node`
+  int add_repeat(int child, int min, int max);  // `child` min to max times (max < 0: any)
+  int rule_named(std::string_view name);        // the rule's index, added undefined on first use
 };
 
 // GBNF when the text defines `root ::=`, else Lark.

@@ -15,6 +15,7 @@
 #include "structured/dfa_masks.h"
 #include "structured/earley_chart.h"
 #include "structured/grammar.h"
+#include "structured/program_constraint.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
 
@@ -225,17 +226,7 @@ class GrammarMatcher final : public Matcher {
   mutable EarleyChart chart_;
 };
 
-class GrammarConstraint final : public Constraint {
- public:
-  explicit GrammarConstraint(std::shared_ptr<const GrammarProgram> program)
-      : program_(std::move(program)) {}
-  std::unique_ptr<Matcher> start() const override {
-    return std::make_unique<GrammarMatcher>(program_);
-  }
-
- private:
-  std::shared_ptr<const GrammarProgram> program_;
-};
+using GrammarConstraint = ProgramConstraint<GrammarMatcher, GrammarProgram>;
 
 }  // namespace
 

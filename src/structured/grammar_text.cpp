@@ -154,6 +154,22 @@ int GrammarSource::add(GrammarExpr expr) {
   return static_cast<int>(exprs.size()) - 1;
 }
 
+int GrammarSource::add_terminal(int node) {
+  GrammarExpr expr;
+  expr.kind = GrammarExpr::Kind::kTerminal;
+  expr.terminal = node;
+  return add(std::move(expr));
+}
+
+int GrammarSource::add_repeat(int child, int min, int max) {
+  GrammarExpr expr;
+  expr.kind = GrammarExpr::Kind::kRepeat;
+  expr.children = {child};
+  expr.min = min;
+  expr.max = max;
+  return add(std::move(expr));
+}
+
 int GrammarSource::rule_named(std::string_view name) {
   if (auto found = rule_index.find(name); found != rule_index.end()) return found->second;
   rules.push_back({std::string(name), -1});

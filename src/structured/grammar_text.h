@@ -42,6 +42,23 @@ class GrammarCursor {
   size_t at_ = 0;
 };
 
+// `sequence` ('|' `sequence`)*: one sequence, or their alternation. `skip_space` runs after
+// each '|'.
+template <typename Sequence, typename Space>
+int parse_alternatives(GrammarCursor& in, GrammarSource& out, int depth, Sequence sequence,
+                       Space skip_space) {
+  if (depth > GrammarSource::kMaxNesting) throw in.error("groups nest too deeply");
+  GrammarExpr alternatives;
+  alternatives.kind = GrammarExpr::Kind::kAlternation;
+  alternatives.children.push_back(sequence(depth));
+  while (in.take("|")) {
+    skip_space();
+    alternatives.children.push_back(sequence(depth));
+  }
+  if (alternatives.children.size() == 1) return alternatives.children[0];
+  return out.add(std::move(alternatives));
+}
+
 // Throws GrammarError for a grammar longer than GrammarSource::kMaxGrammarBytes.
 void check_grammar_size(std::string_view text);
 

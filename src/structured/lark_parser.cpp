@@ -215,16 +215,8 @@ class LarkParser {
   }
 
   int alternation(int depth) {
-    if (depth > GrammarSource::kMaxNesting) throw in_.error("groups nest too deeply");
-    GrammarExpr alternatives;
-    alternatives.kind = GrammarExpr::Kind::kAlternation;
-    alternatives.children.push_back(sequence(depth));
-    while (in_.take("|")) {
-      skip_space();
-      alternatives.children.push_back(sequence(depth));
-    }
-    if (alternatives.children.size() == 1) return alternatives.children[0];
-    return out_.add(std::move(alternatives));
+    return parse_alternatives(
+        in_, out_, depth, [this](int d) { return sequence(d); }, [this] { skip_space(); });
   }
 
   int sequence(int depth) {
@@ -342,21 +334,9 @@ class LarkParser {
     }
   }
 
-  int terminal(int node) {
-    GrammarExpr expr;
-    expr.kind = GrammarExpr::Kind::kTerminal;
-    expr.terminal = node;
-    return out_.add(std::move(expr));
-  }
+  int terminal(int node) { return out_.add_terminal(node); }
 
-  int repeat(int child, int min, int max) {
-    GrammarExpr expr;
-    expr.kind = GrammarExpr::Kind::kRepeat;
-    expr.children = {child};
-    expr.min = min;
-    expr.max = max;
-    return out_.add(std::move(expr));
-  }
+  int repeat(int child, int min, int max) { return out_.add_repeat(child, min, max); }
 
   int postfix(int child) {
     skip_inline_space();

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "structured/dfa_masks.h"
+#include "structured/program_constraint.h"
 #include "structured/regex.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
@@ -55,17 +56,7 @@ class RegexMatcher final : public Matcher {
   int state_ = ByteDfa::kStart;
 };
 
-class RegexConstraint final : public Constraint {
- public:
-  explicit RegexConstraint(std::shared_ptr<const RegexProgram> program)
-      : program_(std::move(program)) {}
-  std::unique_ptr<Matcher> start() const override {
-    return std::make_unique<RegexMatcher>(program_);
-  }
-
- private:
-  std::shared_ptr<const RegexProgram> program_;
-};
+using RegexConstraint = ProgramConstraint<RegexMatcher, RegexProgram>;
 
 }  // namespace
 

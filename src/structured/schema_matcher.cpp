@@ -12,6 +12,7 @@
 
 #include "structured/dfa_masks.h"
 #include "structured/json_schema.h"
+#include "structured/program_constraint.h"
 #include "structured/schema_numbers.h"
 #include "structured/shared_stack.h"
 #include "structured/structured.h"
@@ -661,17 +662,7 @@ class SchemaMatcher final : public Matcher {
   Automaton automaton_;
 };
 
-class SchemaConstraint final : public Constraint {
- public:
-  explicit SchemaConstraint(std::shared_ptr<const SchemaProgram> program)
-      : program_(std::move(program)) {}
-  std::unique_ptr<Matcher> start() const override {
-    return std::make_unique<SchemaMatcher>(program_);
-  }
-
- private:
-  std::shared_ptr<const SchemaProgram> program_;
-};
+using SchemaConstraint = ProgramConstraint<SchemaMatcher, SchemaProgram>;
 
 }  // namespace
 

@@ -176,6 +176,23 @@ TEST_F(ServerTest, JsonObjectOutputAlwaysParses) {
   EXPECT_EQ(tool_choice.json()["error"]["param"], "tool_choice");
 }
 
+// A completion's text and finish reason, from its streamed chunks or its body.
+std::pair<std::string, std::string> completion_text(const Reply& reply, bool stream) {
+  std::string text, finish;
+  if (!stream) {
+    const Json body = reply.json();
+    return {body["choices"][0]["text"], body["choices"][0]["finish_reason"]};
+  }
+  bool done = false;
+  for (const Json& chunk : sse_payloads(reply.body, done)) {
+    if (chunk["choices"].empty()) continue;
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (chunk["choices"][0]["finish_reason"].is_string())
+      finish = chunk["choices"][0]["finish_reason"];
+  }
+  return {text, finish};
+}
+
 // vLLM's structured_outputs (and guided_*) regex and choice: every finished output matches,
 // streamed or not; kinds not built yet, patterns and schemas the engine refuses are 400s
 // naming them.
@@ -190,19 +207,7 @@ TEST_F(ServerTest, RegexAndChoiceOutputsMatch) {
           seed, stream);
       Reply reply = call(port(), "POST", "/v1/completions", body);
       ASSERT_EQ(reply.status, 200) << reply.body;
-      std::string text, finish;
-      if (stream) {
-        bool done = false;
-        for (const Json& chunk : sse_payloads(reply.body, done)) {
-          if (chunk["choices"].empty()) continue;
-          text += chunk["choices"][0]["text"].get<std::string>();
-          if (chunk["choices"][0]["finish_reason"].is_string())
-            finish = chunk["choices"][0]["finish_reason"];
-        }
-      } else {
-        text = reply.json()["choices"][0]["text"];
-        finish = reply.json()["choices"][0]["finish_reason"];
-      }
+      const auto [text, finish] = completion_text(reply, stream);
       if (finish != "stop") continue;
       ++finished;
       EXPECT_TRUE(std::regex_match(text, pattern)) << text;
@@ -288,19 +293,7 @@ TEST_F(ServerTest, GrammarOutputsAreSentences) {
                                          "seed": {}, "stream": {}, {}}})",
                                      seed, stream, field));
       ASSERT_EQ(reply.status, 200) << reply.body;
-      std::string text, finish;
-      if (stream) {
-        bool done = false;
-        for (const Json& chunk : sse_payloads(reply.body, done)) {
-          if (chunk["choices"].empty()) continue;
-          text += chunk["choices"][0]["text"].get<std::string>();
-          if (chunk["choices"][0]["finish_reason"].is_string())
-            finish = chunk["choices"][0]["finish_reason"];
-        }
-      } else {
-        text = reply.json()["choices"][0]["text"];
-        finish = reply.json()["choices"][0]["finish_reason"];
-      }
+      const auto [text, finish] = completion_text(reply, stream);
       if (finish != "stop") continue;
       ++finished;
       EXPECT_TRUE(arithmetic(text)) << text;
