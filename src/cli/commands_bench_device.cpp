@@ -113,12 +113,12 @@ DecodeStepTime time_decode_step(CausalLM& model, int batch, int context) {
 
 nlohmann::json batched_decode(const BenchArgs& args, CausalLM& model, double copy_bytes_per_s) {
   nlohmann::json rows = nlohmann::json::array();
-  double weights = static_cast<double>(model.weight_bytes_per_token());
   double kv_per_sequence = model.kv_shape(16).bytes_at_context(args.decode_batch_context);
   for (int batch : args.decode_batches) {
     DecodeStepTime time = time_decode_step(model, batch, args.decode_batch_context);
     double step = time.seconds;
-    double bytes = weights + static_cast<double>(batch) * kv_per_sequence;
+    double bytes =
+        model.weight_bytes_per_step(batch) + static_cast<double>(batch) * kv_per_sequence;
     rows.push_back({{"batch", batch},
                     {"context", args.decode_batch_context},
                     {"step_ms", step * 1e3},
@@ -136,7 +136,8 @@ void print_batched_decode(const nlohmann::json& rows) {
   for (const nlohmann::json& row : rows) {
     fmt::print(
         "decode (batch {}) {:.2f} ms/step, {:.0f} tokens/s at {} cached tokens each: {:.1f} GB "
-        "of weights and K/V per step, {:.0f}% of copy bandwidth; the host issues a step in "
+        "of weights (the routed experts uniform routing would touch) and K/V per step, {:.0f}% "
+        "of copy bandwidth; the host issues a step in "
         "{:.2f} ms, {} of {} steps replayed a recording\n",
         row.at("batch").get<int>(), row.at("step_ms").get<double>(),
         row.at("tokens_per_s").get<double>(), row.at("context").get<int>(),

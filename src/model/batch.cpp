@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -78,9 +79,11 @@ CausalLM::ReplayBounds CausalLM::replay_bounds() const {
   return bounds;
 }
 
-size_t CausalLM::weight_bytes_per_token() const {
+namespace {
+
+size_t bytes_of(const std::vector<const Tensor*>& tensors) {
   size_t bytes = 0;
-  for (const Tensor* tensor : weights_read_per_token()) {
+  for (const Tensor* tensor : tensors) {
     bytes += tensor->nbytes();
     if (tensor->block_scales) {
       bytes += sizeof(float) *
@@ -88,6 +91,22 @@ size_t CausalLM::weight_bytes_per_token() const {
     }
   }
   return bytes;
+}
+
+}  // namespace
+
+size_t CausalLM::weight_bytes_per_token() const {
+  return bytes_of(weights_read_per_token());
+}
+
+double CausalLM::weight_bytes_per_step(int batch) const {
+  const auto all = static_cast<double>(weight_bytes_per_token());
+  const auto routed = static_cast<double>(bytes_of(routed_weights_per_token()));
+  const MoeConfig& moe = config().moe;
+  if (routed == 0.0 || moe.num_experts <= 0 || moe.experts_per_token <= 0 || batch <= 1) return all;
+  const double experts = moe.num_experts, chosen = moe.experts_per_token;
+  const double touched = experts * (1.0 - std::pow(1.0 - chosen / experts, batch));
+  return all - routed + routed * touched / chosen;
 }
 
 AttentionBatch ForwardBatch::attention_view(int group) const {

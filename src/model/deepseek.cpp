@@ -143,6 +143,7 @@ class DeepseekModel final : public CausalLM {
   }
 
   std::vector<const Tensor*> weights_read_per_token() const override;
+  std::vector<const Tensor*> routed_weights_per_token() const override;
 
   // The expanded form prompts use: qk-wide scores and v-wide sums per head and context token.
   double attention_flops_per_token(double context) const override {
@@ -299,8 +300,20 @@ std::vector<const Tensor*> DeepseekModel::weights_read_per_token() const {
     }
     read.push_back(layer.moe.router);
     add_mlp(layer.moe.shared);
-    for (int e = 0; e < config_.moe.experts_per_token; ++e)
-      add_mlp(layer.moe.expert(static_cast<size_t>(e)));
+  }
+  const std::vector<const Tensor*> routed = routed_weights_per_token();
+  read.insert(read.end(), routed.begin(), routed.end());
+  return read;
+}
+
+std::vector<const Tensor*> DeepseekModel::routed_weights_per_token() const {
+  std::vector<const Tensor*> read;
+  for (const DeepseekLayer& layer : layers_) {
+    if (!layer.is_moe) continue;
+    for (int e = 0; e < config_.moe.experts_per_token; ++e) {
+      const GatedMlp& expert = layer.moe.expert(static_cast<size_t>(e));
+      if (expert.gate) read.insert(read.end(), {expert.gate, expert.up, expert.down});
+    }
   }
   return read;
 }

@@ -117,6 +117,7 @@ class DeepseekV4Model final : public CausalLM {
     return {window, overlap, std::max(window, overlap) * static_cast<int64_t>(layers_.size())};
   }
   std::vector<const Tensor*> weights_read_per_token() const override;
+  std::vector<const Tensor*> routed_weights_per_token() const override;
   double attention_flops_per_token(double context) const override;
   void forward_into(const ForwardBatch& batch, KvCache& cache, Tensor& logits,
                     const HiddenStateSink& hidden_sink) override;
@@ -368,12 +369,22 @@ std::vector<const Tensor*> DeepseekV4Model::weights_read_per_token() const {
       if (tensor) read.push_back(tensor);
     }
     for (const Tensor& group : a.out_groups) read.push_back(&group);
-    // Any experts_per_token routed experts weigh the same: the first stand in for them.
-    std::vector<GatedMlp> experts;
-    for (int e = 0; e < config_.moe.experts_per_token; ++e)
-      experts.push_back(layer.moe.expert(static_cast<size_t>(e)));
-    if (layer.moe.shared.gate) experts.push_back(layer.moe.shared);
-    for (const GatedMlp& e : experts) read.insert(read.end(), {e.gate, e.up, e.down});
+    const GatedMlp& shared = layer.moe.shared;
+    if (shared.gate) read.insert(read.end(), {shared.gate, shared.up, shared.down});
+  }
+  const std::vector<const Tensor*> routed = routed_weights_per_token();
+  read.insert(read.end(), routed.begin(), routed.end());
+  return read;
+}
+
+std::vector<const Tensor*> DeepseekV4Model::routed_weights_per_token() const {
+  // Any experts_per_token routed experts weigh the same: the first stand in for them.
+  std::vector<const Tensor*> read;
+  for (const LayerWeights& layer : layers_) {
+    for (int e = 0; e < config_.moe.experts_per_token; ++e) {
+      const GatedMlp& expert = layer.moe.expert(static_cast<size_t>(e));
+      read.insert(read.end(), {expert.gate, expert.up, expert.down});
+    }
   }
   return read;
 }

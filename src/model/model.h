@@ -79,6 +79,12 @@ class CausalLM {
   // The weights one decode step reads in full (for bandwidth rooflines).
   virtual std::vector<const Tensor*> weights_read_per_token() const = 0;
   size_t weight_bytes_per_token() const;
+  // Of those, the routed experts' (MoE models: experts_per_token of them a MoE layer).
+  virtual std::vector<const Tensor*> routed_weights_per_token() const { return {}; }
+  // The weights a decode step of `batch` rows reads: the rest once, and of each MoE layer's
+  // routed experts the number `batch` rows are expected to touch when routing is uniform,
+  // E (1 - (1 - k / E)^batch) of E (a model whose router prefers some experts touches fewer).
+  double weight_bytes_per_step(int batch) const;
   // Arithmetic of one token: 2 FLOPs per matmul weight it reads, plus attention over
   // `context` cached tokens (in the form prompt processing uses).
   double flops_per_token(double context) const;

@@ -87,6 +87,30 @@ class DeepseekV4 : public testing::FixtureTest {
   std::vector<float> long_logits() const { return as_floats(ref("case2.logits")); }
 };
 
+// A decode batch reads the routed experts its rows are expected to touch: one row reads the
+// per-token weights, a large batch nearly every expert of every layer.
+TEST_F(DeepseekV4, BatchStepsReadTheExpertsTheirRowsTouch) {
+  const CausalLM& lm = *model_;
+  const MoeConfig& moe = lm.config().moe;
+  const auto token = static_cast<double>(lm.weight_bytes_per_token());
+  double routed = 0;
+  for (const Tensor* tensor : lm.routed_weights_per_token()) {
+    routed += static_cast<double>(tensor->nbytes());
+    if (tensor->block_scales)
+      routed += 4.0 * static_cast<double>(tensor->block_scales->rows * tensor->block_scales->cols);
+  }
+  ASSERT_GT(routed, 0.0);
+  EXPECT_DOUBLE_EQ(lm.weight_bytes_per_step(1), token);
+  double previous = token;
+  for (int batch : {2, 4, 16, 64}) {
+    const double bytes = lm.weight_bytes_per_step(batch);
+    EXPECT_GT(bytes, previous) << batch;
+    previous = bytes;
+  }
+  const double all_experts = routed * moe.num_experts / moe.experts_per_token;
+  EXPECT_NEAR(lm.weight_bytes_per_step(4096), token - routed + all_experts, 1e-6 * token);
+}
+
 TEST_F(DeepseekV4, ConfigStylesAgree) {
   const ModelConfig& legacy = model_->config();
   ModelConfig newer = parse_model_config(newer_style(fixture_config()).dump(), "config.json");
