@@ -309,11 +309,7 @@ std::vector<const Tensor*> DeepseekModel::weights_read_per_token() const {
 std::vector<const Tensor*> DeepseekModel::routed_weights_per_token() const {
   std::vector<const Tensor*> read;
   for (const DeepseekLayer& layer : layers_) {
-    if (!layer.is_moe) continue;
-    for (int e = 0; e < config_.moe.experts_per_token; ++e) {
-      const GatedMlp& expert = layer.moe.expert(static_cast<size_t>(e));
-      if (expert.gate) read.insert(read.end(), {expert.gate, expert.up, expert.down});
-    }
+    if (layer.is_moe) layer.moe.append_routed_weights(config_.moe.experts_per_token, read);
   }
   return read;
 }

@@ -378,14 +378,9 @@ std::vector<const Tensor*> DeepseekV4Model::weights_read_per_token() const {
 }
 
 std::vector<const Tensor*> DeepseekV4Model::routed_weights_per_token() const {
-  // Any experts_per_token routed experts weigh the same: the first stand in for them.
   std::vector<const Tensor*> read;
-  for (const LayerWeights& layer : layers_) {
-    for (int e = 0; e < config_.moe.experts_per_token; ++e) {
-      const GatedMlp& expert = layer.moe.expert(static_cast<size_t>(e));
-      read.insert(read.end(), {expert.gate, expert.up, expert.down});
-    }
-  }
+  for (const LayerWeights& layer : layers_)
+    layer.moe.append_routed_weights(config_.moe.experts_per_token, read);
   return read;
 }
 

@@ -17,6 +17,12 @@ struct MoeWeights {
   GatedMlp shared;  // all null without shared experts
 
   GatedMlp expert(size_t e) const { return {routed.gate[e], routed.up[e], routed.down[e]}; }
+  // What one token reads of the routed experts, for rooflines: any `count` of them weigh the
+  // same, so the first stand in for them.
+  void append_routed_weights(int count, std::vector<const Tensor*>& out) const {
+    for (size_t e = 0; e < static_cast<size_t>(count) && e < routed.gate.size(); ++e)
+      if (routed.gate[e]) out.insert(out.end(), {routed.gate[e], routed.up[e], routed.down[e]});
+  }
 };
 
 // The routing rule a MoE config describes.

@@ -98,6 +98,9 @@ void check_unions_end(const SchemaGraph& graph);
 // we do not know.
 std::optional<RegexTree> format_language(std::string_view format);
 
+// The most characters a format's values have beyond what its automaton bounds, if any.
+std::optional<int64_t> format_max_length(std::string_view format);
+
 // `tree`'s language as it is written inside a JSON string: '"', '\\' and control characters
 // become their escapes.
 RegexTree json_escaped(const RegexTree& tree);

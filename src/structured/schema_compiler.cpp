@@ -442,9 +442,9 @@ void Compiler::strings(SchemaNode& node, const Json& schema, const std::string& 
     if (!language) refuse(pointer, fmt::format("format '{}' is not supported", format));
   }
   if (language) node.content = add_automaton(json_escaped(*language));
-  // A host name is at most 253 characters (a length its automaton does not count).
-  if (!schema.contains("pattern") && (format == "hostname" || format == "idn-hostname"))
-    node.max_length = node.max_length < 0 ? 253 : std::min<int64_t>(node.max_length, 253);
+  const std::optional<int64_t> most =
+      language && !schema.contains("pattern") ? format_max_length(format) : std::nullopt;
+  if (most) node.max_length = node.max_length < 0 ? *most : std::min(node.max_length, *most);
 }
 
 void Compiler::arrays(int index, const Json& schema, const std::string& pointer) {

@@ -258,6 +258,12 @@ std::optional<RegexTree> format_language(std::string_view format) {
   return RegexTree::parse(found->second);
 }
 
+std::optional<int64_t> format_max_length(std::string_view format) {
+  // A host name's length, which its automaton (labels of at most 63) does not count.
+  if (format == "hostname" || format == "idn-hostname") return 253;
+  return std::nullopt;
+}
+
 RegexTree json_escaped(const RegexTree& tree) {
   return Escaper(tree).run();
 }
