@@ -15,6 +15,8 @@
 # runs); engine = 64 and 256 concurrent requests of 1000 + 1000 tokens (deepinfer
 # bench-engine); tiers = time to first token after a 32k-token prefix recomputed, in memory,
 # in the host-memory tier and on disk (bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
+# structured = 32 requests held to a JSON Schema against 32 free (bench-engine on a
+# Qwen3-0.6B-shaped checkpoint; carry build/tokenizers/qwen3);
 # v4 = a DeepSeek-V4-Flash-shaped FP8 checkpoint with V4_LAYERS layers (4 by default; the
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
@@ -85,6 +87,18 @@ make_v4() {
     --sliding-window 128 --index-heads 64 --index-head-dim 128 --index-topk 512 --hc-mult 4 \
     --compress-ratios "$(IFS=,; echo "${ratios[*]}")" --hash-layers 1 --dtype fp8 \
     --max-position 1048576 --max-shard-mib 5120 >/dev/null
+}
+
+MODEL_QWEN3_SMALL=/tmp/deepinfer-qwen3-small
+
+# Qwen3-0.6B's shapes with its real tokenizer (a constrained request needs the vocabulary's
+# bytes).
+make_qwen3_small() {
+  [[ -f $MODEL_QWEN3_SMALL/config.json ]] && return
+  "$BUNDLE/bin/deepinfer" make-model "$MODEL_QWEN3_SMALL" --family qwen3 --vocab 151936 \
+    --hidden 1024 --intermediate 3072 --layers 28 --heads 16 --kv-heads 8 --head-dim 128 \
+    --max-position 40960 --tie-embeddings >/dev/null
+  cp "${TOKENIZER_QWEN3:-build/tokenizers/qwen3}"/* "$MODEL_QWEN3_SMALL/"
 }
 
 run() {
@@ -206,6 +220,23 @@ run() {
       >"$out/prompt-v4.csv" 2>"$out/prompt-v4.log" || tail -5 "$out/prompt-v4.log"
     python3 scripts/step-profile.py --prompt "$out/prompt-v4.csv" | tee "$out/prompt-v4.txt"
   fi
+  # structured: 32 concurrent requests held to a tool's JSON Schema against the same 32 free
+  # (alternating, two runs each) on a Qwen3-0.6B-shaped checkpoint with the Qwen3 tokenizer
+  # (TOKENIZER_QWEN3: its folder, carried from the build host).
+  if [[ $stages == *structured* ]]; then
+    make_qwen3_small
+    local schema i
+    schema=$(tr -d '\n' <bench/tool_schema.json)
+    for i in 1 2; do
+      "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_QWEN3_SMALL" --device cuda --load read \
+        --concurrency 32 --prompt-tokens 16 --output-tokens 256 \
+        --structured-outputs "{\"json\": $schema}" 2>&1 | grep concurrency |
+        sed "s/^/constrained: /" | tee -a "$out/structured.txt"
+      "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_QWEN3_SMALL" --device cuda --load read \
+        --concurrency 32 --prompt-tokens 16 --output-tokens 256 2>&1 | grep concurrency |
+        sed "s/^/free: /" | tee -a "$out/structured.txt"
+    done
+  fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
   [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" \
@@ -218,6 +249,7 @@ run() {
   [[ -f $out/model.txt ]] && grep -E "copy|peak|prompt|decode" "$out/model.txt"
   [[ -f $out/engine.txt ]] && tail -8 "$out/engine.txt"
   [[ -f $out/v4.txt ]] && grep -E "copy|peak|prompt|decode|KV" "$out/v4.txt"
+  [[ -f $out/structured.txt ]] && cat "$out/structured.txt"
   return 0
 }
 

@@ -192,16 +192,19 @@ class Engine {
   int64_t replay_tokens(const CausalLM& model) const;
   bool may_admit(const Sequence& sequence) const;
   void execute(StepWork& work);
+  void forward(StepWork& work, Tensor& logits);
+  void sample_step(StepWork& work, Tensor& logits);
   Tensor step_logits(size_t rows);
   const float* host_logits(const Tensor& logits,
                            const std::vector<std::pair<size_t, size_t>>& ranges);
-  // As sample_next, under the matcher and history given (a verification's, ahead of the
-  // sequence's own).
+  // The token drawn from `logits` (a host row) under the matcher and history given (a
+  // verification's, ahead of the sequence's own).
   sampling::Sample sample_under(const Sequence& sequence, const structured::Matcher* matcher,
                                 const sampling::TokenHistory& history, const float* logits,
                                 uint64_t position) const;
-  sampling::Sample sample_next(const Sequence& sequence, const float* logits,
-                               uint64_t position) const;
+  sampling::Sample sample_masked(const Sequence& sequence, const structured::TokenMask& mask,
+                                 const sampling::TokenHistory& history, const float* logits,
+                                 uint64_t position) const;
   void apply_samples(StepWork& done, StepWork* next);
   void commit(StepWork& done, std::vector<GenerationResult>& finished,
               std::vector<TokenEvent>* tokens);
@@ -231,6 +234,7 @@ class Engine {
   BackendMemory host_logits_;  // rows of them sampled on the host
   size_t logits_floats_ = 0;
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<StepRunner> mask_runner_;  // grammar masks beside the forward (execute)
   std::unique_ptr<PrefixTiers> tiers_;
   StepCosts step_costs_;  // forward time by step size, for SpeculativeConfig::verification
   uint64_t arrivals_ = 0;

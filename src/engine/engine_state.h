@@ -70,6 +70,8 @@ struct Engine::Chunk {
   bool prompt_rows = false;  // every row's logits are kept for prompt logprobs
   uint64_t output_position = 0;
   sampling::Sample sample;
+  // The grammar's mask for the sampled row (free without one), made beside the forward.
+  structured::TokenMask mask;
   std::vector<sampling::Sample> prompt_scores;  // for prompt positions start+1 ...
   // Speculation: the drafts after the sequence's last token (their rows follow its row), the
   // model's own tokens for them up to the first that differs (see verify_drafts), and how

@@ -174,6 +174,14 @@ struct TokenDraw {
   bool with_logprob = true;  // false: the host reference skips the logprob (a pass of exps)
 };
 
+// One row's token mask for Ops::mask_rows: bits by token id (64 a word, host memory) over the
+// first `marked` ids; every id from `marked` on is banned too.
+struct RowMask {
+  int64_t row = 0;
+  const uint64_t* bits = nullptr;
+  int32_t marked = 0;
+};
+
 struct DrawnToken {
   int32_t token = 0;
   float logprob = 0.0f;  // under the raw logits (log_softmax at temperature 1), if asked for
@@ -348,6 +356,10 @@ class Ops {
   // into out[draws.size()] (host memory), as draw_token does.
   virtual void sample_rows(const Tensor& logits, const std::vector<TokenDraw>& draws,
                            DrawnToken* out) = 0;
+  // Sets to -infinity, in logits [rows, vocab] laid out as for sample_rows, every token a
+  // mask does not allow in its row (as ban_unmarked in core/token_bits.h): a grammar's mask
+  // applied where the logits are, before sample_rows draws from them.
+  virtual void mask_rows(Tensor& logits, const std::vector<RowMask>& masks) = 0;
 
   // DeepSeek-V4. Per row of streams [T, streams * width]: mix [T, (2 + streams) * streams]
   // holds pre, post and the Sinkhorn-normalised comb (row-major streams x streams), and

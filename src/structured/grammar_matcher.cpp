@@ -79,14 +79,14 @@ class GrammarMatcher final : public Matcher {
     return std::make_unique<GrammarMatcher>(*this);
   }
 
-  void mask_logits(float* logits, int32_t vocab_size) const override {
+  TokenMask allowed() const override {
     const ChartKey key = chart_.key();
     Mask mask = program_->state_mask(key);
     if (!mask) {
       mask = std::make_shared<const std::vector<uint64_t>>(allowed_tokens());
       program_->keep_state_mask(key, mask);
     }
-    apply_mask_bits(*mask, program_->table->size(), logits, vocab_size);
+    return {std::move(mask), program_->table->size()};
   }
 
   bool accept(int32_t token) override {

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/token_bits.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
 
@@ -90,6 +91,21 @@ void TokenTable::allow_string_plain(int64_t max_chars, int64_t max_bytes,
   for (const auto& [id, chars] : plain_long_)
     if (chars <= max_chars && passes(id))
       allowed[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+}
+
+bool TokenMask::allows_any(int32_t vocab_size) const {
+  if (free()) return vocab_size > 0;
+  const int32_t known = std::min(vocab_size, tokens);
+  for (int32_t word = 0; word * 64 < known; ++word) {
+    const int32_t count = std::min(64, known - word * 64);
+    const uint64_t in_range = count == 64 ? ~uint64_t{0} : (uint64_t{1} << count) - 1;
+    if ((*bits)[static_cast<size_t>(word)] & in_range) return true;
+  }
+  return false;
+}
+
+void Matcher::apply(const TokenMask& mask, float* logits, int32_t vocab_size) {
+  if (!mask.free()) ban_unmarked(mask.bits->data(), mask.tokens, logits, vocab_size);
 }
 
 TokenTable::Bits TokenTable::shared_bits(const BitsKey& key,
@@ -375,17 +391,17 @@ class JsonMatcher final : public Matcher {
 
   std::unique_ptr<Matcher> clone() const override { return std::make_unique<JsonMatcher>(*this); }
 
-  void mask_logits(float* logits, int32_t vocab_size) const override {
-    std::vector<bool> allowed(static_cast<size_t>(table_->size()), false);
+  TokenMask allowed() const override {
+    std::vector<uint64_t> bits((static_cast<size_t>(table_->size()) + 63) / 64, 0);
     if (complete()) {
-      for (int32_t id : table_->end_tokens()) allowed[static_cast<size_t>(id)] = true;
+      for (int32_t id : table_->end_tokens()) mark(bits, id);
     } else if (state_.mode == JsonState::kString) {
-      for (int32_t id : table_->string_plain()) allowed[static_cast<size_t>(id)] = true;
-      allow_fed_tokens(state_, *table_, table_->string_sensitive(), allowed);
+      table_->allow_string_plain(INT64_MAX, INT64_MAX, nullptr, bits);
+      allow_fed_tokens(state_, *table_, table_->string_sensitive(), bits);
     } else {
-      allow_fed_tokens(state_, *table_, table_->sorted(), allowed);
+      allow_fed_tokens(state_, *table_, table_->sorted(), bits);
     }
-    ban_others(allowed, logits, vocab_size);
+    return {std::make_shared<const std::vector<uint64_t>>(std::move(bits)), table_->size()};
   }
 
   bool accept(int32_t token) override {
@@ -431,12 +447,14 @@ class AfterReasoningMatcher final : public Matcher {
   std::unique_ptr<Matcher> clone() const override {
     return std::make_unique<AfterReasoningMatcher>(*this);
   }
-  void mask_logits(float* logits, int32_t vocab_size) const override {
-    if (phase_ == Phase::kReasoning) return;
-    float start_logit = start_ >= 0 && start_ < vocab_size ? logits[start_] : 0.0f;
-    inner_->mask_logits(logits, vocab_size);
-    if (phase_ == Phase::kUndecided && start_ >= 0 && start_ < vocab_size)
-      logits[start_] = start_logit;  // reasoning may open first
+  TokenMask allowed() const override {
+    if (phase_ == Phase::kReasoning) return {};
+    TokenMask mask = inner_->allowed();
+    if (phase_ != Phase::kUndecided || mask.free() || start_ < 0 || start_ >= mask.tokens)
+      return mask;
+    auto with_start = std::make_shared<std::vector<uint64_t>>(*mask.bits);
+    mark(*with_start, start_);  // reasoning may open first
+    return {std::move(with_start), mask.tokens};
   }
   bool accept(int32_t token) override {
     if (phase_ == Phase::kReasoning) {
@@ -485,9 +503,7 @@ class ThenFreeMatcher final : public Matcher {
   std::unique_ptr<Matcher> clone() const override {
     return std::make_unique<ThenFreeMatcher>(*this);
   }
-  void mask_logits(float* logits, int32_t vocab_size) const override {
-    if (inner_) inner_->mask_logits(logits, vocab_size);
-  }
+  TokenMask allowed() const override { return inner_ ? inner_->allowed() : TokenMask{}; }
   bool accept(int32_t token) override {
     if (!inner_) return true;
     if (!inner_->accept(token)) return false;
@@ -512,9 +528,7 @@ class AfterEachMatcher final : public Matcher {
   std::unique_ptr<Matcher> clone() const override {
     return std::make_unique<AfterEachMatcher>(*this);
   }
-  void mask_logits(float* logits, int32_t vocab_size) const override {
-    if (active_) active_->mask_logits(logits, vocab_size);
-  }
+  TokenMask allowed() const override { return active_ ? active_->allowed() : TokenMask{}; }
   bool accept(int32_t token) override {
     if (!active_) {
       if (token == trigger_) active_ = inner_->start();

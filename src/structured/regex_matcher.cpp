@@ -30,8 +30,8 @@ class RegexMatcher final : public Matcher {
 
   std::unique_ptr<Matcher> clone() const override { return std::make_unique<RegexMatcher>(*this); }
 
-  void mask_logits(float* logits, int32_t vocab_size) const override {
-    apply_mask_bits(*program_->masks.allowed(state_), program_->table->size(), logits, vocab_size);
+  TokenMask allowed() const override {
+    return {program_->masks.allowed(state_), program_->table->size()};
   }
 
   bool accept(int32_t token) override {

@@ -581,12 +581,11 @@ class SchemaMatcher final : public Matcher {
 
   // A state's mask is kept by the program: requests of one schema pass through the same
   // states (the start, each key, each value's start) again and again.
-  void mask_logits(float* logits, int32_t vocab_size) const override {
-    const TokenTable& table = *program_->table;
+  TokenMask allowed() const override {
     const std::string key = automaton_.key();
     SchemaProgram::Mask mask = program_->cached_mask(key);
     if (!mask) mask = program_->keep_mask(key, allowed_tokens());
-    apply_mask_bits(*mask, table.size(), logits, vocab_size);
+    return {std::move(mask), program_->table->size()};
   }
   bool accept(int32_t token) override {
     const TokenTable& table = *program_->table;

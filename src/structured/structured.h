@@ -103,13 +103,31 @@ class TokenTable {
   mutable std::map<BitsKey, Bits> shared_bits_;
 };
 
+// The tokens that may come next: bits by token id (64 a word) over the first `tokens` ids,
+// every id from `tokens` on banned (the model's padding rows). No bits: any token may come.
+// The bits are shared and never change, so a mask can be made on one thread and applied on
+// another, or copied to where the logits are.
+struct TokenMask {
+  std::shared_ptr<const std::vector<uint64_t>> bits;
+  int32_t tokens = 0;
+  bool free() const { return bits == nullptr; }
+  // Whether any id below `vocab_size` may come.
+  bool allows_any(int32_t vocab_size) const;
+};
+
 // One completion's place in its grammar.
 class Matcher {
  public:
   virtual ~Matcher() = default;
   virtual std::unique_ptr<Matcher> clone() const = 0;
+  // Which tokens may come next. Reads the matcher only (masks kept by a compiled grammar are
+  // shared under its own lock), so it may run beside the forward that makes the logits.
+  virtual TokenMask allowed() const = 0;
   // Sets the logit of every token that may not come next to -infinity.
-  virtual void mask_logits(float* logits, int32_t vocab_size) const = 0;
+  void mask_logits(float* logits, int32_t vocab_size) const {
+    apply(allowed(), logits, vocab_size);
+  }
+  static void apply(const TokenMask& mask, float* logits, int32_t vocab_size);
   // Follows a sampled token; false when it breaks the grammar (then the matcher is unchanged).
   virtual bool accept(int32_t token) = 0;
   // The output so far is a complete sentence of the grammar.

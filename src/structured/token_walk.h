@@ -79,48 +79,4 @@ void allow_dfa_tokens(const ByteDfa& dfa, int state, const TokenTable& table,
   }
 }
 
-// Four logits kept or banned by four bits, as bit masks (the compiler makes it one vector
-// and/andnot/or).
-inline void keep_four(float* logits, unsigned bits) {
-  static const auto kLanes = [] {
-    std::array<std::array<uint32_t, 4>, 16> lanes{};
-    for (unsigned n = 0; n < 16; ++n)
-      for (unsigned k = 0; k < 4; ++k) lanes[n][k] = (n >> k & 1) ? ~0u : 0u;
-    return lanes;
-  }();
-  constexpr uint32_t kBannedBits = 0xFF800000u;  // -infinity
-  uint32_t values[4];
-  std::memcpy(values, logits, sizeof(values));
-  const std::array<uint32_t, 4>& keep = kLanes[bits];
-  for (unsigned k = 0; k < 4; ++k) values[k] = (values[k] & keep[k]) | (~keep[k] & kBannedBits);
-  std::memcpy(logits, values, sizeof(values));
-}
-
-// Bans every logit whose bit in `allowed` (by token id, 64 a word, `known` tokens) is clear,
-// and every id from `known` on. Word by word: whole words allowed or banned are common; the
-// rest select without branches.
-inline void apply_mask_bits(const std::vector<uint64_t>& allowed, int32_t table_size, float* logits,
-                            int32_t vocab_size) {
-  const auto known = static_cast<size_t>(std::min(vocab_size, table_size));
-  constexpr float kBanned = -std::numeric_limits<float>::infinity();
-  for (size_t word = 0; word * 64 < known; ++word) {
-    const uint64_t bits = allowed[word];
-    if (bits == ~uint64_t{0}) continue;
-    float* row = logits + word * 64;
-    const size_t count = std::min<size_t>(64, known - word * 64);
-    size_t b = 0;
-    for (; b + 4 <= count; b += 4) keep_four(row + b, static_cast<unsigned>(bits >> b & 15));
-    for (; b < count; ++b) row[b] = (bits >> b & 1) ? row[b] : kBanned;
-  }
-  for (auto id = static_cast<int32_t>(known); id < vocab_size; ++id) logits[id] = kBanned;
-}
-
-// Sets every logit `allowed` does not mark to -infinity (ids past the table's vocabulary, the
-// model's padding rows, included).
-inline void ban_others(const std::vector<bool>& allowed, float* logits, int32_t vocab_size) {
-  for (int32_t id = 0; id < vocab_size; ++id)
-    if (static_cast<size_t>(id) >= allowed.size() || !allowed[static_cast<size_t>(id)])
-      logits[id] = -std::numeric_limits<float>::infinity();
-}
-
 }  // namespace deepinfer::structured

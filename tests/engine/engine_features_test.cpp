@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/sequence_runner.h"
 #include "kernels/ops.h"
+#include "structured/structured.h"
 #include "support/test_support.h"
 
 namespace deepinfer {
@@ -163,6 +165,56 @@ TEST(EngineFeatures, OutputLogprobsDescribeTheChosenTokens) {
     ASSERT_EQ(result.logprobs[i].top.size(), 2u);
     EXPECT_EQ(result.logprobs[i].top[0].token, result.tokens[i]);  // greedy takes the best
     EXPECT_EQ(result.logprobs[i].top[0].logprob, result.logprobs[i].logprob);
+  }
+}
+
+// A grammar's rows are drawn where the logits are (Ops::mask_rows, then sample_rows) unless
+// they ask for logprobs, which come from the unmasked row on the host: both ways give the
+// same tokens, greedy or seeded, planned in turn or overlapped, and the text is the schema's.
+TEST(EngineFeatures, GrammarRowsDrawnOnTheBackendEqualTheHostDraws) {
+  auto ops = make_cpu_ops();
+  auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
+  const int32_t vocab = model->config().vocab_size;
+  auto table = testing::json_piece_table(vocab);
+  const std::string schema = R"({"type": "object", "required": ["a", "b"],
+      "properties": {"a": {"type": "array", "items": {"type": "integer"}, "minItems": 3},
+                     "b": {"type": ["boolean", "null"]}}})";
+  auto requests = [&](bool logprobs) {
+    std::vector<GenerationRequest> all;
+    for (int r = 0; r < 4; ++r) {
+      GenerationRequest request;
+      request.id = std::to_string(r);
+      request.prompt = prompt_of(11 + 3 * r, r, vocab);
+      request.constraint = structured::json_schema_constraint(table, schema);
+      request.stop_token_ids = {0};
+      request.sampling.temperature = r == 0 ? 0.0f : 0.7f + 0.1f * static_cast<float>(r);
+      request.sampling.top_k = r == 2 ? 5 : 0;
+      request.sampling.seed = 40 + static_cast<uint64_t>(r);
+      request.sampling.logprobs = logprobs;
+      request.max_tokens = 64;
+      all.push_back(request);
+    }
+    return all;
+  };
+  for (bool async : {false, true}) {
+    EngineConfig config = small_config();
+    config.async_scheduling = async;
+    std::map<std::string, GenerationResult> host, backend;
+    for (auto& result : run(*model, config, requests(true))) host[result.id] = result;
+    for (auto& result : run(*model, config, requests(false))) backend[result.id] = result;
+    ASSERT_EQ(backend.size(), 4u);
+    int complete = 0;
+    for (const auto& [id, result] : backend) {
+      EXPECT_EQ(result.tokens, host.at(id).tokens) << id << (async ? " async" : "");
+      complete += result.finish_reason == FinishReason::kStop;
+      std::string text;
+      for (int32_t token : result.tokens)
+        if (!table->is_end(token)) text += table->bytes(token);
+      if (result.finish_reason == FinishReason::kStop) {
+        EXPECT_TRUE(nlohmann::json::accept(text)) << id << ": " << text;
+      }
+    }
+    EXPECT_GT(complete, 0);
   }
 }
 

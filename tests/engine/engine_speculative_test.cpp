@@ -152,14 +152,7 @@ TEST(SpeculativeEngine, ConstrainedOutputIsTheSameAsWithoutIt) {
   auto ops = make_cpu_ops();
   auto model = load_model(fixture_model("llama-gqa"), LoadMode::kMmap, *ops);
   const int32_t vocab = model->config().vocab_size;
-  const std::vector<std::string> pieces = {"{", "}", "\"", "a", "b",     ":",      ",",    " ",
-                                           "1", "2", "[",  "]", "\"a\"", "\"b\":", "true", "null"};
-  std::vector<std::string> bytes;
-  for (int32_t id = 0; id < vocab; ++id)
-    bytes.push_back(pieces[static_cast<size_t>(id) % pieces.size()]);
-  bytes[0] = "<eos>";
-  auto table = std::make_shared<structured::TokenTable>(bytes, std::vector<int32_t>{0},
-                                                        std::vector<int32_t>{});
+  auto table = testing::json_piece_table(vocab);
   std::vector<GenerationRequest> requests;
   for (int r = 0; r < 3; ++r) {
     GenerationRequest request =

@@ -106,6 +106,39 @@ TEST(CpuOps, StridedCopyRepeatsAndSlices) {
   EXPECT_THROW(ops->copy(slice, wrong), Error);
 }
 
+// A grammar's masks on rows seen through the sampled columns of wider ones: a token keeps its
+// logit exactly when its bit is set and its id is below the mask's `marked`; rows without a
+// mask and the columns past the view are untouched.
+TEST(CpuOps, MaskRowsBansWhatTheBitsLeaveOut) {
+  auto ops = make_cpu_ops();
+  const int64_t rows = 3, vocab = 203, width = 210;
+  std::vector<float> logits(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>(i % 97) - 40.0f;
+  const std::vector<float> before = logits;
+  std::vector<uint64_t> bits((vocab + 63) / 64);
+  std::mt19937_64 rng(7);
+  for (uint64_t& word : bits) word = rng() & rng();
+  bits[1] = ~uint64_t{0};
+  Tensor view = Tensor::strided(logits.data(), DType::kF32, {rows, vocab}, {width, 1});
+  const int32_t marked = 190;
+  ops->mask_rows(view, {{0, bits.data(), marked}, {2, bits.data(), static_cast<int32_t>(vocab)}});
+  for (int64_t row = 0; row < rows; ++row) {
+    for (int64_t id = 0; id < width; ++id) {
+      const auto at = static_cast<size_t>(row * width + id);
+      const bool bit = id < vocab && (bits[static_cast<size_t>(id / 64)] >> (id % 64) & 1);
+      bool kept = true;
+      if (row == 0 && id < vocab) kept = bit && id < marked;
+      if (row == 2 && id < vocab) kept = bit;
+      if (kept) {
+        EXPECT_EQ(logits[at], before[at]) << row << " " << id;
+      } else {
+        EXPECT_EQ(logits[at], -INFINITY) << row << " " << id;
+      }
+    }
+  }
+  EXPECT_THROW(ops->mask_rows(view, {{rows, bits.data(), marked}}), Error);
+}
+
 TEST(IsaKernels, MatmulMatchesReferenceForEveryWeightType) {
   const IsaKernels& reference = cpu::generic_kernels();
   for (const IsaKernels* table : simd_tables()) {

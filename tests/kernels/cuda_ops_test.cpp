@@ -448,6 +448,49 @@ TEST_F(CudaOpsParity, SamplingStaysInsideTheVocabularyLimit) {
   }
 }
 
+// A grammar's masks applied where the logits are: rows of a padded vocabulary seen through
+// the sampled columns, one mask covering fewer ids than the view (the rest banned), one row
+// not masked at all. The same logits as the host's ban, bit for bit, and the same draws,
+// every one an allowed token.
+TEST_F(CudaOpsParity, GrammarMasksBanTheSameTokensAsTheHost) {
+  const int64_t width = 151936, limit = 151669, rows = 4;
+  Both logits = random({rows, width}, DType::kF32, 2.0f);
+  Tensor host = Tensor::strided(logits.host_view.data, DType::kF32, {rows, limit}, {width, 1});
+  Tensor device = Tensor::strided(logits.device_view.data, DType::kF32, {rows, limit}, {width, 1},
+                                  logits.device_view.device);
+  const size_t words = static_cast<size_t>(limit + 63) / 64;
+  std::vector<std::vector<uint64_t>> bits(3, std::vector<uint64_t>(words, 0));
+  std::uniform_int_distribution<int64_t> id(0, limit - 1);
+  for (auto& row : bits)
+    for (int i = 0; i < 300; ++i) {
+      const int64_t token = id(rng_);
+      row[static_cast<size_t>(token / 64)] |= uint64_t{1} << (token % 64);
+    }
+  std::fill(bits[2].begin(), bits[2].begin() + 40, ~uint64_t{0});  // whole words kept
+  const std::vector<RowMask> masks = {{0, bits[0].data(), static_cast<int32_t>(limit)},
+                                      {2, bits[1].data(), 150000},
+                                      {3, bits[2].data(), static_cast<int32_t>(limit)}};
+  cpu_->mask_rows(host, masks);
+  gpu_->mask_rows(device, masks);
+  const std::vector<float> want = host_floats(logits), got = device_floats(logits);
+  ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0);
+  std::vector<TokenDraw> draws;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int64_t row = 0; row < rows; ++row) {
+    draws.push_back({row, 0.0f, 0, 1.0f, 0.0f, uniform(rng_), false});
+    draws.push_back({row, 0.9f, 0, 0.95f, 0.0f, uniform(rng_), false});
+  }
+  std::vector<DrawnToken> want_tokens(draws.size()), got_tokens(draws.size());
+  cpu_->sample_rows(host, draws, want_tokens.data());
+  gpu_->sample_rows(device, draws, got_tokens.data());
+  for (size_t i = 0; i < draws.size(); ++i) {
+    EXPECT_EQ(got_tokens[i].token, want_tokens[i].token) << i;
+    EXPECT_TRUE(
+        std::isfinite(want[static_cast<size_t>(draws[i].row * width + got_tokens[i].token)]))
+        << i;
+  }
+}
+
 // V3's noaux_tc (sigmoid, biased top-two group sums), V2's group-limited greedy and plain
 // softmax top-k: the same experts; weights within the exp's last-bit differences.
 TEST_F(CudaOpsParity, RoutingMatchesTheCpu) {

@@ -18,6 +18,17 @@ namespace deepinfer::testing {
 
 namespace fs = std::filesystem;
 
+std::shared_ptr<const structured::TokenTable> json_piece_table(int32_t vocab) {
+  const std::vector<std::string> pieces = {"{", "}", "\"", "a", "b",     ":",      ",",    " ",
+                                           "1", "2", "[",  "]", "\"a\"", "\"b\":", "true", "null"};
+  std::vector<std::string> bytes;
+  for (int32_t id = 0; id < vocab; ++id)
+    bytes.push_back(pieces[static_cast<size_t>(id) % pieces.size()]);
+  bytes[0] = "<eos>";
+  return std::make_shared<structured::TokenTable>(bytes, std::vector<int32_t>{0},
+                                                  std::vector<int32_t>{});
+}
+
 Served serve(CausalLM& model, const EngineConfig& config,
              const std::vector<GenerationRequest>& requests) {
   Engine engine(model, config);

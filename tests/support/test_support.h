@@ -15,6 +15,7 @@
 #include "model/make_model.h"
 #include "model/model.h"
 #include "model/safetensors.h"
+#include "structured/structured.h"
 
 namespace deepinfer::testing {
 
@@ -48,6 +49,10 @@ inline GenerationRequest greedy_request(const std::string& id, std::vector<int32
   request.cache_salt = salt;
   return request;
 }
+
+// A vocabulary of `vocab` tokens that spell pieces of JSON ("{", "\"a\"", "true", ...), id 0
+// the end token: random models then write JSON objects under json_object_constraint.
+std::shared_ptr<const structured::TokenTable> json_piece_table(int32_t vocab);
 
 // Requests served together by one engine: each one's result by id, and the engine's stats
 // once they are all done (its end writes what its disk tier queued).

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "core/token_bits.h"
 #include "kernels/cpu/deepseek_v4.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/routing.h"
@@ -448,6 +449,18 @@ class CpuOps final : public Ops {
         out[i] = draw_token(logits.as<const float>() + draw.row * row_stride, vocab, draw);
       }
     });
+  }
+
+  void mask_rows(Tensor& logits, const std::vector<RowMask>& masks) override {
+    const int64_t vocab = logits.dim(-1);
+    DI_CHECK(logits.rank == 2 && logits.strides[1] == 1 && logits.strides[0] >= vocab,
+             "mask_rows: logits {} must be rows of adjacent values", logits.shape_string());
+    for (const RowMask& mask : masks) {
+      DI_CHECK(mask.row >= 0 && mask.row < rows_of(logits) && mask.bits != nullptr,
+               "mask_rows: row {} of {}", mask.row, rows_of(logits));
+      ban_unmarked(mask.bits, mask.marked, logits.as<float>() + mask.row * logits.strides[0],
+                   static_cast<int32_t>(vocab));
+    }
   }
 
  private:

@@ -77,6 +77,15 @@ struct RopeLayout {
 // deepinfer::draw_token does on the host.
 void sample_rows(const float* logits, int64_t vocab, int64_t row_stride, const TokenDraw* draws,
                  int64_t count, DrawnToken* out, cudaStream_t stream = nullptr);
+// One row's mask on the device for mask_rows: its bits start at words[first_word].
+struct DeviceRowMask {
+  int64_t row;
+  int64_t first_word;
+  int64_t marked;
+};
+// Sets to -infinity each masked row's logits whose bit is clear, and those from `marked` on.
+void mask_rows(float* logits, int64_t vocab, int64_t row_stride, const DeviceRowMask* masks,
+               const uint64_t* words, int64_t count, cudaStream_t stream = nullptr);
 // Rotates x [tokens, heads, rotary_dim...] in place by cos/sin [tokens, rotary_dim / 2]: pairs
 // (i, i + rotary_dim/2), or (2i, 2i+1) when interleaved.
 void rope(float* x, RopeLayout layout, const float* cos, const float* sin, int64_t tokens,

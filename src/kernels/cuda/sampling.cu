@@ -1,6 +1,7 @@
 // Ops::sample_rows on the GPU: one block per draw over its logits row, with the arithmetic of
 // the host reference (kernels/draw_math.h). Masses are integers, so the block's sums come out
 // the same in any order and the token equals draw_token's.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -277,7 +278,32 @@ __global__ void __launch_bounds__(kDrawThreads)
   }
 }
 
+// Grid (blocks over the row, masks): each thread bans the tokens it owns that its row's bits
+// do not keep.
+__global__ void mask_kernel(float* logits, int64_t vocab, int64_t row_stride,
+                            const DeviceRowMask* masks, const uint64_t* words) {
+  const DeviceRowMask mask = masks[blockIdx.y];
+  float* row = logits + mask.row * row_stride;
+  const uint64_t* bits = words + mask.first_word;
+  for (int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; id < vocab;
+       id += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const bool kept = id < mask.marked && (bits[id / 64] >> (id % 64) & 1);
+    if (!kept) row[id] = -INFINITY;
+  }
+}
+
 }  // namespace
+
+void mask_rows(float* logits, int64_t vocab, int64_t row_stride, const DeviceRowMask* masks,
+               const uint64_t* words, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  constexpr int kThreads = 256, kPerThread = 4;
+  const auto blocks =
+      static_cast<unsigned>((vocab + kThreads * kPerThread - 1) / (kThreads * kPerThread));
+  mask_kernel<<<dim3(std::max(blocks, 1u), static_cast<unsigned>(count)), kThreads, 0, stream>>>(
+      logits, vocab, row_stride, masks, words);
+  check_launch("mask_rows");
+}
 
 void sample_rows(const float* logits, int64_t vocab, int64_t row_stride, const TokenDraw* draws,
                  int64_t count, DrawnToken* out, cudaStream_t stream) {
