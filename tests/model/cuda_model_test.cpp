@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "model/make_model.h"
 #include "model/model.h"
+#include "structured/structured.h"
 #include "support/test_support.h"
 
 namespace deepinfer {
@@ -214,6 +215,45 @@ TEST(CudaEngine, DeviceSamplingEqualsHostSampling) {
   auto top_one = run(Way::kTopOne);
   auto greedy = run(Way::kGreedy);
   for (auto& [id, result] : greedy) EXPECT_EQ(top_one[id].tokens, result.tokens) << id;
+}
+
+// Rows under a grammar are masked and drawn on the GPU unless they ask for logprobs (then
+// masked and drawn on the host): the same tokens both ways, greedy and seeded, in turn and
+// overlapped.
+TEST(CudaEngine, GrammarRowsDrawnOnTheDeviceEqualTheHostDraws) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+  auto gpu = cuda::make_cuda_ops();
+  auto model = load_model(fixture_model("qwen3-hybrid-swa"), LoadMode::kRead, *gpu);
+  const int32_t vocab = model->config().vocab_size;
+  auto table = testing::json_piece_table(vocab);
+  const std::string schema = R"({"type": "object", "required": ["a"],
+      "properties": {"a": {"type": "array", "items": {"type": "integer"}, "minItems": 2}}})";
+  for (bool async : {false, true}) {
+    EngineConfig config;
+    config.kv_bytes = size_t{64} << 20;
+    config.async_scheduling = async;
+    auto run = [&](bool logprobs) {
+      Engine engine(*model, config);
+      for (int r = 0; r < 5; ++r) {
+        GenerationRequest request;
+        request.id = std::to_string(r);
+        for (int t = 0; t < 9 + 4 * r; ++t) request.prompt.push_back((t * 13 + r * 5) % 400 + 3);
+        request.constraint = structured::json_schema_constraint(table, schema);
+        request.stop_token_ids = {0};
+        request.sampling.temperature = r == 0 ? 0.0f : 0.8f;
+        request.sampling.top_p = r == 3 ? 0.9f : 1.0f;
+        request.sampling.seed = 500 + static_cast<uint64_t>(r);
+        request.sampling.logprobs = logprobs;
+        request.max_tokens = 40;
+        engine.submit(request);
+      }
+      return results_by_id(engine);
+    };
+    auto device = run(false);
+    auto host = run(true);
+    ASSERT_EQ(device.size(), 5u);
+    for (auto& [id, result] : device) EXPECT_EQ(host[id].tokens, result.tokens) << id;
+  }
 }
 
 // With no budget given, a GPU engine's KV cache takes most of the free device memory.
