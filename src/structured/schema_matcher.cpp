@@ -107,6 +107,14 @@ class Automaton {
   // Steps every thread on `c`. The threads are moved through, not copied: after false the
   // automaton is spent (callers feed a copy they drop on failure).
   bool feed(uint8_t c) {
+    if (threads_.size() == 1) {  // the common case, stepped in place
+      const Result result = step_rounds(threads_.front(), c);
+      if (result == Result::kAccept) return true;
+      if (result == Result::kReject) {
+        threads_.clear();
+        return false;
+      }
+    }
     Threads next;
     for (Thread& thread : threads_) step_thread(std::move(thread), c, next);
     threads_ = std::move(next);
@@ -193,28 +201,35 @@ class Automaton {
 
   // Feeds `c` to a thread; a value that starts at a union forks one thread per branch. A step
   // that hands the byte on (a number or enum value it ends, an item it starts) feeds it again.
-  void step_thread(Thread thread, uint8_t c, Threads& out) const {
+  // Steps `thread` on `c` in place until it takes or refuses the byte; kRedo: it stopped at a
+  // union's value, whose branches step_thread follows one by one.
+  Result step_rounds(Thread& thread, uint8_t c) const {
     for (int round = 0; round < 8 && !thread.stack.empty(); ++round) {
       const Frame& top = thread.stack.back();
-      if (top.mode == Mode::kValue && !is_space(c) && !node(top.node).any_of.empty()) {
-        std::vector<int> leaves;
-        union_leaves(top.node, 0, leaves);
-        for (int leaf : leaves) {
-          Thread branch = thread;
-          branch.stack.back().node = leaf;
-          step_thread(std::move(branch), c, out);
-        }
+      if (top.mode == Mode::kValue && !is_space(c) && !node(top.node).any_of.empty())
+        return Result::kRedo;
+      const Result result = step(thread, c);
+      if (result != Result::kRedo) return result;
+    }
+    return Result::kReject;
+  }
+
+  void step_thread(Thread thread, uint8_t c, Threads& out) const {
+    switch (step_rounds(thread, c)) {
+      case Result::kReject:
         return;
-      }
-      switch (step(thread, c)) {
-        case Result::kReject:
-          return;
-        case Result::kAccept:
-          add(std::move(thread), out);
-          return;
-        case Result::kRedo:
-          break;
-      }
+      case Result::kAccept:
+        add(std::move(thread), out);
+        return;
+      case Result::kRedo:
+        break;
+    }
+    std::vector<int> leaves;
+    union_leaves(thread.stack.back().node, 0, leaves);
+    for (int leaf : leaves) {
+      Thread branch = thread;
+      branch.stack.back().node = leaf;
+      step_thread(std::move(branch), c, out);
     }
   }
 

@@ -31,7 +31,8 @@ void allow_fed_tokens(const State& start, const TokenTable& table, const SortedT
                       Marks& allowed) {
   // states[d] is the automaton after the first d bytes of the current token; `valid` is how
   // deep the previous token got: the tokens after it that share more with it fail too, and are
-  // jumped over.
+  // jumped over. Slots past the current depth are kept, and overwritten by copy-assignment,
+  // which reuses their buffers: a walk copies the automaton for every byte it tries.
   std::vector<State> states(1, start);
   size_t valid = 0;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -41,12 +42,14 @@ void allow_fed_tokens(const State& start, const TokenTable& table, const SortedT
     }
     const std::string& bytes = table.bytes(tokens[i].first);
     const size_t common = tokens[i].second;
-    states.erase(states.begin() + static_cast<std::ptrdiff_t>(common) + 1, states.end());
     size_t depth = common;
     for (; depth < bytes.size(); ++depth) {
-      State next = states[depth];
-      if (!next.feed(static_cast<uint8_t>(bytes[depth]))) break;
-      states.push_back(std::move(next));
+      if (states.size() == depth + 1) {
+        states.push_back(states[depth]);
+      } else {
+        states[depth + 1] = states[depth];
+      }
+      if (!states[depth + 1].feed(static_cast<uint8_t>(bytes[depth]))) break;
     }
     valid = depth;
     if (depth == bytes.size()) mark(allowed, tokens[i].first);
