@@ -3,7 +3,8 @@
 // fresh constraint is compiled (timed), then each valid instance (compact JSON) is tokenised
 // with a real vocabulary and a mask (the bits of the tokens allowed) is computed before every
 // token and before the end token (each timed; applying it to a row of logits on the host,
-// which the engine does beside the forward or on the device, is timed on its own). With --grammar
+// which the engine does beside the forward or on the device, is timed on its own). Every
+// token of a valid instance must be in its mask: those that are not are counted. With --grammar
 // FILE, every schema's instances are walked under that grammar (GBNF or Lark) instead, compiled
 // afresh for each schema in the same way. With --slow-ms N, each mask slower than N ms is reported
 // with its schema's id and place.
@@ -37,8 +38,10 @@ double percentile(std::vector<double>& values, double share) {
 
 struct Totals {
   int schemas = 0, compiled = 0, instances = 0, walked = 0;
-  double slow_us = 0;  // 0: report none
-  std::string id;      // the schema being walked
+  int64_t outside = 0;  // tokens of valid instances their mask did not allow
+  int held = 0;         // instances walked to the end with every token in its mask
+  double slow_us = 0;   // 0: report none
+  std::string id;       // the schema being walked
   std::vector<double> compile_us, mask_us, apply_us;
 };
 
@@ -47,6 +50,7 @@ struct Totals {
 bool walk(const Constraint& constraint, const std::vector<int32_t>& tokens, int32_t vocab,
           Totals& totals) {
   auto matcher = constraint.start();
+  const int64_t outside_before = totals.outside;
   std::vector<float> logits(static_cast<size_t>(vocab), 0.0f);
   for (size_t i = 0; i <= tokens.size(); ++i) {
     const Clock::time_point start = Clock::now();
@@ -58,8 +62,12 @@ bool walk(const Constraint& constraint, const std::vector<int32_t>& tokens, int3
     if (totals.slow_us > 0 && totals.mask_us.back() > totals.slow_us)
       fmt::print("slow: {:.1f} ms, schema {}, before token {} of {}\n",
                  totals.mask_us.back() / 1000, totals.id, i, tokens.size());
-    if (i < tokens.size() && !matcher->accept(tokens[i])) return false;
+    if (i == tokens.size()) break;
+    const auto id = static_cast<size_t>(tokens[i]);
+    if (!mask.free() && !((*mask.bits)[id / 64] >> (id % 64) & 1)) ++totals.outside;
+    if (!matcher->accept(tokens[i])) return false;
   }
+  totals.held += totals.outside == outside_before ? 1 : 0;
   return true;
 }
 
@@ -127,8 +135,11 @@ int main(int argc, char** argv) {
   for (double us : totals.mask_us) sum += us;
   const double mean =
       totals.mask_us.empty() ? 0.0 : sum / static_cast<double>(totals.mask_us.size());
-  fmt::print("{} of {} schemas compiled; {} of {} valid instances walked to the end\n",
-             totals.compiled, totals.schemas, totals.walked, totals.instances);
+  fmt::print(
+      "{} of {} schemas compiled; {} of {} valid instances walked to the end, {} with every "
+      "token in its mask ({} tokens outside: masks cut to single bytes by the work budget)\n",
+      totals.compiled, totals.schemas, totals.walked, totals.instances, totals.held,
+      totals.outside);
   fmt::print("masks: {}, mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us, max {:.0f} us\n",
              totals.mask_us.size(), mean, percentile(totals.mask_us, 0.5),
              percentile(totals.mask_us, 0.99), percentile(totals.mask_us, 1.0));

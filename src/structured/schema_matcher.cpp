@@ -136,7 +136,9 @@ class Automaton {
 
   // The string being written, when there is one thread and it is inside a string's plain
   // content: tokens without '"', '\\' or control bytes then only extend it.
-  // The whole state as bytes: two automata with the same key allow the same tokens.
+  // The state as bytes, leaving out what cannot change what follows (an unbounded number's
+  // value, a count past every bound on it): two automata with the same key allow the same
+  // tokens, and a document's many numbers and long strings reach the same keys again.
   std::string key() const {
     std::string out;
     auto put = [&](const auto& value) {
@@ -153,11 +155,14 @@ class Automaton {
       put(thread.stack.size());
       thread.stack.each([&](const Frame& frame) {
         put(frame.node), put(frame.mode), put(frame.escape), put(frame.word), put(frame.state);
-        put(frame.excluded), put(frame.pending), put(frame.count);
+        put(frame.excluded), put(frame.pending), put(key_count(frame));
         const NumberReading& r = frame.number;
-        put(r.part), put(r.negative), put(r.int_digits), put(r.frac_digits);
-        put_exact(r.int_value);
-        put_exact(r.frac_value);
+        put(r.part), put(r.negative);
+        if (frame.mode == Mode::kNumber && bounded(node(frame.node))) {
+          put(r.int_digits), put(r.frac_digits);
+          put_exact(r.int_value);
+          put_exact(r.frac_value);
+        }
         put(frame.seen.size());
         for (uint64_t word : frame.seen) put(word);
         put(frame.key.size());
@@ -168,6 +173,32 @@ class Automaton {
       out.push_back('#');
     }
     return out;
+  }
+
+  // What of a frame's count can change what follows: all of it where a maximum counts it
+  // down, or in a word; elsewhere only up to the largest minimum (or prefixItems) it meets.
+  int64_t key_count(const Frame& frame) const {
+    const SchemaNode& n = node(frame.node);
+    auto capped = [&](int64_t maximum, int64_t floor) {
+      return maximum >= 0 ? frame.count : std::min(frame.count, floor);
+    };
+    switch (frame.mode) {
+      case Mode::kString:
+        return capped(n.max_length, n.min_length);
+      case Mode::kArrayOpen:
+      case Mode::kArrayNext:
+      case Mode::kArrayItem:
+        return capped(n.max_items,
+                      std::max(n.min_items, static_cast<int64_t>(n.prefix_items.size())));
+      case Mode::kObjectOpen:
+      case Mode::kObjectKey:
+      case Mode::kKey:
+      case Mode::kColon:
+      case Mode::kObjectNext:
+        return capped(n.max_properties, n.min_properties);
+      default:
+        return frame.count;
+    }
   }
 
   // The frames being written when every thread is inside a string's plain content or a key's

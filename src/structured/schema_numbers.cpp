@@ -18,9 +18,6 @@ bool is_digit(uint8_t c) {
 bool integer_only(const SchemaNode& n) {
   return !(n.types & kNumberType);
 }
-bool bounded(const SchemaNode& n) {
-  return n.minimum || n.maximum || n.multiple_of > 0;
-}
 bool exponent(const SchemaNode& n, uint8_t c) {
   return (c == 'e' || c == 'E') && !integer_only(n) && !bounded(n);
 }
@@ -56,6 +53,10 @@ bool reachable(const SchemaNode& n, bool negative, long double low, long double 
 }
 
 }  // namespace
+
+bool bounded(const SchemaNode& n) {
+  return n.minimum || n.maximum || n.multiple_of > 0;
+}
 
 bool number_continues(const SchemaNode& n, const NumberReading& reading, uint8_t c) {
   const bool fraction = c == '.' && !integer_only(n);

@@ -30,6 +30,9 @@ struct NumberReading {
 // Bounded numbers are read exactly as long doubles up to this many integer digits.
 constexpr int kMaxBoundedDigits = 18;
 
+// The node limits its numbers' values (minimum, maximum or multipleOf): only then do the
+// digits read so far matter, beyond where in the grammar the number is.
+bool bounded(const SchemaNode& n);
 // `c` continues the number (its grammar; bounds aside).
 bool number_continues(const SchemaNode& n, const NumberReading& reading, uint8_t c);
 // Takes a byte that continues the number; false when no completion would stay in bounds.

@@ -95,11 +95,14 @@ TEST(JsonSchema, StringsKeepLengthsPatternsAndFormats) {
   check({R"({"format":"ipv4"})", {R"("192.168.0.1")"}, {R"("256.1.1.1")"}});
   check({R"({"format":"ipv6"})", {R"("::1")", R"("fe80::1:2")"}, {R"(":::")"}});
   check({R"({"format":"email"})", {R"("a.b@ex.com")"}, {R"("a@")", R"("ab")"}});
-  check({R"({"format":"duration"})", {R"("P3DT4H")", R"("P1Y2M3DT4H5M6S")", R"("P2W")"},
+  check({R"({"format":"duration"})",
+         {R"("P3DT4H")", R"("P1Y2M3DT4H5M6S")", R"("P2W")"},
          {R"("P")", R"("PT")", R"("PT0.5S")", R"("P1Y2D")", R"("PT1H2S")"}});
-  check({R"({"format":"hostname"})", {R"("a-b.example")", '"' + std::string(63, 'a') + '"'},
+  check({R"({"format":"hostname"})",
+         {R"("a-b.example")", '"' + std::string(63, 'a') + '"'},
          {R"("xn--abc")", R"("ab--c")", '"' + std::string(64, 'a') + '"', R"("-a")"}});
-  check({R"({"format":"uri"})", {R"("http://u@host:80/p?q#f")", R"("urn:isbn:1")"},
+  check({R"({"format":"uri"})",
+         {R"("http://u@host:80/p?q#f")", R"("urn:isbn:1")"},
          {R"("http://host:8a/")", R"("http://[x]/")", R"("/relative")"}});
 }
 
@@ -236,12 +239,8 @@ TEST(JsonSchema, TriggeredAndThenFreeStretches) {
 }
 
 // Along a valid text, the mask allows exactly the tokens the matcher accepts.
-TEST(JsonSchema, MasksAreTheTokensTheMatcherAccepts) {
-  const std::string schema = R"({"type":"object","properties":{
-      "name":{"type":"string","maxLength":4},"tags":{"type":"array","items":{"enum":["ab","c"]}},
-      "n":{"type":"integer","minimum":10,"maximum":120},"when":{"format":"date"}},
-      "required":["name","n"],"additionalProperties":false})";
-  const std::string text = R"({"name":"ab\n","tags":["ab","c"],"n":112,"when":"2024-01-05"})";
+void expect_masks_along(const std::string& schema, const std::string& text) {
+  SCOPED_TRACE(schema);
   auto constraint = json_schema_constraint(table(), schema);
   auto matcher = constraint->start();
   const int32_t vocab = table()->size();
@@ -258,6 +257,41 @@ TEST(JsonSchema, MasksAreTheTokensTheMatcherAccepts) {
     }
   }
   EXPECT_TRUE(matcher->complete());
+}
+
+TEST(JsonSchema, MasksAreTheTokensTheMatcherAccepts) {
+  expect_masks_along(R"({"type":"object","properties":{
+      "name":{"type":"string","maxLength":4},"tags":{"type":"array","items":{"enum":["ab","c"]}},
+      "n":{"type":"integer","minimum":10,"maximum":120},"when":{"format":"date"}},
+      "required":["name","n"],"additionalProperties":false})",
+                     R"({"name":"ab\n","tags":["ab","c"],"n":112,"when":"2024-01-05"})");
+}
+
+// Masks are kept by a state's key, which leaves out what cannot change what follows (an
+// unbounded number's digits, counts past their bounds): every kept mask met again along these
+// texts is still exactly the tokens accepted, where a count or a value does matter too.
+TEST(JsonSchema, KeptMasksHoldWhereStatesShareAKey) {
+  expect_masks_along(R"({"type":"array","items":{"type":"number"}})",
+                     "[1111111,22.2222,-3333e33,0.5,1,11,111]");
+  expect_masks_along(R"({"type":"array","items":{"type":"integer","maximum":1111},"minItems":2})",
+                     "[111,1111,11,1,0,111]");
+  expect_masks_along(R"({"type":"array","items":{"type":"integer","multipleOf":3}})",
+                     "[333,3333,33,3]");
+  expect_masks_along(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],
+      "items":{"type":"boolean"},"minItems":3,"maxItems":6})",
+                     R"(["aaaa",1,true,false,true,true])");
+  expect_masks_along(R"({"type":"array","prefixItems":[{"type":"string"},{"type":"integer"}],
+      "items":false})",
+                     R"(["aaaa",1])");
+  expect_masks_along(R"({"type":"string","minLength":3})", R"("aaaaaaaa")");
+  expect_masks_along(R"({"type":"string","maxLength":6})", R"("aaaaaa")");
+  expect_masks_along(
+      R"({"type":"object","minProperties":2,"additionalProperties":{"type":"null"}})",
+      R"({"a":null,"b":null,"c":null,"d":null})");
+  expect_masks_along(R"({"type":"object","maxProperties":3})", R"({"a":1,"b":1,"c":1})");
+  expect_masks_along(R"({"type":"object","properties":{"aa":{"type":"integer"}},
+      "required":["aa"],"additionalProperties":false})",
+                     R"({"aa":11111})");
 }
 
 // JSONSchemaBench (tests/fixtures/structured): every schema compiles or is refused with a
