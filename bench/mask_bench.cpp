@@ -43,6 +43,7 @@ struct Totals {
   double slow_us = 0;   // 0: report none
   std::string id;       // the schema being walked
   std::vector<double> compile_us, mask_us, apply_us;
+  std::vector<std::string> exceptions;  // valid instances not held by their masks, and why
 };
 
 // Masks before each of the instance's tokens and before the end; false when a token is
@@ -67,7 +68,11 @@ bool walk(const Constraint& constraint, const std::vector<int32_t>& tokens, int3
     if (!mask.free() && !((*mask.bits)[id / 64] >> (id % 64) & 1)) ++totals.outside;
     if (!matcher->accept(tokens[i])) return false;
   }
-  totals.held += totals.outside == outside_before ? 1 : 0;
+  if (totals.outside == outside_before) {
+    ++totals.held;
+  } else {
+    totals.exceptions.push_back(totals.id + ": a token outside its mask");
+  }
   return true;
 }
 
@@ -126,7 +131,11 @@ int main(int argc, char** argv) {
         ++totals.instances;
         const auto tokens =
             tokenizer->encode(instance["data"].dump(), deepinfer::EncodeMode::kPlain);
-        totals.walked += walk(*constraint, tokens, tokenizer->vocab_size(), totals) ? 1 : 0;
+        if (walk(*constraint, tokens, tokenizer->vocab_size(), totals)) {
+          ++totals.walked;
+        } else {
+          totals.exceptions.push_back(totals.id + ": refused before its end");
+        }
       }
     }
     fmt::print(stderr, "{}: {} schemas so far\n", argv[arg], totals.schemas);
@@ -143,6 +152,8 @@ int main(int argc, char** argv) {
   fmt::print("masks: {}, mean {:.1f} us, p50 {:.1f} us, p99 {:.1f} us, max {:.0f} us\n",
              totals.mask_us.size(), mean, percentile(totals.mask_us, 0.5),
              percentile(totals.mask_us, 0.99), percentile(totals.mask_us, 1.0));
+  for (const std::string& exception : totals.exceptions)
+    fmt::print("exception: schema {}\n", exception);
   double apply_sum = 0.0;
   for (double us : totals.apply_us) apply_sum += us;
   fmt::print(

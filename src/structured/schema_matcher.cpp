@@ -661,10 +661,10 @@ class SchemaMatcher final : public Matcher {
                                         allowed);
   }
 
-  // A mask's walk steps at most this many threads by a byte (tens of milliseconds): past it
+  // A mask's walk steps at most this many threads by a byte (at most about 80 ms): past it
   // only the tokens already checked and the single bytes are allowed, so a schema whose unions
   // keep many threads alive writes in smaller tokens instead of stalling.
-  static constexpr size_t kMaxThreadSteps = 150'000;
+  static constexpr size_t kMaxThreadSteps = 300'000;
 
   // The automaton, charging each byte it is fed to a budget; out of budget, it takes nothing.
   struct Budgeted {
