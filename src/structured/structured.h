@@ -146,8 +146,8 @@ class Constraint {
 std::shared_ptr<const Constraint> json_object_constraint(std::shared_ptr<const TokenTable> table);
 
 // One JSON value that `schema_json` (JSON Schema, drafts 2020-12 and 7) accepts, then an end
-// token. Throws GrammarError naming a keyword or construct it cannot enforce. oneOf is
-// enforced as anyOf: the value matches at least one branch.
+// token. Throws GrammarError naming a keyword or construct it cannot enforce, among them a
+// oneOf whose branches it cannot show to share no value.
 std::shared_ptr<const Constraint> json_schema_constraint(std::shared_ptr<const TokenTable> table,
                                                          std::string_view schema_json);
 
