@@ -233,7 +233,7 @@ void write_generation_prompt(PromptWriter& out, const ChatRequest& request, bool
 
 ForcedCallText dsml_forced_call(DeepSeekEncoding version) {
   DsmlTags tags(version);
-  return {tags.block_open(), tags.open("invoke") + " name=\"", "\">\n"};
+  return {tags.block_open(), tags.open("invoke") + " name=\"", "\">\n", "", ""};
 }
 
 SegmentedPrompt render_deepseek_prompt(const DeepSeekPromptOptions& options,

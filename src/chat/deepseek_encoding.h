@@ -28,10 +28,13 @@ struct DeepSeekPromptOptions {
 };
 
 // The text that opens a tool-call block (tool_choice required), and what goes around the
-// function's name to open one call in it (tool_choice named).
+// function's name to open one call in it (tool_choice named); what closes the call after its
+// arguments (named) or after its call object (required), where those are JSON the engine
+// holds to a schema (empty: the model closes it).
 struct ForcedCallText {
   std::string block;
   std::string before_name, after_name;
+  std::string after_arguments, after_call;
 };
 ForcedCallText dsml_forced_call(DeepSeekEncoding version);
 

@@ -134,8 +134,16 @@ MessagesRequest parse_messages(const std::string& body_text) {
                           "cache_retention", "ignore_eos"})
     if (body.contains(key)) common[key] = body[key];
   if (body.contains("stop_sequences")) common["stop"] = body["stop_sequences"];
-  // Structured outputs: {"type": "json_schema", "schema": {...}}, as text.format is read.
+  // Structured outputs: output_config.format (or the beta's output_format), {"type":
+  // "json_schema", "schema": {...}}, read as the Responses API's text.format is.
   if (body.contains("output_format")) common["response_format"] = body["output_format"];
+  const auto config = body.find("output_config");
+  if (config != body.end()) {
+    if (!config->is_object())
+      throw ApiError(400, "output_config must be an object", "output_config");
+    if (config->contains("format") && !(*config)["format"].is_null())
+      common["response_format"] = (*config)["format"];
+  }
   request.params = parse_generation_params(common, true);
   return request;
 }

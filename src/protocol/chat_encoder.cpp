@@ -61,10 +61,12 @@ chat::ForcedCallText ChatEncoder::forced_call_text() const {
   chat::ForcedCallText text;
   switch (syntax_.tools) {
     case ToolFormat::kHermesJson:
-      text = {"<tool_call>\n", "{\"name\": \"", "\", \"arguments\": "};
+      text = {"<tool_call>\n", "{\"name\": \"", "\", \"arguments\": ", "}\n</tool_call>",
+              "\n</tool_call>"};
       break;
     case ToolFormat::kDeepSeekV3:
-      text = {syntax_.tool_start, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", "\n```json\n"};
+      text = {syntax_.tool_start, "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", "\n```json\n",
+              "\n```<｜tool▁call▁end｜>" + syntax_.tool_end, ""};
       break;
     case ToolFormat::kDsml:
       text = chat::dsml_forced_call(deepseek_ ? deepseek_->version : DeepSeekEncoding::kV4);
@@ -109,7 +111,9 @@ ChatPrompt ChatEncoder::encode(const chat::ChatRequest& request, size_t max_text
     // The prompt opens the call; the parser reads it as the start of the output.
     chat::ForcedCallText forced = forced_call_text();
     prompt.forced_output = forced.block;
+    prompt.forced_closing = forced.after_call;
     if (request.tool_choice.mode == Mode::kNamed) {
+      prompt.forced_closing = forced.after_arguments;
       const std::string& name = request.tool_choice.name;
       size_t name_at = encoded.text.size() + forced.block.size() + forced.before_name.size();
       encoded.client_token_text.emplace_back(name_at, name_at + name.size());

@@ -26,9 +26,10 @@ struct ChatPrompt {
   // The tags this completion's output is parsed with (no tool format when the request offers
   // no tools); starts_in_reasoning when the prompt opened the reasoning. With tool_choice
   // required or named the prompt ends by opening the call: `forced_output` is that text, to
-  // be read by the output parser before what the model writes.
+  // be read by the output parser before what the model writes, and `forced_closing` the text
+  // that closes the call after the JSON the engine holds to the tool's schema.
   OutputSyntax syntax;
-  std::string forced_output;
+  std::string forced_output, forced_closing;
 };
 
 class ChatEncoder {

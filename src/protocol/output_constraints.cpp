@@ -89,8 +89,15 @@ std::string OutputConstraints::enforced_parameters(const Json& function) {
   }
 }
 
+// The closing text of a forced call as tokens, its control tokens recognised (the format's
+// own text, never the client's).
+std::vector<int32_t> OutputConstraints::closing_ids(const std::string& closing) const {
+  return closing.empty() ? std::vector<int32_t>{}
+                         : tokenizer_.encode(closing, EncodeMode::kSpecials, false);
+}
+
 std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
-    const chat::ChatRequest& request, const OutputSyntax& syntax) {
+    const chat::ChatRequest& request, const OutputSyntax& syntax, const std::string& closing) {
   using Mode = chat::ToolChoice::Mode;
   if (!request.tools.is_array() || request.tools.empty()) return nullptr;
   const bool named = request.tool_choice.mode == Mode::kNamed;
@@ -105,7 +112,7 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
       // enforced_parameters compiled and kept the arguments' schema: wrapped, not compiled again.
       auto arguments = compiled(
           "json:" + schema, [&] { return structured::json_schema_constraint(table(), schema); });
-      return structured::then_free(std::move(arguments));
+      return structured::then_closing(std::move(arguments), *table(), closing_ids(closing), true);
     }
     return nullptr;
   }
@@ -143,7 +150,7 @@ std::shared_ptr<const structured::Constraint> OutputConstraints::tool_call(
       throw ApiError(400, error.what(), "tools");
     }
   });
-  if (required) return structured::then_free(call);
+  if (required) return structured::then_closing(call, *table(), closing_ids(closing), false);
   return structured::after_each(*opening, call);
 }
 

@@ -30,12 +30,14 @@ class OutputConstraints {
   std::shared_ptr<const structured::Constraint> of(const GenerationParams& params);
   // Tool calls whose arguments the model writes as JSON, held to the tools' parameters
   // schemas: a forced call's arguments (named; the prompt opened the call up to them) or call
-  // object (required, Hermes: {"name", "arguments"} of one of the tools), then free for the
-  // model to close the call; with tool_choice auto and a strict tool, every call the model
-  // opens with the Hermes tag. Null for other calls and formats. A strict tool whose schema
-  // the engine refuses is a 400; another tool's arguments are then left free.
+  // object (required, Hermes: {"name", "arguments"} of one of the tools), then `closing` (the
+  // format's text that closes the call: a named call then ends the output, a required one
+  // leaves the model free to make more); with tool_choice auto and a strict tool, every call
+  // the model opens with the Hermes tag. Null for other calls and formats. A strict tool whose
+  // schema the engine refuses is a 400; another tool's arguments are then left free.
   std::shared_ptr<const structured::Constraint> tool_call(const chat::ChatRequest& request,
-                                                          const OutputSyntax& syntax);
+                                                          const OutputSyntax& syntax,
+                                                          const std::string& closing);
   // `constraint` starting after a reasoning model's reasoning (the tags of `syntax`); itself
   // when the model has none.
   std::shared_ptr<const structured::Constraint> after_reasoning(
@@ -43,6 +45,7 @@ class OutputConstraints {
 
  private:
   std::shared_ptr<const structured::TokenTable> table();
+  std::vector<int32_t> closing_ids(const std::string& closing) const;
   // The constraint kept under `key`, or `make`'s, kept.
   template <typename Make>
   std::shared_ptr<const structured::Constraint> compiled(const std::string& key, Make&& make);

@@ -295,7 +295,7 @@ void ApiServer::start_chat_job(const std::shared_ptr<Job>& job, chat::ChatReques
       check_lengths(static_cast<int64_t>(ids.size()), job->params.max_tokens, max_model_len_);
   job->constraint = constraints_->after_reasoning(constraints_->of(job->params), prompt.syntax);
   if (!job->constraint) {
-    job->constraint = constraints_->tool_call(chat, prompt.syntax);
+    job->constraint = constraints_->tool_call(chat, prompt.syntax, prompt.forced_closing);
     // Calls the model opens itself come after its reasoning; forced ones open the output.
     if (chat.tool_choice.mode == chat::ToolChoice::Mode::kAuto)
       job->constraint = constraints_->after_reasoning(job->constraint, prompt.syntax);

@@ -5,6 +5,7 @@
 #include "core/token_bits.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
+#include "structured/utf8.h"
 
 namespace deepinfer::structured {
 
@@ -25,15 +26,16 @@ TokenTable::TokenTable(std::vector<std::string> token_bytes, const std::vector<i
   std::vector<int32_t> sensitive;
   for (int32_t id : order) {
     const std::string& text = bytes(id);
-    bool plain = std::none_of(text.begin(), text.end(), [](char c) {
-      return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
-    });
-    // A raw control byte ends any string: a token with one before its first '"' or '\\' can
-    // never continue one.
     const auto first = std::find_if(text.begin(), text.end(), [](char c) {
       return c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20;
     });
-    if (!plain && static_cast<unsigned char>(*first) >= 0x20) sensitive.push_back(id);
+    // Plain tokens continue a string between characters whatever came before; a byte-level
+    // vocabulary's fragments of a character (a lone continuation byte, say) do not, so they
+    // are walked with the rest. A raw control byte ends any string: a token with one before
+    // its first '"' or '\\' can never continue one.
+    const bool plain = first == text.end() && utf8_from_boundary(text);
+    if (!plain && (first == text.end() || static_cast<unsigned char>(*first) >= 0x20))
+      sensitive.push_back(id);
     if (plain) string_plain_.push_back(id);
     if (plain)
       string_plain_chars_.push_back(
@@ -516,6 +518,83 @@ class ThenFreeMatcher final : public Matcher {
   std::unique_ptr<Matcher> inner_;  // null once it is complete
 };
 
+// The tokens of a closing text one at a time, then (when `end`) an end token alone.
+struct ClosingTokens {
+  std::vector<TokenMask> steps;  // steps[i]: the i-th closing token; last: the end tokens
+  std::vector<int32_t> ids;
+};
+
+class ThenClosingMatcher final : public Matcher {
+ public:
+  ThenClosingMatcher(std::unique_ptr<Matcher> inner, std::shared_ptr<const ClosingTokens> closing)
+      : inner_(std::move(inner)), closing_(std::move(closing)) {}
+  ThenClosingMatcher(const ThenClosingMatcher& other)
+      : inner_(other.inner_ ? other.inner_->clone() : nullptr),
+        closing_(other.closing_),
+        written_(other.written_) {}
+
+  std::unique_ptr<Matcher> clone() const override {
+    return std::make_unique<ThenClosingMatcher>(*this);
+  }
+  TokenMask allowed() const override {
+    if (inner_) return inner_->allowed();
+    return written_ < closing_->steps.size() ? closing_->steps[written_] : TokenMask{};
+  }
+  bool accept(int32_t token) override {
+    if (inner_) {
+      if (!inner_->accept(token)) return false;
+      if (inner_->complete()) inner_.reset();
+      return true;
+    }
+    if (written_ < closing_->ids.size()) {
+      if (token != closing_->ids[written_]) return false;
+      ++written_;
+      return true;
+    }
+    // After the closing text: an end token when one is required, else anything.
+    return written_ == closing_->steps.size() || allowed_by(closing_->steps.back(), token);
+  }
+  bool complete() const override { return !inner_ && written_ >= closing_->ids.size(); }
+
+ private:
+  static bool allowed_by(const TokenMask& mask, int32_t token) {
+    return token >= 0 && token < mask.tokens &&
+           ((*mask.bits)[static_cast<size_t>(token) / 64] >> (token % 64) & 1);
+  }
+  std::unique_ptr<Matcher> inner_;  // null once it is complete
+  std::shared_ptr<const ClosingTokens> closing_;
+  size_t written_ = 0;  // closing tokens written
+};
+
+class ThenClosing final : public Constraint {
+ public:
+  ThenClosing(std::shared_ptr<const Constraint> inner, const TokenTable& table,
+              std::vector<int32_t> closing, bool end)
+      : inner_(std::move(inner)) {
+    auto tokens = std::make_shared<ClosingTokens>();
+    const size_t words = (static_cast<size_t>(table.size()) + 63) / 64;
+    auto only = [&](const std::vector<int32_t>& ids) {
+      std::vector<uint64_t> bits(words, 0);
+      for (int32_t id : ids)
+        if (id >= 0 && id < table.size())
+          bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+      return TokenMask{std::make_shared<const std::vector<uint64_t>>(std::move(bits)),
+                       table.size()};
+    };
+    for (int32_t id : closing) tokens->steps.push_back(only({id}));
+    if (end) tokens->steps.push_back(only(table.end_tokens()));
+    tokens->ids = std::move(closing);
+    closing_ = std::move(tokens);
+  }
+  std::unique_ptr<Matcher> start() const override {
+    return std::make_unique<ThenClosingMatcher>(inner_->start(), closing_);
+  }
+
+ private:
+  std::shared_ptr<const Constraint> inner_;
+  std::shared_ptr<const ClosingTokens> closing_;
+};
+
 class AfterEachMatcher final : public Matcher {
  public:
   AfterEachMatcher(int32_t trigger, std::shared_ptr<const Constraint> inner)
@@ -579,6 +658,14 @@ std::shared_ptr<const Constraint> after_each(int32_t trigger,
 
 std::shared_ptr<const Constraint> then_free(std::shared_ptr<const Constraint> inner) {
   return std::make_shared<ThenFree>(std::move(inner));
+}
+
+std::shared_ptr<const Constraint> then_closing(std::shared_ptr<const Constraint> inner,
+                                               const TokenTable& table,
+                                               std::vector<int32_t> closing, bool end) {
+  end = end && !table.end_tokens().empty();
+  if (closing.empty() && !end) return then_free(std::move(inner));
+  return std::make_shared<ThenClosing>(std::move(inner), table, std::move(closing), end);
 }
 
 std::shared_ptr<const Constraint> after_reasoning(std::shared_ptr<const Constraint> inner,

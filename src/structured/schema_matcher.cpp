@@ -17,6 +17,7 @@
 #include "structured/shared_stack.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
+#include "structured/utf8.h"
 
 namespace deepinfer::structured {
 namespace {
@@ -63,7 +64,7 @@ enum class Mode : uint8_t {
 struct Frame {
   int node = -1;  // -1: any value
   Mode mode = Mode::kValue;
-  uint8_t escape = 0;  // strings and keys: 1 after '\\', 2-5: hex digits of \u to come (+1)
+  uint8_t escape = 0;  // strings and keys: where in a character (Automaton::escape_byte)
   uint8_t word = 0;
   int32_t state = 0;
   int32_t excluded = ByteDfa::kStart;  // the node's excluded-values automaton over the value
@@ -400,12 +401,20 @@ class Automaton {
     return top.state != ByteDfa::kDead;
   }
 
-  // JSON string syntax: after `escape` (0 plain, 1 after '\\', 2-5 hex digits to come + 1),
-  // whether `c` may come; moves `escape` on.
+  // JSON string syntax (UTF-8 text): whether `c` may come after `escape` (0 between
+  // characters, 1 after '\\', 2-5 with hex digits of \\u to come (+1), kUtf8 + s inside a
+  // multi-byte character, utf8_next's state s); moves `escape` on.
+  static constexpr uint8_t kUtf8 = 8;
   static bool escape_byte(uint8_t& escape, uint8_t c) {
-    if (escape == 0) {
-      if (c < 0x20) return false;
-      if (c == '\\') escape = 1;
+    if (escape == 0 || escape >= kUtf8) {
+      if (escape == 0 && c < 0x80) {
+        if (c < 0x20) return false;
+        if (c == '\\') escape = 1;
+        return true;
+      }
+      const int next = utf8_next(escape == 0 ? 0 : escape - kUtf8, c);
+      if (next < 0) return false;
+      escape = next == 0 ? 0 : static_cast<uint8_t>(kUtf8 + next);
       return true;
     }
     if (escape == 1) {

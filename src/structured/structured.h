@@ -56,8 +56,9 @@ class TokenTable {
   // Ordinary tokens in byte order.
   const SortedTokens& sorted() const { return sorted_; }
   // Inside a JSON string most tokens are just characters: those without '"', '\\' or control
-  // bytes (allowed there whatever came before); string_sensitive are the others that can
-  // continue a string (no control byte before their first '"' or '\\'), sorted as above.
+  // bytes that are well-formed UTF-8 from a character boundary (allowed between characters
+  // whatever came before); string_sensitive are the others that can continue a string (no
+  // control byte before their first '"' or '\\'), sorted as above.
   const std::vector<int32_t>& string_plain() const { return string_plain_; }
   const SortedTokens& string_plain_sorted() const { return string_plain_sorted_; }
   // The code points each string_plain token writes (its bytes that do not continue one).
@@ -167,6 +168,13 @@ std::shared_ptr<const Constraint> choice_constraint(std::shared_ptr<const TokenT
 // `inner`, then any output once it is complete: a forced tool call's arguments, after which the
 // model closes the call in its own format.
 std::shared_ptr<const Constraint> then_free(std::shared_ptr<const Constraint> inner);
+
+// `inner`, then exactly the tokens `closing` (what closes a forced tool call in the model's
+// format, control tokens included), then an end token alone when `end` (the call is the whole
+// output), else any output.
+std::shared_ptr<const Constraint> then_closing(std::shared_ptr<const Constraint> inner,
+                                               const TokenTable& table,
+                                               std::vector<int32_t> closing, bool end);
 
 // Free output in which each `trigger` token starts `inner` (then free again once it is
 // complete): a tool call's block opened by its tag, its call object held to the tools' schemas.

@@ -238,6 +238,42 @@ TEST(JsonSchema, TriggeredAndThenFreeStretches) {
   EXPECT_TRUE(forced->complete());
 }
 
+// A forced call closed by the engine: the arguments, then exactly the closing tokens, then
+// an end token alone; without `end`, free output after the closing.
+TEST(JsonSchema, ThenClosingWritesTheClosingTokensThenEnds) {
+  auto call = json_schema_constraint(table(), R"({"type":"object","required":["n"],
+      "properties":{"n":{"type":"integer"}},"additionalProperties":false})");
+  const int32_t end = table()->size() - 1;
+  const std::vector<int32_t> closing = {'}', '\n', 0xFE};
+  auto allowed_ids = [&](const Matcher& matcher) {
+    std::vector<float> logits(static_cast<size_t>(table()->size()), 0.0f);
+    matcher.mask_logits(logits.data(), table()->size());
+    std::vector<int32_t> ids;
+    for (int32_t id = 0; id < table()->size(); ++id)
+      if (std::isfinite(logits[static_cast<size_t>(id)])) ids.push_back(id);
+    return ids;
+  };
+  auto matcher = then_closing(call, *table(), closing, true)->start();
+  for (char c : std::string(R"({"n":42})")) ASSERT_TRUE(matcher->accept(static_cast<uint8_t>(c)));
+  for (int32_t id : closing) {
+    EXPECT_FALSE(matcher->complete());
+    EXPECT_EQ(allowed_ids(*matcher), std::vector<int32_t>{id});
+    EXPECT_FALSE(matcher->clone()->accept(end));
+    ASSERT_TRUE(matcher->accept(id));
+  }
+  EXPECT_TRUE(matcher->complete());
+  EXPECT_EQ(allowed_ids(*matcher), std::vector<int32_t>{end});
+  EXPECT_FALSE(matcher->clone()->accept('x'));
+  EXPECT_TRUE(matcher->accept(end));
+
+  auto free_after = then_closing(call, *table(), closing, false)->start();
+  for (char c : std::string(R"({"n":1}})"
+                            "\n\xFE"
+                            "more text"))
+    ASSERT_TRUE(free_after->accept(static_cast<uint8_t>(c)));
+  EXPECT_TRUE(free_after->complete());
+}
+
 // Along a valid text, the mask allows exactly the tokens the matcher accepts.
 void expect_masks_along(const std::string& schema, const std::string& text) {
   SCOPED_TRACE(schema);
@@ -265,6 +301,18 @@ TEST(JsonSchema, MasksAreTheTokensTheMatcherAccepts) {
       "n":{"type":"integer","minimum":10,"maximum":120},"when":{"format":"date"}},
       "required":["name","n"],"additionalProperties":false})",
                      R"({"name":"ab\n","tags":["ab","c"],"n":112,"when":"2024-01-05"})");
+}
+
+// JSON text is UTF-8: strings and keys take whole, well-formed characters only, however the
+// vocabulary's tokens cut them.
+TEST(JsonSchema, StringsHoldWellFormedUtf8) {
+  check({R"({"type":"object","additionalProperties":{"type":"string","maxLength":2}})",
+         {"{\"\xc3\xa9\":\"\xc3\xa9\xe2\x82\xac\"}", "{\"k\":\"\xf0\x9f\x98\x80\"}"},
+         {"{\"k\":\"\xa9\"}", "{\"k\":\"\xc3\"}", "{\"k\":\"\xc0\x80\"}",
+          "{\"k\":\"\xed\xa0\x80\"}", "{\"k\":\"\xf4\x90\x80\x80\"}", "{\"\xff\":\"a\"}",
+          "{\"k\":\"\xc3\xa9\xc3\xa9\xc3\xa9\"}"}});
+  expect_masks_along(R"({"type":"object","additionalProperties":{"type":"string"}})",
+                     "{\"\xc3\xa9\":\"a\xc3\xa9\xe2\x82\xac\"}");
 }
 
 // Masks are kept by a state's key, which leaves out what cannot change what follows (an
