@@ -16,7 +16,8 @@
 # bench-engine); tiers = time to first token after a 32k-token prefix recomputed, in memory,
 # in the host-memory tier and on disk (bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
 # structured = 32 requests held to a JSON Schema against 32 free (bench-engine on a
-# Qwen3-0.6B-shaped checkpoint; carry build/tokenizers/qwen3);
+# Qwen3-0.6B-shaped checkpoint; carry build/tokenizers/qwen3); speculative = the 8B shape
+# without speculation, with n-gram drafts and with a 1B-shaped draft model (bench-engine);
 # v4 = a DeepSeek-V4-Flash-shaped FP8 checkpoint with V4_LAYERS layers (4 by default; the
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
@@ -69,6 +70,16 @@ make_8b() {
   /usr/bin/time -f "make-model: %e s" "$BUNDLE/bin/deepinfer" make-model "$MODEL_8B" --family llama \
     --vocab 128256 --hidden 4096 --intermediate 14336 --layers 32 --heads 32 --kv-heads 8 \
     --max-position 131072 --rope-theta 500000 --max-shard-mib 5120 >/dev/null
+}
+
+MODEL_1B=/tmp/deepinfer-llama-1b
+
+# Llama-3.2-1B's shapes with the 8B's vocabulary: a draft model for it.
+make_1b() {
+  [[ -f $MODEL_1B/config.json ]] && return
+  "$BUNDLE/bin/deepinfer" make-model "$MODEL_1B" --family llama --vocab 128256 --hidden 2048 \
+    --intermediate 8192 --layers 16 --heads 32 --kv-heads 8 --max-position 131072 \
+    --rope-theta 500000 --tie-embeddings >/dev/null
 }
 
 MODEL_V4=/tmp/deepinfer-v4-flash
@@ -237,6 +248,21 @@ run() {
         sed "s/^/free: /" | tee -a "$out/structured.txt"
     done
   fi
+  # speculative: the 8B shape at 1, 8 and 32 concurrent requests (256 + 256 tokens) without
+  # speculation, with n-gram drafts and with the 1B-shaped draft model (random weights: the
+  # draft costs its forwards and is rarely accepted).
+  if [[ $stages == *speculative* ]]; then
+    make_8b
+    make_1b
+    local config
+    for config in "" '{"method":"ngram"}' "{\"method\":\"draft_model\",\"model\":\"$MODEL_1B\"}"; do
+      "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda --load read \
+        --concurrency "${SPEC_CONCURRENCY:-1,8,32}" --prompt-tokens 256 --output-tokens 256 \
+        --kv-cache-fraction 0.8 ${config:+--speculative-config "$config"} 2>&1 |
+        grep -E "concurrency|accept" | sed "s|^|$(sed -E 's/.*"method":"([a-z_]+)".*/\1/' <<<"${config:-off}"): |" |
+        tee -a "$out/speculative.txt"
+    done
+  fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into
   # one call's 10 minutes: all phases take about 7.
   [[ $stages == *peer* ]] && python3 bench/torch_peer.py --out "$out" \
@@ -250,6 +276,7 @@ run() {
   [[ -f $out/engine.txt ]] && tail -8 "$out/engine.txt"
   [[ -f $out/v4.txt ]] && grep -E "copy|peak|prompt|decode|KV" "$out/v4.txt"
   [[ -f $out/structured.txt ]] && cat "$out/structured.txt"
+  [[ -f $out/speculative.txt ]] && cat "$out/speculative.txt"
   return 0
 }
 
