@@ -215,6 +215,7 @@ struct JsonState {
   uint8_t count = 0;    // hex digits left (kUnicode), literal position (kLiteral)
   uint8_t literal = 0;  // which literal
   uint8_t spaces = 0;   // length of the current whitespace run
+  uint8_t utf8 = 0;     // in a string: where in a multi-byte character (utf8_next's state)
   std::string stack;    // open containers, '{' or '['
 
   bool feed(uint8_t c) {
@@ -304,6 +305,12 @@ struct JsonState {
         }
         return (c == '}' || c == ']') && close(c);
       case kString:
+        if (utf8 != 0 || c >= 0x80) {  // JSON text is UTF-8: whole, well-formed characters
+          const int next = utf8_next(utf8, c);
+          if (next < 0) return false;
+          utf8 = static_cast<uint8_t>(next);
+          return true;
+        }
         if (c == '"') {
           if (key) {
             mode = kColon;
@@ -397,7 +404,7 @@ class JsonMatcher final : public Matcher {
     std::vector<uint64_t> bits((static_cast<size_t>(table_->size()) + 63) / 64, 0);
     if (complete()) {
       for (int32_t id : table_->end_tokens()) mark(bits, id);
-    } else if (state_.mode == JsonState::kString) {
+    } else if (state_.mode == JsonState::kString && state_.utf8 == 0) {
       table_->allow_string_plain(INT64_MAX, INT64_MAX, nullptr, bits);
       allow_fed_tokens(state_, *table_, table_->string_sensitive(), bits);
     } else {

@@ -14,9 +14,9 @@ namespace {
 
 // A small vocabulary: the end token is id 0, a control token id 1.
 const std::vector<std::string> kTokens = {
-    "",   "<ctl>", "{",  "}",   "[",   "]",   "\"",   "a",  "\":",     " ",
-    ",",  "1",     "-",  "0",   ".5",  "e+3", "true", "tr", "ue",      "nul",
-    "\\", "u00e9", "\n", "{\"", "\"}", "}}",  "x",    ":",  "<think>", "</think>"};
+    "",   "<ctl>", "{",   "}",  "[",   "]",    "\"",      "a",        "\":",  " ",    ",",
+    "1",  "-",     "0",   ".5", "e+3", "true", "tr",      "ue",       "nul",  "\\",   "u00e9",
+    "\n", "{\"",   "\"}", "}}", "x",   ":",    "<think>", "</think>", "\xc3", "\xa9", "\xc3\xa9"};
 
 std::shared_ptr<const TokenTable> small_table() {
   return std::make_shared<TokenTable>(kTokens, std::vector<int32_t>{0}, std::vector<int32_t>{1});
@@ -81,6 +81,22 @@ TEST(JsonObjectConstraint, RejectsWhatJsonForbids) {
   while (matcher->accept(id_of(" ")) && spaces < 1000) ++spaces;
   EXPECT_LT(spaces, 100);
   EXPECT_TRUE(matcher->accept(id_of("{")));
+}
+
+// JSON text is UTF-8: a string takes a character whole or cut over tokens, never a fragment
+// alone or a character cut off by the closing quote.
+TEST(JsonObjectConstraint, StringsHoldWellFormedUtf8) {
+  auto constraint = json_object_constraint(small_table());
+  auto matcher = constraint->start();
+  ASSERT_TRUE(feed(*matcher, {"{\"", "\xc3\xa9", "\xc3", "\xa9", "\":", "\"", "\xc3"}));
+  EXPECT_EQ(allowed(*matcher), (std::vector<std::string>{"\xa9"}));
+  ASSERT_TRUE(feed(*matcher, {"\xa9", "\"}"}));
+  EXPECT_TRUE(matcher->complete());
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"{\"", "\xa9"}, {"{\"", "\xc3", "\"}"}, {"{\"", "\xc3", "\xc3"}}) {
+    auto probe = constraint->start();
+    EXPECT_FALSE(feed(*probe, bad)) << testing::PrintToString(bad);
+  }
 }
 
 // A reasoning model may think first; the JSON starts after </think>, or at once when the
