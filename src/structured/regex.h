@@ -71,7 +71,8 @@ class ByteDfa {
   static constexpr int kDead = 0;
   static constexpr int kStart = 1;
   static constexpr int kMaxStates = 50000;
-  static constexpr size_t kMaxWork = 20'000'000;  // NFA states visited while building it
+  static constexpr size_t kMaxWork = 60'000'000;  // NFA states visited while building it
+  static constexpr size_t kLookupWork = 8;
   int next(int state, uint8_t byte) const {
     return moves_[static_cast<size_t>(state) * classes_ + byte_class_[byte]];
   }

@@ -215,21 +215,26 @@ ByteDfa::ByteDfa(const RegexTree& tree) {
   sets.push_back(closure(nfa, {nfa.start()}, seen));
   ids[sets[0]] = kDead;
   ids[sets[1]] = kStart;
-  // Work is counted in NFA states visited, so no pattern costs more than a fraction of a second.
+  // Work is counted in NFA states visited (each target set costs its closure, sort and lookup
+  // about kLookupWork times its size), so no pattern costs more than a fraction of a second.
   size_t work = 0;
+  auto charge = [&work](size_t amount) {
+    work += amount;
+    if (work > kMaxWork)
+      throw GrammarError(
+          "regex: the pattern needs too much work to compile (nested or long bounded repeats "
+          "of wide classes?)");
+  };
   for (size_t state = 0; state < sets.size(); ++state) {
     for (uint8_t byte : representative) {
-      work += sets[state].size();
-      if (work > kMaxWork)
-        throw GrammarError(
-            "regex: the pattern needs too much work to compile (nested or long "
-            "bounded repeats of wide classes?)");
+      charge(sets[state].size());
       std::vector<int> seeds;
       for (int member : sets[state]) {
         const NfaState& s = nfa.states()[static_cast<size_t>(member)];
         if (s.next >= 0 && byte >= s.low && byte <= s.high) seeds.push_back(s.next);
       }
       std::vector<int> target = closure(nfa, std::move(seeds), seen);
+      charge(target.size() * kLookupWork);
       auto [found, added] = ids.emplace(std::move(target), static_cast<int>(sets.size()));
       if (added) {
         if (sets.size() >= static_cast<size_t>(kMaxStates))
