@@ -559,15 +559,11 @@ class ThenClosingMatcher final : public Matcher {
       return true;
     }
     // After the closing text: an end token when one is required, else anything.
-    return written_ == closing_->steps.size() || allowed_by(closing_->steps.back(), token);
+    return written_ == closing_->steps.size() || closing_->steps.back().allows(token);
   }
   bool complete() const override { return !inner_ && written_ >= closing_->ids.size(); }
 
  private:
-  static bool allowed_by(const TokenMask& mask, int32_t token) {
-    return token >= 0 && token < mask.tokens &&
-           ((*mask.bits)[static_cast<size_t>(token) / 64] >> (token % 64) & 1);
-  }
   std::unique_ptr<Matcher> inner_;  // null once it is complete
   std::shared_ptr<const ClosingTokens> closing_;
   size_t written_ = 0;  // closing tokens written
@@ -583,8 +579,7 @@ class ThenClosing final : public Constraint {
     auto only = [&](const std::vector<int32_t>& ids) {
       std::vector<uint64_t> bits(words, 0);
       for (int32_t id : ids)
-        if (id >= 0 && id < table.size())
-          bits[static_cast<size_t>(id) / 64] |= uint64_t{1} << (id % 64);
+        if (id >= 0 && id < table.size()) mark(bits, id);
       return TokenMask{std::make_shared<const std::vector<uint64_t>>(std::move(bits)),
                        table.size()};
     };

@@ -112,6 +112,12 @@ struct TokenMask {
   std::shared_ptr<const std::vector<uint64_t>> bits;
   int32_t tokens = 0;
   bool free() const { return bits == nullptr; }
+  // Whether `token` may come.
+  bool allows(int32_t token) const {
+    if (free()) return token >= 0;
+    return token >= 0 && token < tokens &&
+           ((*bits)[static_cast<size_t>(token) / 64] >> (token % 64) & 1);
+  }
   // Whether any id below `vocab_size` may come.
   bool allows_any(int32_t vocab_size) const;
 };

@@ -49,12 +49,4 @@ inline bool utf8_from_boundary(std::string_view text) {
   return true;
 }
 
-// Whole characters only: well formed, none cut off at either end.
-inline bool whole_utf8(std::string_view text) {
-  int state = 0;
-  for (char c : text)
-    if ((state = utf8_next(state, static_cast<uint8_t>(c))) < 0) return false;
-  return state == 0;
-}
-
 }  // namespace deepinfer::structured
