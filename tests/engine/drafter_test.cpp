@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -48,6 +50,30 @@ TEST(StepCosts, InterpolateBetweenMeasuredSizes) {
   EXPECT_NEAR(costs.seconds(16), 0.005, 1e-6);
 }
 
+// A larger forward never costs less: a size measured faster than a smaller one answers the
+// smaller one's time, so one more token is never free by noise; and one stalled step moves
+// its size's time by a bounded share.
+TEST(StepCosts, NeverLessForMoreTokensAndRobustToStalls) {
+  StepCosts costs;
+  costs.observe(1, 0.0011);
+  costs.observe(2, 0.0010);
+  costs.observe(4, 0.0014);
+  costs.observe(8, 0.0020);
+  EXPECT_DOUBLE_EQ(costs.seconds(1), 0.0011);
+  EXPECT_DOUBLE_EQ(costs.seconds(2), 0.0011);
+  EXPECT_DOUBLE_EQ(costs.seconds(3), 0.00125);
+  for (int64_t tokens = 1; tokens < 40; ++tokens)
+    EXPECT_LE(costs.seconds(tokens), costs.seconds(tokens + 1)) << tokens;
+  // Steps of 1 token turn out slower than every size profiled above it: those answer its time.
+  for (int i = 0; i < 60; ++i) costs.observe(1, 0.003);
+  EXPECT_NEAR(costs.seconds(1), 0.003, 1e-6);
+  EXPECT_NEAR(costs.seconds(8), 0.003, 1e-6);
+  // One step 100 times slower raises its size by at most 2^0.2.
+  const double before = costs.seconds(1);
+  costs.observe(1, 0.3);
+  EXPECT_LE(costs.seconds(1), before * std::pow(2.0, 0.2) * (1 + 1e-12));
+}
+
 // A step costing 10 ms plus 0.1 ms a token (a large model's decode: weights read once)
 // verifies likely drafts generously; one costing 1 ms a token and nothing fixed (a small
 // model on a CPU: every token costs the same) verifies none; a step whose time jumps past 8
@@ -78,9 +104,48 @@ TEST(VerifiedDrafts, FollowTheStepsCostAndTheDraftsChances) {
   drafting.observe(64, 0.010);
   const std::vector<int64_t> costly = verified_drafts(offers, 3, 3, bandwidth_bound, &drafting);
   EXPECT_LT(costly[0] + costly[1], taken[0] + taken[1]);
+  // A request far behind the draft model catches up once for all its later steps: with many
+  // left, this step pays only its share.
+  StepCosts draft_per_token;  // 0.05 ms a token, 0.2 ms fixed
+  for (int64_t tokens : {1, 2, 4, 512, 1024})
+    draft_per_token.observe(tokens, 0.0002 + 0.00005 * static_cast<double>(tokens));
+  DraftOffer behind{3, 0.9, {}, 1000, 1.0};
+  EXPECT_EQ(verified_drafts({behind}, 1, 1, bandwidth_bound, &draft_per_token)[0], 0);
+  behind.remaining_steps = 200.0;
+  EXPECT_GT(verified_drafts({behind}, 1, 1, bandwidth_bound, &draft_per_token)[0], 0);
   // Per-draft chances (a draft model's confidence) replace the request's acceptance.
   const std::vector<DraftOffer> confident = {{3, 0.1, {0.95, 0.95, 0.01}}};
   EXPECT_EQ(verified_drafts(confident, 1, 1, bandwidth_bound)[0], 2);
+}
+
+TEST(AcceptanceModel, PoolsRequestsAndKeepsEachOnesOwnRate) {
+  AcceptanceModel model(0.6);
+  const AcceptanceTrials fresh;
+  EXPECT_DOUBLE_EQ(model.chance(fresh), 0.6);
+  // One step of 32 requests whose first draft is rejected: every request, a new one included,
+  // now expects little of its drafts.
+  std::vector<AcceptanceTrials> batch(32);
+  for (AcceptanceTrials& own : batch) model.observe(own, 0, 5);
+  EXPECT_LT(model.chance(fresh), 0.2);
+  EXPECT_LT(model.chance(batch[0]), model.chance(fresh));
+  // One rejection alone does not end a drafter's chances.
+  AcceptanceModel single(0.6);
+  AcceptanceTrials unlucky;
+  single.observe(unlucky, 0, 5);
+  EXPECT_GT(single.chance(unlucky), 0.45);
+  // A request whose drafts keep being accepted earns its own rate against the pooled one.
+  AcceptanceTrials agreeing;
+  for (int step = 0; step < 20; ++step) model.observe(agreeing, 5, 5);
+  EXPECT_GT(model.chance(agreeing), 0.8);
+  EXPECT_LT(model.chance(agreeing), 1.0);
+  // All five kept is five trials; two kept of five is three (the third was rejected).
+  AcceptanceTrials partial;
+  AcceptanceModel even(0.5);
+  even.observe(partial, 2, 5);
+  EXPECT_DOUBLE_EQ(partial.trials, 3.0);
+  EXPECT_DOUBLE_EQ(partial.accepted, 2.0);
+  even.observe(partial, 0, 0);  // nothing verified: nothing learnt
+  EXPECT_DOUBLE_EQ(partial.trials, 3.0);
 }
 
 TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
