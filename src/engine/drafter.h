@@ -91,8 +91,8 @@ class AcceptanceModel {
   // The prior's weight in the pooled rate, as trials (one early rejection does not end a
   // drafter's chances, and a stream of them brings it near zero), and the pooled rate's in a
   // request's.
-  static constexpr double kPriorTrials = 10.0;
-  static constexpr double kShrinkTrials = 10.0;
+  static constexpr double kPriorTrials = 20.0;
+  static constexpr double kShrinkTrials = 20.0;
   double prior_;
   AcceptanceTrials pooled_;
 };

@@ -122,10 +122,11 @@ TEST(AcceptanceModel, PoolsRequestsAndKeepsEachOnesOwnRate) {
   AcceptanceModel model(0.6);
   const AcceptanceTrials fresh;
   EXPECT_DOUBLE_EQ(model.chance(fresh), 0.6);
-  // One step of 32 requests whose first draft is rejected: every request, a new one included,
-  // now expects little of its drafts.
+  // Two steps of 32 requests whose first draft is rejected: every request, a new one
+  // included, now expects little of its drafts.
   std::vector<AcceptanceTrials> batch(32);
-  for (AcceptanceTrials& own : batch) model.observe(own, 0, 5);
+  for (int step = 0; step < 2; ++step)
+    for (AcceptanceTrials& own : batch) model.observe(own, 0, 5);
   EXPECT_LT(model.chance(fresh), 0.2);
   EXPECT_LT(model.chance(batch[0]), model.chance(fresh));
   // One rejection alone does not end a drafter's chances.
