@@ -26,18 +26,30 @@ void SpeculativeConfig::validate() const {
            prompt_lookup_min, prompt_lookup_max);
 }
 
+void StepCosts::measured(int64_t tokens, double seconds) {
+  times_[tokens] = seconds;
+  rebuild_monotone();
+}
+
 void StepCosts::observe(int64_t tokens, double seconds) {
-  auto [entry, fresh] = times_.emplace(tokens, seconds);
-  if (!fresh) {
+  // A size not measured yet starts from what the table answers for it: its first step may
+  // have stalled as much as any later one, and a size judged too slow is rarely run again.
+  const bool was_known = known();
+  auto [entry, fresh] = times_.emplace(tokens, was_known ? this->seconds(tokens) : seconds);
+  if (!fresh || was_known) {
     // Recent times weigh most, in ratio and with each step's say bounded: one step stalled by
     // the machine moves its size a little, not the whole way.
     const double ratio = std::clamp(seconds / entry->second, 1.0 / kLargestRatio, kLargestRatio);
     entry->second *= std::pow(ratio, kNewWeight);
   }
-  // A forward of more tokens never takes less time: each size answers at least the time of
-  // every smaller one. A larger size's own time may be stale (profiled at start, without the
-  // step's own work, or last run long ago); when too low, it makes drafts look cheap, they
-  // run, and its time is measured afresh.
+  rebuild_monotone();
+}
+
+// A forward of more tokens never takes less time: each size answers at least the time of
+// every smaller one. A larger size's own time may be stale (profiled at start, without the
+// step's own work, or last run long ago); when too low, it makes drafts look cheap, they run,
+// and its time is measured afresh.
+void StepCosts::rebuild_monotone() {
   monotone_.assign(times_.begin(), times_.end());
   for (size_t i = 1; i < monotone_.size(); ++i)
     monotone_[i].second = std::max(monotone_[i].second, monotone_[i - 1].second);
@@ -120,7 +132,7 @@ void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, Ste
       seconds = run == 1 ? took : std::min(seconds, took);
       if (run >= 1 && took > kRepeatedProfileBelow) break;
     }
-    costs.observe(tokens, seconds);
+    costs.measured(tokens, seconds);
     // Larger sizes are extrapolated rather than timed at start (a big model on a CPU).
     if (seconds > kLongestProfiledForward) break;
   }
@@ -161,7 +173,7 @@ std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int6
                           (before == 0 ? 0.0 : draft_costs->seconds(before));
       if (depth == 0 && behind > kSteadyCatchUp)
         drafting_seconds += (draft_costs->seconds(behind) - draft_costs->seconds(kSteadyCatchUp)) /
-                            std::max(offers[i].remaining_steps, 1.0);
+                            std::max(offers[i].catch_up_steps, 1.0);
     }
     const double rate = produced / std::max(costs.seconds(tokens + n) + drafting_seconds, 1e-9);
     if (rate > best_rate) {

@@ -46,6 +46,9 @@ struct SpeculativeConfig {
 // batch fills the machine.
 class StepCosts {
  public:
+  // A forward timed with care (warm, the fastest of several): taken as it is.
+  void measured(int64_t tokens, double seconds);
+  // A step's time: moves its size's by a bounded share.
   void observe(int64_t tokens, double seconds);
   // Whether two sizes at least were measured.
   bool known() const { return times_.size() >= 2; }
@@ -54,6 +57,7 @@ class StepCosts {
  private:
   static constexpr double kNewWeight = 0.2;
   static constexpr double kLargestRatio = 2.0;  // of a step's time to its size's, counted
+  void rebuild_monotone();
   std::map<int64_t, double> times_;
   // times_ with each size's time at least every smaller size's, what seconds() reads.
   std::vector<std::pair<int64_t, double>> monotone_;
@@ -84,6 +88,8 @@ class AcceptanceModel {
   // One verification: `accepted` drafts kept of `drafts` verified.
   void observe(AcceptanceTrials& own, int64_t accepted, int64_t drafts);
   double pooled() const;
+  // The pooled trials' weight (recent trials of every request).
+  double evidence() const { return pooled_.trials; }
 
  private:
   static constexpr double kOwnKeep = 0.95;      // per trial: about 20 recent ones count
@@ -107,9 +113,11 @@ struct DraftOffer {
   // A draft model: the tokens its first forward computes for this request (those it has not
   // seen yet, the last one included).
   int64_t catch_up = 1;
-  // The steps the request has left if it drafts from now on: what a catch-up of more than a
-  // step's few tokens is spread over.
-  double remaining_steps = 1.0;
+  // What a catch-up of more than a step's few tokens is spread over: the steps the request
+  // has left if it drafts from now on, but no more than the drafter's trials so far (a
+  // catch-up pays back only while drafting goes on, and a drafter not yet seen agreeing with
+  // the target pays its first catch-ups in full).
+  double catch_up_steps = 1.0;
   double chance(size_t draft) const { return draft < chances.size() ? chances[draft] : acceptance; }
 };
 

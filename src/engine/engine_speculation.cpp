@@ -47,7 +47,8 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
                  1};
     if (drafter_ && limit > 0) {
       offers[i].catch_up = drafter_->catch_up(&sequence, sequence.tokens);
-      offers[i].remaining_steps = remaining_steps(sequence, offers[i].acceptance, limit);
+      offers[i].catch_up_steps = std::min(remaining_steps(sequence, offers[i].acceptance, limit),
+                                          1.0 + acceptance_.evidence());
     }
   }
   std::vector<int64_t> taken;
