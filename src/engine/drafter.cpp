@@ -26,22 +26,48 @@ void SpeculativeConfig::validate() const {
            prompt_lookup_min, prompt_lookup_max);
 }
 
+void StepCosts::measured(int64_t tokens, double seconds) {
+  times_[tokens] = seconds;
+  rebuild_monotone();
+}
+
 void StepCosts::observe(int64_t tokens, double seconds) {
-  auto [entry, fresh] = times_.emplace(tokens, seconds);
-  if (!fresh) entry->second += kNewWeight * (seconds - entry->second);
+  // A size not measured yet starts from what the table answers for it: its first step may
+  // have stalled as much as any later one, and a size judged too slow is rarely run again.
+  const bool was_known = known();
+  auto [entry, fresh] = times_.emplace(tokens, was_known ? this->seconds(tokens) : seconds);
+  if (!fresh || was_known) {
+    // Recent times weigh most, in ratio and with each step's say bounded: one step stalled by
+    // the machine moves its size a little, not the whole way.
+    const double ratio = std::clamp(seconds / entry->second, 1.0 / kLargestRatio, kLargestRatio);
+    entry->second *= std::pow(ratio, kNewWeight);
+  }
+  rebuild_monotone();
+}
+
+// A forward of more tokens never takes less time: each size answers at least the time of
+// every smaller one. A larger size's own time may be stale (profiled at start, without the
+// step's own work, or last run long ago); when too low, it makes drafts look cheap, they run,
+// and its time is measured afresh.
+void StepCosts::rebuild_monotone() {
+  monotone_.assign(times_.begin(), times_.end());
+  for (size_t i = 1; i < monotone_.size(); ++i)
+    monotone_[i].second = std::max(monotone_[i].second, monotone_[i - 1].second);
 }
 
 double StepCosts::seconds(int64_t tokens) const {
-  if (times_.empty()) return 0.0;
-  auto above = times_.lower_bound(tokens);
-  if (above != times_.end() && above->first == tokens) return above->second;
-  if (above == times_.begin()) return above->second;  // smaller than any measured: at most that
+  if (monotone_.empty()) return 0.0;
+  auto above = std::lower_bound(
+      monotone_.begin(), monotone_.end(), tokens,
+      [](const std::pair<int64_t, double>& point, int64_t size) { return point.first < size; });
+  if (above != monotone_.end() && above->first == tokens) return above->second;
+  if (above == monotone_.begin()) return above->second;  // smaller than any measured: at most that
   auto below = std::prev(above);
-  if (above == times_.end()) {
-    if (below == times_.begin()) return below->second;
+  if (above == monotone_.end()) {
+    if (below == monotone_.begin()) return below->second;
     auto before = std::prev(below);
-    const double slope = std::max(
-        0.0, (below->second - before->second) / static_cast<double>(below->first - before->first));
+    const double slope =
+        (below->second - before->second) / static_cast<double>(below->first - before->first);
     return below->second + slope * static_cast<double>(tokens - below->first);
   }
   const double t =
@@ -50,7 +76,37 @@ double StepCosts::seconds(int64_t tokens) const {
 }
 
 namespace {
+void add_trials(AcceptanceTrials& trials, double accepted, double count, double keep) {
+  const double kept = std::pow(keep, count);
+  trials.accepted = trials.accepted * kept + accepted;
+  trials.trials = trials.trials * kept + count;
+}
+}  // namespace
+
+AcceptanceModel::AcceptanceModel(double prior) : prior_(prior) {}
+
+double AcceptanceModel::pooled() const {
+  return (pooled_.accepted + kPriorTrials * prior_) / (pooled_.trials + kPriorTrials);
+}
+
+double AcceptanceModel::chance(const AcceptanceTrials& own) const {
+  return (own.accepted + kShrinkTrials * pooled()) / (own.trials + kShrinkTrials);
+}
+
+void AcceptanceModel::observe(AcceptanceTrials& own, int64_t accepted, int64_t drafts) {
+  if (drafts <= 0) return;
+  // The draft after the last accepted one was tried too, unless every draft was kept.
+  const auto kept = static_cast<double>(accepted);
+  const double trials = std::min(kept + 1, static_cast<double>(drafts));
+  add_trials(own, kept, trials, kOwnKeep);
+  add_trials(pooled_, kept, trials, kPooledKeep);
+}
+
+namespace {
 constexpr double kLongestProfiledForward = 0.25;  // seconds
+constexpr int kProfileRuns = 4;                   // the first one warms up
+constexpr double kRepeatedProfileBelow = 0.02;    // seconds
+constexpr int64_t kSteadyCatchUp = 2;  // tokens a drafting request's first draft forward computes
 }  // namespace
 
 void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, StepCosts& costs) {
@@ -63,15 +119,20 @@ void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, Ste
     ForwardBatch batch;
     batch.add_sequence(std::vector<int32_t>(static_cast<size_t>(tokens), 0), 0, kv, block_size,
                        false);
-    // The first run of a size warms it (recorded decode steps, caches): the second counts.
+    // The first run of a size warms it (recorded decode steps, caches, the first forward's
+    // thread start and page faults); the fastest of the runs after it counts, as long as
+    // they are short.
     double seconds = 0.0;
-    for (int run = 0; run < 2; ++run) {
+    for (int run = 0; run < kProfileRuns; ++run) {
       const auto start = std::chrono::steady_clock::now();
       model.forward_into(batch, cache, logits_view);
       model.ops().synchronize();
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double took =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      seconds = run == 1 ? took : std::min(seconds, took);
+      if (run >= 1 && took > kRepeatedProfileBelow) break;
     }
-    costs.observe(tokens, seconds);
+    costs.measured(tokens, seconds);
     // Larger sizes are extrapolated rather than timed at start (a big model on a CPU).
     if (seconds > kLongestProfiledForward) break;
   }
@@ -102,9 +163,17 @@ std::vector<int64_t> verified_drafts(const std::vector<DraftOffer>& offers, int6
     if (draft_costs) {
       if (depth_tokens.size() <= depth) depth_tokens.resize(depth + 1, 0);
       const int64_t before = depth_tokens[depth];
-      depth_tokens[depth] += depth == 0 ? std::max<int64_t>(offers[i].catch_up, 1) : 1;
+      // The first forward computes one token a request in the steady state (the last one,
+      // and whatever the step before accepted); a request behind by more (it has not drafted
+      // for a while, or ever) catches up once for every step after, so this step pays only
+      // its share of that forward.
+      const int64_t behind = std::max<int64_t>(offers[i].catch_up, 1);
+      depth_tokens[depth] += depth == 0 ? std::min<int64_t>(behind, kSteadyCatchUp) : 1;
       drafting_seconds += draft_costs->seconds(depth_tokens[depth]) -
                           (before == 0 ? 0.0 : draft_costs->seconds(before));
+      if (depth == 0 && behind > kSteadyCatchUp)
+        drafting_seconds += (draft_costs->seconds(behind) - draft_costs->seconds(kSteadyCatchUp)) /
+                            std::max(offers[i].catch_up_steps, 1.0);
     }
     const double rate = produced / std::max(costs.seconds(tokens + n) + drafting_seconds, 1e-9);
     if (rate > best_rate) {

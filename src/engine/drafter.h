@@ -39,12 +39,16 @@ struct SpeculativeConfig {
 };
 
 // A forward's time by its token count: each size's recent time (profiled at start, then
-// updated by every step with recent ones weighing most), interpolated between the sizes
-// measured and extended past the largest with the slope of the two largest. A table rather
-// than a line: on a CPU a few rows cost far less per token than many (different kernels), and
-// on a GPU the time stays flat until the batch fills the machine.
+// updated by every step with recent ones weighing most; a size never answers less than a
+// smaller one), interpolated between the sizes measured and extended past the largest with
+// the slope of the two largest. A table rather than a line: on a CPU a few rows cost far
+// less per token than many (different kernels), and on a GPU the time stays flat until the
+// batch fills the machine.
 class StepCosts {
  public:
+  // A forward timed with care (warm, the fastest of several): taken as it is.
+  void measured(int64_t tokens, double seconds);
+  // A step's time: moves its size's by a bounded share.
   void observe(int64_t tokens, double seconds);
   // Whether two sizes at least were measured.
   bool known() const { return times_.size() >= 2; }
@@ -52,13 +56,52 @@ class StepCosts {
 
  private:
   static constexpr double kNewWeight = 0.2;
+  static constexpr double kLargestRatio = 2.0;  // of a step's time to its size's, counted
+  void rebuild_monotone();
   std::map<int64_t, double> times_;
+  // times_ with each size's time at least every smaller size's, what seconds() reads.
+  std::vector<std::pair<int64_t, double>> monotone_;
 };
 
 // Times forwards of 1, 2, 4, ... `largest` tokens (one scratch sequence in free blocks of
 // `cache`, given back after) into `costs`, stopping after one that takes a quarter second;
 // nothing when the cache cannot hold them.
 void profile_forward_costs(CausalLM& model, KvCache& cache, int64_t largest, StepCosts& costs);
+
+// Trials of draft acceptance: each draft up to the first rejected one is one trial, recent
+// trials weighing most.
+struct AcceptanceTrials {
+  double accepted = 0.0;
+  double trials = 0.0;
+};
+
+// How likely a request's next draft is accepted. Its own recent trials, shrunk toward the
+// drafter's pooled rate over every request's recent trials, so a new request starts from what
+// the drafter has been doing lately: a draft model that never agrees with the target stops
+// drafting after one step of the whole batch, rather than each request spending its first
+// steps finding that out alone, and a request with few trials of its own is not judged on
+// them.
+class AcceptanceModel {
+ public:
+  explicit AcceptanceModel(double prior = 0.6);
+  double chance(const AcceptanceTrials& own) const;
+  // One verification: `accepted` drafts kept of `drafts` verified.
+  void observe(AcceptanceTrials& own, int64_t accepted, int64_t drafts);
+  double pooled() const;
+  // The pooled trials' weight (recent trials of every request).
+  double evidence() const { return pooled_.trials; }
+
+ private:
+  static constexpr double kOwnKeep = 0.95;      // per trial: about 20 recent ones count
+  static constexpr double kPooledKeep = 0.995;  // about 200
+  // The prior's weight in the pooled rate, as trials (one early rejection does not end a
+  // drafter's chances, and a stream of them brings it near zero), and the pooled rate's in a
+  // request's.
+  static constexpr double kPriorTrials = 20.0;
+  static constexpr double kShrinkTrials = 20.0;
+  double prior_;
+  AcceptanceTrials pooled_;
+};
 
 // One decoding request's drafts on offer and how often its drafts were accepted.
 struct DraftOffer {
@@ -70,6 +113,11 @@ struct DraftOffer {
   // A draft model: the tokens its first forward computes for this request (those it has not
   // seen yet, the last one included).
   int64_t catch_up = 1;
+  // What a catch-up of more than a step's few tokens is spread over: the steps the request
+  // has left if it drafts from now on, but no more than the drafter's trials so far (a
+  // catch-up pays back only while drafting goes on, and a drafter not yet seen agreeing with
+  // the target pays its first catch-ups in full).
+  double catch_up_steps = 1.0;
   double chance(size_t draft) const { return draft < chances.size() ? chances[draft] : acceptance; }
 };
 

@@ -164,6 +164,7 @@ class Engine {
   // The drafts of chunks planned before their sequence's last token was known, now that it
   // is (as many as each planned at most): n-gram lookups or one call of the model drafter.
   std::vector<DraftProposal> draft_deferred(const std::vector<Chunk*>& chunks);
+  double remaining_steps(const Sequence& sequence, double acceptance, int64_t limit) const;
   // How many of each offer's drafts to verify; `draft_costs`: the drafts are still to make.
   std::vector<int64_t> verify_lengths(const std::vector<Planned>& planned,
                                       const std::vector<DraftOffer>& offers, int64_t rows,
@@ -236,7 +237,8 @@ class Engine {
   std::unique_ptr<StepRunner> runner_;
   std::unique_ptr<StepRunner> mask_runner_;  // grammar masks beside the forward (execute)
   std::unique_ptr<PrefixTiers> tiers_;
-  StepCosts step_costs_;  // forward time by step size, for SpeculativeConfig::verification
+  StepCosts step_costs_;        // forward time by step size, for SpeculativeConfig::verification
+  AcceptanceModel acceptance_;  // the drafter's acceptance over every request
   uint64_t arrivals_ = 0;
   std::chrono::steady_clock::time_point started_;
   EngineStats stats_;

@@ -41,9 +41,15 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
     if (!drafter_ && limit > 0)
       plan.drafts = ngram_drafts(sequence.tokens, speculative.prompt_lookup_min,
                                  speculative.prompt_lookup_max, limit);
-    offers[i] = {
-        drafter_ ? limit : static_cast<int64_t>(plan.drafts.size()), sequence.acceptance, {}, 1};
-    if (drafter_ && limit > 0) offers[i].catch_up = drafter_->catch_up(&sequence, sequence.tokens);
+    offers[i] = {drafter_ ? limit : static_cast<int64_t>(plan.drafts.size()),
+                 acceptance_.chance(sequence.acceptance),
+                 {},
+                 1};
+    if (drafter_ && limit > 0) {
+      offers[i].catch_up = drafter_->catch_up(&sequence, sequence.tokens);
+      offers[i].catch_up_steps = std::min(remaining_steps(sequence, offers[i].acceptance, limit),
+                                          1.0 + acceptance_.evidence());
+    }
   }
   std::vector<int64_t> taken;
   if (drafter_) {
@@ -80,6 +86,17 @@ void Engine::choose_drafts(std::vector<Planned>& planned, int64_t& budget) {
       plan.draft_distributions.resize(static_cast<size_t>(count));
     budget -= count;
   }
+}
+
+// The steps a sequence has left when each verifies `limit` drafts that are accepted with
+// chance `acceptance` each, given the ones before.
+double Engine::remaining_steps(const Sequence& sequence, double acceptance, int64_t limit) const {
+  const int64_t remaining =
+      std::min<int64_t>(sequence.request.max_tokens - sequence.outputs(),
+                        model_.config().max_position_embeddings - sequence.length());
+  double per_step = 1.0, chain = 1.0;
+  for (int64_t k = 0; k < limit; ++k) per_step += chain *= acceptance;
+  return static_cast<double>(std::max<int64_t>(remaining, 1)) / per_step;
 }
 
 void Engine::propose_with_model(std::vector<Planned>& planned, const std::vector<int64_t>& bounds,
@@ -209,11 +226,8 @@ void Engine::accept_verified(Chunk& chunk) {
   --sequence.pending;
   sequence.speculated -= static_cast<int64_t>(chunk.drafts.size());
   chunk.kept = static_cast<int64_t>(chunk.verified.size());
-  // Each draft up to the first rejected one is one observation of the acceptance chance.
-  const auto accepted = static_cast<double>(chunk.kept - 1);
-  const double observed = std::min(accepted + 1, static_cast<double>(chunk.drafts.size()));
-  const double weight = 0.1 * observed;
-  sequence.acceptance += weight * (accepted / observed - sequence.acceptance) / (1 + weight);
+  acceptance_.observe(sequence.acceptance, chunk.kept - 1,
+                      static_cast<int64_t>(chunk.drafts.size()));
   // A step planned since (async scheduling) counted every draft: settle_speculation moves it.
   // A preempted sequence starts over and keeps its count.
   if (chunk.epoch == sequence.epoch) sequence.computed -= chunk.count - chunk.kept;

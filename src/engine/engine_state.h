@@ -20,8 +20,8 @@ struct Engine::Sequence {
   std::vector<int32_t> generated;
   // Output tokens reported so far (speculation appends several to `generated` at once).
   size_t recorded = 0;
-  // Speculation: the estimated chance that its next draft is accepted, given the ones before.
-  double acceptance = 0.6;
+  // Speculation: its drafts' acceptance so far (the chance of the next, see AcceptanceModel).
+  AcceptanceTrials acceptance;
   std::vector<sampling::Sample> logprobs, prompt_logprobs;
   // Tokens whose K/V are written, or being written by a launched step.
   int64_t computed = 0;

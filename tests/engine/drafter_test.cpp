@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace deepinfer {
@@ -35,10 +37,10 @@ TEST(NgramDrafts, NothingWithoutARecurrenceOrRoom) {
 TEST(StepCosts, InterpolateBetweenMeasuredSizes) {
   StepCosts costs;
   EXPECT_FALSE(costs.known());
-  costs.observe(8, 0.002);
+  costs.measured(8, 0.002);
   EXPECT_FALSE(costs.known());
-  costs.observe(16, 0.003);
-  costs.observe(64, 0.009);
+  costs.measured(16, 0.003);
+  costs.measured(64, 0.009);
   ASSERT_TRUE(costs.known());
   EXPECT_DOUBLE_EQ(costs.seconds(16), 0.003);
   EXPECT_DOUBLE_EQ(costs.seconds(12), 0.0025);
@@ -46,6 +48,35 @@ TEST(StepCosts, InterpolateBetweenMeasuredSizes) {
   EXPECT_NEAR(costs.seconds(128), 0.009 + 64 * 0.000125, 1e-12);
   for (int i = 0; i < 50; ++i) costs.observe(16, 0.005);
   EXPECT_NEAR(costs.seconds(16), 0.005, 1e-6);
+}
+
+// A larger forward never costs less: a size measured faster than a smaller one answers the
+// smaller one's time, so one more token is never free by noise; and one stalled step moves
+// its size's time by a bounded share.
+TEST(StepCosts, NeverLessForMoreTokensAndRobustToStalls) {
+  StepCosts costs;
+  costs.measured(1, 0.0011);
+  costs.measured(2, 0.0010);
+  costs.measured(4, 0.0014);
+  costs.measured(8, 0.0020);
+  EXPECT_DOUBLE_EQ(costs.seconds(1), 0.0011);
+  EXPECT_DOUBLE_EQ(costs.seconds(2), 0.0011);
+  EXPECT_DOUBLE_EQ(costs.seconds(3), 0.00125);
+  for (int64_t tokens = 1; tokens < 40; ++tokens)
+    EXPECT_LE(costs.seconds(tokens), costs.seconds(tokens + 1)) << tokens;
+  // Steps of 1 token turn out slower than every size profiled above it: those answer its time.
+  for (int i = 0; i < 60; ++i) costs.observe(1, 0.003);
+  EXPECT_NEAR(costs.seconds(1), 0.003, 1e-6);
+  EXPECT_NEAR(costs.seconds(8), 0.003, 1e-6);
+  // One step 100 times slower raises its size by at most 2^0.2.
+  const double before = costs.seconds(1);
+  costs.observe(1, 0.3);
+  EXPECT_LE(costs.seconds(1), before * std::pow(2.0, 0.2) * (1 + 1e-12));
+  // So does the first step of a size not measured before: it starts from the table's answer.
+  const double three = costs.seconds(3);
+  costs.observe(3, 0.3);
+  EXPECT_LE(costs.seconds(3), three * std::pow(2.0, 0.2) * (1 + 1e-12));
+  EXPECT_GT(costs.seconds(3), three);
 }
 
 // A step costing 10 ms plus 0.1 ms a token (a large model's decode: weights read once)
@@ -56,11 +87,11 @@ TEST(VerifiedDrafts, FollowTheStepsCostAndTheDraftsChances) {
   StepCosts bandwidth_bound, compute_bound, stepped;
   for (int64_t tokens : {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}) {
     const auto n = static_cast<double>(tokens);
-    bandwidth_bound.observe(tokens, 0.010 + 0.0001 * n);
-    compute_bound.observe(tokens, 0.001 * n);
-    stepped.observe(tokens, tokens <= 8 ? 0.001 : 0.004 + 0.0001 * n);
+    bandwidth_bound.measured(tokens, 0.010 + 0.0001 * n);
+    compute_bound.measured(tokens, 0.001 * n);
+    stepped.measured(tokens, tokens <= 8 ? 0.001 : 0.004 + 0.0001 * n);
   }
-  stepped.observe(9, 0.004);
+  stepped.measured(9, 0.004);
   const std::vector<DraftOffer> offers = {{5, 0.9, {}}, {5, 0.3, {}}, {0, 0.9, {}}};
   std::vector<int64_t> taken = verified_drafts(offers, 3, 3, bandwidth_bound);
   EXPECT_EQ(taken[0], 5);
@@ -74,13 +105,53 @@ TEST(VerifiedDrafts, FollowTheStepsCostAndTheDraftsChances) {
   EXPECT_LT(busy[0] + busy[1], taken[0] + taken[1]);
   // What making a draft costs counts against it.
   StepCosts drafting;  // 10 ms a draft forward, whatever its rows
-  drafting.observe(1, 0.010);
-  drafting.observe(64, 0.010);
+  drafting.measured(1, 0.010);
+  drafting.measured(64, 0.010);
   const std::vector<int64_t> costly = verified_drafts(offers, 3, 3, bandwidth_bound, &drafting);
   EXPECT_LT(costly[0] + costly[1], taken[0] + taken[1]);
+  // A request far behind the draft model catches up once for all its later steps: with many
+  // left, this step pays only its share.
+  StepCosts draft_per_token;  // 0.05 ms a token, 0.2 ms fixed
+  for (int64_t tokens : {1, 2, 4, 512, 1024})
+    draft_per_token.measured(tokens, 0.0002 + 0.00005 * static_cast<double>(tokens));
+  DraftOffer behind{3, 0.9, {}, 1000, 1.0};
+  EXPECT_EQ(verified_drafts({behind}, 1, 1, bandwidth_bound, &draft_per_token)[0], 0);
+  behind.catch_up_steps = 200.0;
+  EXPECT_GT(verified_drafts({behind}, 1, 1, bandwidth_bound, &draft_per_token)[0], 0);
   // Per-draft chances (a draft model's confidence) replace the request's acceptance.
   const std::vector<DraftOffer> confident = {{3, 0.1, {0.95, 0.95, 0.01}}};
   EXPECT_EQ(verified_drafts(confident, 1, 1, bandwidth_bound)[0], 2);
+}
+
+TEST(AcceptanceModel, PoolsRequestsAndKeepsEachOnesOwnRate) {
+  AcceptanceModel model(0.6);
+  const AcceptanceTrials fresh;
+  EXPECT_DOUBLE_EQ(model.chance(fresh), 0.6);
+  // Two steps of 32 requests whose first draft is rejected: every request, a new one
+  // included, now expects little of its drafts.
+  std::vector<AcceptanceTrials> batch(32);
+  for (int step = 0; step < 2; ++step)
+    for (AcceptanceTrials& own : batch) model.observe(own, 0, 5);
+  EXPECT_LT(model.chance(fresh), 0.2);
+  EXPECT_LT(model.chance(batch[0]), model.chance(fresh));
+  // One rejection alone does not end a drafter's chances.
+  AcceptanceModel single(0.6);
+  AcceptanceTrials unlucky;
+  single.observe(unlucky, 0, 5);
+  EXPECT_GT(single.chance(unlucky), 0.45);
+  // A request whose drafts keep being accepted earns its own rate against the pooled one.
+  AcceptanceTrials agreeing;
+  for (int step = 0; step < 20; ++step) model.observe(agreeing, 5, 5);
+  EXPECT_GT(model.chance(agreeing), 0.8);
+  EXPECT_LT(model.chance(agreeing), 1.0);
+  // All five kept is five trials; two kept of five is three (the third was rejected).
+  AcceptanceTrials partial;
+  AcceptanceModel even(0.5);
+  even.observe(partial, 2, 5);
+  EXPECT_DOUBLE_EQ(partial.trials, 3.0);
+  EXPECT_DOUBLE_EQ(partial.accepted, 2.0);
+  even.observe(partial, 0, 0);  // nothing verified: nothing learnt
+  EXPECT_DOUBLE_EQ(partial.trials, 3.0);
 }
 
 TEST(SpeculativeConfig, RefusesWhatItCannotRun) {
