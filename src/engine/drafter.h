@@ -96,9 +96,10 @@ class AcceptanceModel {
   static constexpr double kPooledKeep = 0.995;  // about 200
   // The prior's weight in the pooled rate, as trials (one early rejection does not end a
   // drafter's chances, and a stream of them brings it near zero), and the pooled rate's in a
-  // request's.
+  // request's: a few trials, as requests differ (one repeats its context, the next never),
+  // and a request's own recent ones soon outweigh it.
   static constexpr double kPriorTrials = 20.0;
-  static constexpr double kShrinkTrials = 20.0;
+  static constexpr double kShrinkTrials = 5.0;
   double prior_;
   AcceptanceTrials pooled_;
 };
