@@ -17,7 +17,9 @@ namespace deepinfer {
 
 class DecodeGraphs {
  public:
-  static constexpr int kMaxRows = 8;  // the decode products' few-rows path
+  // Steps of up to this many rows are recorded: the rows past the few-rows kernels' limit
+  // run their products on cuBLASLt inside the recording (workspace from the graph's pool).
+  static constexpr int kMaxRows = 8;
 
   // How a recording's context bound (AttentionBatch::max_context_len) is chosen. kCapped:
   // steps of 128 tokens up to 8,192, which also covers longer contexts (for kernels that only

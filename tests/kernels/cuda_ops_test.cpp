@@ -24,6 +24,7 @@
 namespace deepinfer::cuda {
 namespace {
 
+using testing::bf16_weight_products;
 using testing::Both;
 using testing::CudaOpsParity;
 using testing::kBf16Activations;
@@ -40,11 +41,12 @@ TEST_F(CudaOpsParity, MatmulEveryDtypeAndRowCount) {
     int64_t rows;
     double tolerance;
   };
-  for (Case c : {Case{DType::kBF16, 1, kF32Products}, Case{DType::kBF16, 8, kF32Products},
-                 Case{DType::kBF16, 37, kBf16Activations}, Case{DType::kF32, 3, kF32Products},
-                 Case{DType::kF32, 37, kF32Products}, Case{DType::kF16, 3, kF32Products},
-                 Case{DType::kF16, 19, kHalfActivations}, Case{DType::kF8E4M3, 5, kF32Products},
-                 Case{DType::kF8E4M3, 40, kFp8Activations}}) {
+  for (Case c :
+       {Case{DType::kBF16, 1, kF32Products}, Case{DType::kBF16, 3, kF32Products},
+        Case{DType::kBF16, 8, kBf16Activations}, Case{DType::kBF16, 37, kBf16Activations},
+        Case{DType::kF32, 3, kF32Products}, Case{DType::kF32, 37, kF32Products},
+        Case{DType::kF16, 3, kF32Products}, Case{DType::kF16, 19, kHalfActivations},
+        Case{DType::kF8E4M3, 5, kF32Products}, Case{DType::kF8E4M3, 40, kFp8Activations}}) {
     Both x = random({c.rows, k});
     Both w = random({n, k}, c.dtype, 0.05f);
     if (c.dtype == DType::kF8E4M3) attach_scales(w, n, k);
@@ -85,7 +87,8 @@ TEST_F(CudaOpsParity, GroupedDecodeProducts) {
     };
     cpu_->matmuls(x.host_view, jobs(false));
     gpu_->matmuls(x.device_view, jobs(true));
-    for (Both* out : {&q, &kk, &v, &o}) EXPECT_LT(error(*out), kF32Products) << rows << " rows";
+    for (Both* out : {&q, &kk, &v, &o})
+      EXPECT_LT(error(*out), bf16_weight_products(rows)) << rows << " rows";
   }
 }
 
@@ -108,8 +111,8 @@ TEST_F(CudaOpsParity, NormedProductsAndResidualUpdates) {
     };
     cpu_->norm_matmuls(x.host_view, norm.host_view, 1e-5f, normed.host_view, jobs(false));
     gpu_->norm_matmuls(x.device_view, norm.device_view, 1e-5f, normed.device_view, jobs(true));
-    EXPECT_LT(error(q), kF32Products) << rows << " rows";
-    EXPECT_LT(error(kk), kF32Products) << rows << " rows";
+    EXPECT_LT(error(q), bf16_weight_products(rows)) << rows << " rows";
+    EXPECT_LT(error(kk), bf16_weight_products(rows)) << rows << " rows";
 
     Both residual = random({rows, 512}), scratch = output({rows, 512});
     Both wo = random({512, k}, DType::kBF16, 0.05f), o_bias = random({512}, DType::kBF16);
@@ -117,7 +120,7 @@ TEST_F(CudaOpsParity, NormedProductsAndResidualUpdates) {
                      residual.host_view);
     gpu_->matmul_add(x.device_view, wo.device_view, &o_bias.device_view, scratch.device_view,
                      residual.device_view);
-    EXPECT_LT(error(residual), kF32Products) << rows << " rows";
+    EXPECT_LT(error(residual), bf16_weight_products(rows)) << rows << " rows";
   }
 }
 
@@ -141,7 +144,7 @@ TEST_F(CudaOpsParity, GatedProductsMatchTheSeparateOps) {
                            job(wg, gate, false), job(wu, up, false), gate.host_view);
       gpu_->norm_silu_gate(x.device_view, norm.device_view, 1e-5f, normed.device_view,
                            job(wg, gate, true), job(wu, up, true), gate.device_view);
-      EXPECT_LT(error(gate), kF32Products) << rows << " rows, bias " << with_bias;
+      EXPECT_LT(error(gate), bf16_weight_products(rows)) << rows << " rows, bias " << with_bias;
       const std::vector<float> fused = device_floats(gate);
       gpu_->norm_matmuls(x.device_view, norm.device_view, 1e-5f, normed.device_view,
                          {job(wg, gate, true), job(wu, up, true)});
@@ -337,7 +340,7 @@ TEST_F(CudaOpsParity, QkvProductsRopeAndCacheWriteInOneLaunch) {
           diff += (double(got[e]) - expected[e]) * (double(got[e]) - expected[e]);
           total += double(expected[e]) * expected[e];
         }
-        EXPECT_LT(std::sqrt(diff / total), kF32Products)
+        EXPECT_LT(std::sqrt(diff / total), bf16_weight_products(tokens))
             << tokens << " tokens, rotary " << rotary << ", output " << i;
         EXPECT_EQ(got, device_floats(separate[i]))
             << tokens << " tokens, rotary " << rotary << ", output " << i;

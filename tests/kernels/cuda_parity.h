@@ -22,6 +22,12 @@ namespace deepinfer::cuda::testing {
 constexpr double kExact = 1e-6;
 constexpr double kF32Products = 1e-5;
 constexpr double kBf16Activations = 1e-2;
+// Products of bf16 weights keep x in f32 up to this many rows (the few-rows kernels); more rows
+// go to cuBLASLt with x rounded to bf16.
+constexpr int64_t kF32ActivationRows = 3;
+inline double bf16_weight_products(int64_t rows) {
+  return rows <= kF32ActivationRows ? kF32Products : kBf16Activations;
+}
 constexpr double kHalfActivations = 1e-2;  // f16 rounds finer than bf16: the same bound holds
 // FP8 prompt products quantise x to e4m3 in groups of 128 scaled to their largest value: one
 // part in 16 an element, averaged out in the sums (measured ~4e-4).

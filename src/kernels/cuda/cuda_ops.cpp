@@ -15,7 +15,12 @@
 namespace deepinfer::cuda {
 namespace {
 
-constexpr int kFewRows = 8;  // up to this many rows a product streams the weight once
+// Up to this many rows a product streams the weight once through the few-rows kernels. For
+// bf16 and f16 weights those lose to cuBLASLt from 4 rows on (8B-shaped decode step, H100,
+// both in recorded graphs: 4 / 5 / 8 rows 9.85 / 14.71 / 25.44 ms few-rows against 8.86 /
+// 9.00 / 9.61 ms on cuBLASLt; 3 rows 8.39-8.44 against 8.75 ms); FP8's row limit is unmeasured.
+constexpr int kFewRows = 8;
+constexpr int kFewRowsHalf = 3;
 
 void require_device(const Tensor& tensor, const char* op) {
   DI_CHECK(tensor.device == Device::kCuda, "{}: a tensor {} is in host memory, not on the GPU", op,
@@ -737,7 +742,7 @@ class CudaOps final : public Ops {
     const Tensor& w = *job.weight;
     return !job.input && w.dtype == DType::kBF16 && w.device == Device::kCuda &&
            x.device == Device::kCuda && x.is_contiguous() && job.out->is_contiguous() &&
-           rows_of(x) <= kFewRows && x.dim(-1) == w.dim(1) && w.dim(1) % 8 == 0 &&
+           rows_of(x) <= kFewRowsHalf && x.dim(-1) == w.dim(1) && w.dim(1) % 8 == 0 &&
            job.out->dim(-1) == w.dim(0) && rows_of(*job.out) == rows_of(x) &&
            (!job.bias || job.bias->device == Device::kCuda);
   }
@@ -751,9 +756,9 @@ class CudaOps final : public Ops {
     int64_t k = weight.dim(1);
     const bool fp8 = fp8_block_scaled(weight);
     const bool half = weight.dtype == DType::kBF16 || weight.dtype == DType::kF16;
-    if (rows <= kFewRows && weight.dtype == DType::kBF16 && k % 8 == 0) {
+    if (rows <= kFewRowsHalf && weight.dtype == DType::kBF16 && k % 8 == 0) {
       matmul_bf16_few_rows(x, weight.as<const uint16_t>(), rows, n, k, y, stream());
-    } else if (rows <= kFewRows && weight.dtype == DType::kF16 && k % 8 == 0) {
+    } else if (rows <= kFewRowsHalf && weight.dtype == DType::kF16 && k % 8 == 0) {
       matmul_f16_few_rows(x, weight.as<const uint16_t>(), rows, n, k, y, stream());
     } else if (rows <= kFewRows && fp8 && k % 16 == 0) {
       matmul_fp8_few_rows(x, weight.as<const uint8_t>(), weight.block_scales->data, rows, n, k, y,
