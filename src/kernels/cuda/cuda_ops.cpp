@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/deepseek_v4_kernels.h"
+#include "kernels/cuda/device_tensors.h"
 #include "kernels/cuda/expert_tables.h"
 #include "kernels/cuda/grouped_experts.h"
 
@@ -21,40 +22,6 @@ namespace {
 // 9.00 / 9.61 ms on cuBLASLt; 3 rows 8.39-8.44 against 8.75 ms); FP8's row limit is unmeasured.
 constexpr int kFewRows = 8;
 constexpr int kFewRowsHalf = 3;
-
-void require_device(const Tensor& tensor, const char* op) {
-  DI_CHECK(tensor.device == Device::kCuda, "{}: a tensor {} is in host memory, not on the GPU", op,
-           tensor.shape_string());
-}
-
-int64_t rows_of(const Tensor& tensor) {
-  return tensor.numel() / tensor.dim(-1);
-}
-
-// The distance in elements between consecutive rows (last axis) when every row is contiguous
-// and they are evenly spaced, as in a slice of wider rows; 0 otherwise.
-int64_t uniform_row_stride(const Tensor& tensor) {
-  int last = tensor.rank - 1;
-  if (tensor.rank < 2) return tensor.strides[0] == 1 ? tensor.shape[0] : 0;
-  if (tensor.strides[static_cast<size_t>(last)] != 1) return 0;
-  int64_t stride = tensor.strides[static_cast<size_t>(last - 1)];
-  for (int axis = last - 2; axis >= 0; --axis) {
-    auto a = static_cast<size_t>(axis);
-    if (tensor.strides[a] != tensor.shape[a + 1] * tensor.strides[a + 1]) return 0;
-  }
-  return stride;
-}
-
-DeviceWeight device_weight(const Tensor& weight) {
-  DeviceWeight w{weight.data, weight.dtype, weight.dim(-1)};
-  if (weight.block_scales) {
-    w.scales = weight.block_scales->data;
-    w.scale_cols = weight.block_scales->cols;
-    w.block_rows = weight.block_scales->block_rows;
-    w.block_cols = weight.block_scales->block_cols;
-  }
-  return w;
-}
 
 class CudaGraph final : public RecordedOps {
  public:
