@@ -27,8 +27,7 @@ void SpeculativeConfig::validate() const {
 }
 
 void StepCosts::measured(int64_t tokens, double seconds) {
-  times_[tokens] = seconds;
-  rebuild_monotone();
+  refresh_monotone(times_.insert_or_assign(tokens, seconds).first);
 }
 
 void StepCosts::observe(int64_t tokens, double seconds) {
@@ -42,17 +41,25 @@ void StepCosts::observe(int64_t tokens, double seconds) {
     const double ratio = std::clamp(seconds / entry->second, 1.0 / kLargestRatio, kLargestRatio);
     entry->second *= std::pow(ratio, kNewWeight);
   }
-  rebuild_monotone();
+  refresh_monotone(entry);
 }
 
 // A forward of more tokens never takes less time: each size answers at least the time of
 // every smaller one. A larger size's own time may be stale (profiled at start, without the
 // step's own work, or last run long ago); when too low, it makes drafts look cheap, they run,
 // and its time is measured afresh.
-void StepCosts::rebuild_monotone() {
-  monotone_.assign(times_.begin(), times_.end());
-  for (size_t i = 1; i < monotone_.size(); ++i)
-    monotone_[i].second = std::max(monotone_[i].second, monotone_[i - 1].second);
+void StepCosts::refresh_monotone(std::map<int64_t, double>::const_iterator changed) {
+  auto at = std::lower_bound(
+      monotone_.begin(), monotone_.end(), changed->first,
+      [](const std::pair<int64_t, double>& point, int64_t size) { return point.first < size; });
+  if (at == monotone_.end() || at->first != changed->first) at = monotone_.insert(at, *changed);
+  // Only sizes from the changed one on can change, and they stop at the first that does not.
+  auto i = static_cast<size_t>(at - monotone_.begin());
+  for (auto raw = changed; raw != times_.end(); ++raw, ++i) {
+    const double value = std::max(raw->second, i == 0 ? 0.0 : monotone_[i - 1].second);
+    if (raw != changed && value == monotone_[i].second) break;
+    monotone_[i].second = value;
+  }
 }
 
 double StepCosts::seconds(int64_t tokens) const {

@@ -57,7 +57,7 @@ class StepCosts {
  private:
   static constexpr double kNewWeight = 0.2;
   static constexpr double kLargestRatio = 2.0;  // of a step's time to its size's, counted
-  void rebuild_monotone();
+  void refresh_monotone(std::map<int64_t, double>::const_iterator changed);
   std::map<int64_t, double> times_;
   // times_ with each size's time at least every smaller size's, what seconds() reads.
   std::vector<std::pair<int64_t, double>> monotone_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 
 #include "core/error.h"
 
@@ -77,6 +78,21 @@ TEST(StepCosts, NeverLessForMoreTokensAndRobustToStalls) {
   costs.observe(3, 0.3);
   EXPECT_LE(costs.seconds(3), three * std::pow(2.0, 0.2) * (1 + 1e-12));
   EXPECT_GT(costs.seconds(3), three);
+}
+
+// However steps of any size move the table, larger sizes never answer less than smaller ones.
+TEST(StepCosts, StaysMonotoneUnderRandomSteps) {
+  StepCosts costs;
+  for (int64_t tokens : {1, 2, 4, 8, 16, 32}) costs.measured(tokens, 0.001 * tokens);
+  std::mt19937 random(7);
+  std::uniform_int_distribution<int64_t> size(1, 40);
+  std::uniform_real_distribution<double> seconds(0.0002, 0.05);
+  for (int step = 0; step < 3000; ++step) {
+    costs.observe(size(random), seconds(random));
+    if (step % 100 != 0) continue;
+    for (int64_t tokens = 1; tokens < 48; ++tokens)
+      ASSERT_LE(costs.seconds(tokens), costs.seconds(tokens + 1)) << step << " " << tokens;
+  }
 }
 
 // A step costing 10 ms plus 0.1 ms a token (a large model's decode: weights read once)
