@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -90,23 +91,48 @@ Tensor Tensor::row(int64_t index) const {
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kVectorAlignment = 64;
+
+// Large buffers are anonymous mappings on huge-page boundaries: the kernel hands them out
+// zeroed and backs them page by page on first touch (a KV cache of gigabytes costs nothing
+// until used) and, advised, with huge pages, which keeps TLB misses out of weight streaming.
+void* map_huge_aligned(size_t rounded) {
+  const size_t reserved = rounded + kHugePage;
+  void* mapping =
+      mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED) return nullptr;
+  const auto start = reinterpret_cast<uintptr_t>(mapping);
+  const uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) munmap(mapping, aligned - start);
+  const size_t tail = reserved - (aligned - start) - rounded;
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + rounded), tail);
+  auto* pointer = reinterpret_cast<void*>(aligned);
+  madvise(pointer, rounded, MADV_HUGEPAGE);
+  return pointer;
+}
 }  // namespace
 
 Buffer::Buffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
-  // Large buffers go on huge-page boundaries so the kernel can back them with huge pages,
-  // which keeps TLB misses out of weight streaming.
-  size_t alignment = bytes >= kHugePage ? kHugePage : kVectorAlignment;
-  size_t rounded = (bytes + alignment - 1) / alignment * alignment;
-  void* pointer = std::aligned_alloc(alignment, rounded);
+  if (bytes >= kHugePage) {
+    const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    void* pointer = map_huge_aligned(rounded);
+    if (pointer == nullptr) fail("out of memory allocating {} bytes", bytes);
+    data_ = std::unique_ptr<void, BufferFree>(pointer, BufferFree{rounded});
+    return;
+  }
+  const size_t rounded = (bytes + kVectorAlignment - 1) / kVectorAlignment * kVectorAlignment;
+  void* pointer = std::aligned_alloc(kVectorAlignment, rounded);
   if (pointer == nullptr) fail("out of memory allocating {} bytes", bytes);
-  if (alignment == kHugePage) madvise(pointer, rounded, MADV_HUGEPAGE);
   std::memset(pointer, 0, bytes);
   data_.reset(pointer);
 }
 
-void Buffer::Free::operator()(void* pointer) const {
-  std::free(pointer);
+void BufferFree::operator()(void* pointer) const {
+  if (mapped > 0) {
+    munmap(pointer, mapped);
+  } else {
+    std::free(pointer);
+  }
 }
 
 FloatTensor::FloatTensor(std::initializer_list<int64_t> shape) {

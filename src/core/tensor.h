@@ -61,7 +61,13 @@ struct Tensor {
   Tensor row(int64_t index) const;
 };
 
-// Heap memory aligned for vector loads and huge pages, zero-initialised.
+// How a Buffer's storage goes back.
+struct BufferFree {
+  size_t mapped = 0;  // bytes of an anonymous mapping; 0: from the heap
+  void operator()(void* pointer) const;
+};
+
+// Memory aligned for vector loads and huge pages, zero-initialised.
 class Buffer {
  public:
   Buffer() = default;
@@ -70,10 +76,7 @@ class Buffer {
   size_t size() const { return size_; }
 
  private:
-  struct Free {
-    void operator()(void* pointer) const;
-  };
-  std::unique_ptr<void, Free> data_;
+  std::unique_ptr<void, BufferFree> data_;
   size_t size_ = 0;
 };
 
