@@ -17,7 +17,8 @@
 # in the host-memory tier and on disk (bench-engine); peer = the same workloads through PyTorch/transformers (bench/torch_peer.py);
 # structured = 32 requests held to a JSON Schema against 32 free (bench-engine on a
 # Qwen3-0.6B-shaped checkpoint; carry build/tokenizers/qwen3); speculative = the 8B shape
-# without speculation, with n-gram drafts and with a 1B-shaped draft model (bench-engine);
+# without speculation, with n-gram drafts and with a 1B-shaped draft model, and n-gram drafts
+# on repetitive prompts against none (bench-engine);
 # v4 = a DeepSeek-V4-Flash-shaped FP8 checkpoint with V4_LAYERS layers (4 by default; the
 # disk holds about 8): 8k-token prefill, batch-1 decode after it, and batch-1 and batch-64
 # decode steps at 8k and 64k cached tokens (deepinfer bench); profile = one batch-1 decode step's kernel times under Nsight Compute
@@ -250,17 +251,30 @@ run() {
   fi
   # speculative: the 8B shape at 1, 8 and 32 concurrent requests (256 + 256 tokens) without
   # speculation, with n-gram drafts and with the 1B-shaped draft model (random weights: the
-  # draft costs its forwards and is rarely accepted).
+  # draft costs its forwards and is rarely accepted); then without speculation and with n-gram
+  # drafts on repetitive prompts (a 16-id phrase said 16 times, given as token ids).
   if [[ $stages == *speculative* ]]; then
     make_8b
     make_1b
-    local config
-    for config in "" '{"method":"ngram"}' "{\"method\":\"draft_model\",\"model\":\"$MODEL_1B\"}"; do
+    rm -f "$out/speculative.txt"
+    local repetitive="$out/repetitive.jsonl"
+    awk 'BEGIN { for (p = 0; p < 16; ++p) { line = "{\"prompt_token_ids\": [";
+      for (r = 0; r < 16; ++r) for (j = 0; j < 16; ++j)
+        line = line (r + j ? ", " : "") (p * 131 + j * 977 + 7) % 32000;
+      print line "]}" } }' >"$repetitive"
+    local run config
+    for run in "off" "ngram" "draft_model" "off repetitive" "ngram repetitive"; do
+      case $run in
+        off*) config="" ;;
+        ngram*) config='{"method":"ngram"}' ;;
+        draft_model) config="{\"method\":\"draft_model\",\"model\":\"$MODEL_1B\"}" ;;
+      esac
+      local prompts=(--prompt-tokens 256)
+      [[ $run == *repetitive ]] && prompts=(--dataset-path "$repetitive")
       "$BUNDLE/bin/deepinfer" bench-engine "$MODEL_8B" --device cuda --load read \
-        --concurrency "${SPEC_CONCURRENCY:-1,8,32}" --prompt-tokens 256 --output-tokens 256 \
+        --concurrency "${SPEC_CONCURRENCY:-1,8,32}" "${prompts[@]}" --output-tokens 256 \
         --kv-cache-fraction 0.8 ${config:+--speculative-config "$config"} 2>&1 |
-        grep -E "concurrency|accept" | sed "s|^|$(sed -E 's/.*"method":"([a-z_]+)".*/\1/' <<<"${config:-off}"): |" |
-        tee -a "$out/speculative.txt"
+        grep -E "concurrency|accept" | sed "s|^|$run: |" | tee -a "$out/speculative.txt"
     done
   fi
   # PEER_PHASES (decode,prefill,throughput) and PEER_CONCURRENCY (64,256) fit the peer into

@@ -31,6 +31,9 @@ double seconds_since(Clock::time_point start) {
 struct EngineBenchArgs {
   ModelOptions model;
   std::string concurrency = "1,8,32";
+  // Requests per concurrency run; 0: as many as the concurrency. More keep the batch full as
+  // requests finish (a steady state, as vLLM's --num-prompts with --max-concurrency).
+  int num_prompts = 0;
   int prompt_tokens = 128;
   int output_tokens = 64;
   int shared_prefix_tokens = 0;
@@ -48,23 +51,47 @@ struct EngineBenchArgs {
   bool json = false;
 };
 
+// One dataset line's prompt: its "prompt_token_ids" as they are, or its "prompt" text tokenized
+// (the tokenizer loaded on first use: a checkpoint without one can still take ids).
+std::vector<int32_t> dataset_prompt(const nlohmann::json& line, const std::string& where,
+                                    const std::string& model_dir, int32_t vocab,
+                                    std::unique_ptr<Tokenizer>& tokenizer) {
+  if (line.is_object() && line.contains("prompt_token_ids")) {
+    const nlohmann::json& ids = line["prompt_token_ids"];
+    if (!ids.is_array() || ids.empty())
+      fail("--dataset-path: {}: \"prompt_token_ids\" is not a non-empty array", where);
+    std::vector<int32_t> prompt;
+    for (const nlohmann::json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
+        fail("--dataset-path: {}: token id {} is outside the vocabulary (size {})", where,
+             id.dump(), vocab);
+      prompt.push_back(id.get<int32_t>());
+    }
+    return prompt;
+  }
+  if (!line.is_object() || !line.contains("prompt") || !line["prompt"].is_string())
+    fail("--dataset-path: {} is not a JSON object with a \"prompt\" string or "
+         "\"prompt_token_ids\"",
+         where);
+  if (!tokenizer) tokenizer = Tokenizer::load(model_dir);
+  std::vector<int32_t> prompt = tokenizer->encode(line["prompt"].get<std::string>());
+  if (prompt.empty()) fail("--dataset-path: {} has an empty prompt", where);
+  return prompt;
+}
+
 std::vector<std::vector<int32_t>> load_dataset(const std::string& path,
-                                               const std::string& model_dir) {
+                                               const std::string& model_dir, int32_t vocab) {
   std::ifstream in(path);
   if (!in) fail("--dataset-path: cannot read {}", path);
-  std::unique_ptr<Tokenizer> tokenizer = Tokenizer::load(model_dir);
+  std::unique_ptr<Tokenizer> tokenizer;
   std::vector<std::vector<int32_t>> prompts;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json json = nlohmann::json::parse(line, nullptr, false);
-    if (json.is_discarded() || !json.is_object() || !json.contains("prompt") ||
-        !json["prompt"].is_string())
-      fail("--dataset-path: {} line {} is not a JSON object with a \"prompt\" string", path,
-           number);
-    prompts.push_back(tokenizer->encode(json["prompt"].get<std::string>()));
-    if (prompts.back().empty())
-      fail("--dataset-path: {} line {} has an empty prompt", path, number);
+    const nlohmann::json json = nlohmann::json::parse(line, nullptr, false);
+    const std::string where = fmt::format("{} line {}", path, number);
+    if (json.is_discarded()) fail("--dataset-path: {} is not JSON", where);
+    prompts.push_back(dataset_prompt(json, where, model_dir, vocab, tokenizer));
   }
   if (prompts.empty()) fail("--dataset-path: {} holds no prompts", path);
   return prompts;
@@ -107,14 +134,16 @@ GenerationRequest request_of(std::string id, std::vector<int32_t> prompt, int ma
   return request;
 }
 
-// N requests at once; output tokens per second over the whole run.
+// N requests at once (the rest of --num-prompts waiting for a place); output tokens per second
+// over the whole run.
 nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int concurrency) {
   EngineConfig config = args.engine;
   config.max_running = concurrency;
   Engine engine(model, config);
   int32_t vocab = model.config().vocab_size;
   int64_t prompt_tokens = 0;
-  for (int r = 0; r < concurrency; ++r) {
+  const int requests = std::max(concurrency, args.num_prompts);
+  for (int r = 0; r < requests; ++r) {
     std::vector<int32_t> prompt = args.dataset.empty()
                                       ? synthetic_tokens(args.prompt_tokens, r + 1, vocab)
                                       : args.dataset[static_cast<size_t>(r) % args.dataset.size()];
@@ -132,6 +161,7 @@ nlohmann::json throughput(CausalLM& model, const EngineBenchArgs& args, int conc
     output += static_cast<int64_t>(result.tokens.size());
   EngineStats stats = engine.stats();
   return {{"concurrency", concurrency},
+          {"requests", requests},
           {"output_tokens", output},
           {"seconds", seconds},
           {"steps", stats.steps},
@@ -254,7 +284,7 @@ void run_engine_bench(const EngineBenchArgs& given) {
   CausalLM& model = *loaded.model;
   EngineBenchArgs args = given;
   if (!args.dataset_path.empty())
-    args.dataset = load_dataset(args.dataset_path, args.model.model_dir);
+    args.dataset = load_dataset(args.dataset_path, args.model.model_dir, model.config().vocab_size);
   if (!args.structured_outputs.empty())
     args.constraint = load_constraint(args.structured_outputs, args.model.model_dir, model);
   prepare_kv_cache_dir(args.engine, args.model, model);
@@ -273,9 +303,10 @@ void run_engine_bench(const EngineBenchArgs& given) {
     report["throughput"].push_back(run);
     if (!args.json) {
       fmt::print(
-          "concurrency {:3}: {:7.1f} output tokens/s ({} tokens in {:.1f} s; {} steps, host work "
-          "{:.3f} ms/step)\n",
-          concurrency, run["output_tokens_per_s"].get<double>(),
+          "concurrency {:3}: {:7.1f} output tokens/s ({} requests, {} tokens in {:.1f} s; {} "
+          "steps, "
+          "host work {:.3f} ms/step)\n",
+          concurrency, run["output_tokens_per_s"].get<double>(), run["requests"].get<int>(),
           run["output_tokens"].get<int64_t>(), run["seconds"].get<double>(),
           run["steps"].get<int64_t>(), run["host_ms_per_step"].get<double>());
       if (args.engine.speculative.enabled()) {
@@ -330,6 +361,12 @@ void add_engine_bench_command(CLI::App& app) {
                    "Concurrent requests to try, comma-separated")
       ->capture_default_str();
   command
+      ->add_option("--num-prompts", args->num_prompts,
+                   "Requests per concurrency run (0: as many as the concurrency); more keep the "
+                   "batch full as requests finish, as a server's steady state")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  command
       ->add_option("--prompt-tokens", args->prompt_tokens, "Prompt length of throughput requests")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
@@ -353,9 +390,9 @@ void add_engine_bench_command(CLI::App& app) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   command->add_option("--dataset-path", args->dataset_path,
-                      "Throughput prompts from a JSONL file of {\"prompt\": TEXT} lines, "
-                      "tokenized with the model's tokenizer and taken in turn (instead of "
-                      "--prompt-tokens synthetic ids)");
+                      "Throughput prompts from a JSONL file of {\"prompt\": TEXT} lines "
+                      "(tokenized with the model's tokenizer) or {\"prompt_token_ids\": [...]} "
+                      "lines, taken in turn (instead of --prompt-tokens synthetic ids)");
   command->add_option("--structured-outputs", args->structured_outputs,
                       "Constrain every throughput request's output as vLLM's structured_outputs "
                       "field does: a JSON object such as {\"json\": SCHEMA}, {\"regex\": "

@@ -327,6 +327,46 @@ TEST(Cli, BadInputGivesAMessageAndNonZeroExit) {
   EXPECT_NE(no_command.status, 0);
 }
 
+TEST(Cli, BenchEngineKeepsTheBatchFullForEveryPrompt) {
+  auto run = run_command(fmt::format(
+      "{} bench-engine {} --concurrency 2 --num-prompts 5 --prompt-tokens 6 --output-tokens 3 "
+      "--json",
+      kBinary, fixture_model("llama-gqa").string()));
+  ASSERT_EQ(run.status, 0) << run.output;
+  nlohmann::json report = nlohmann::json::parse(run.output.substr(run.output.find('{')));
+  const nlohmann::json& throughput = report["throughput"].at(0);
+  EXPECT_EQ(throughput["concurrency"], 2);
+  EXPECT_EQ(throughput["requests"], 5);
+  EXPECT_EQ(throughput["output_tokens"], 15);
+  // Two at a time: at least three rounds of three decode steps.
+  EXPECT_GE(throughput["steps"].get<int>(), 9);
+}
+
+TEST(Cli, BenchEngineTakesPromptTokenIdsWithoutATokenizer) {
+  TempDir dir;
+  const std::string model = fixture_model("llama-gqa").string();  // no tokenizer files
+  std::ofstream(dir.path() / "ids.jsonl") << "{\"prompt_token_ids\": [1, 2, 3, 1, 2, 3]}\n\n"
+                                          << "{\"prompt_token_ids\": [5, 6]}\n";
+  auto run = run_command(
+      fmt::format("{} bench-engine {} --concurrency 2 --output-tokens 2 --dataset-path {} --json",
+                  kBinary, model, (dir.path() / "ids.jsonl").string()));
+  ASSERT_EQ(run.status, 0) << run.output;
+  nlohmann::json report = nlohmann::json::parse(run.output.substr(run.output.find('{')));
+  EXPECT_EQ(report["throughput"].at(0)["output_tokens"], 4);
+  // 8 prompt tokens and 4 output tokens.
+  EXPECT_NEAR(report["throughput"].at(0)["total_tokens_per_s"].get<double>() /
+                  report["throughput"].at(0)["output_tokens_per_s"].get<double>(),
+              3.0, 1e-9);
+
+  std::ofstream(dir.path() / "bad.jsonl") << "{\"prompt_token_ids\": [1, 512]}\n";
+  auto bad = run_command(fmt::format("{} bench-engine {} --dataset-path {}", kBinary, model,
+                                     (dir.path() / "bad.jsonl").string()));
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.output.find("line 1: token id 512 is outside the vocabulary (size 512)"),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST(Cli, EveryCommandHasHelp) {
   for (const char* command : {"", "logits", "generate", "make-model", "bench", "tokenize",
                               "detokenize", "render-chat", "bench-engine"}) {
