@@ -8,13 +8,12 @@
 #include <array>
 #include <bit>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <set>
 
 #include "structured/dfa_masks.h"
 #include "structured/earley_chart.h"
 #include "structured/grammar.h"
+#include "structured/kept_masks.h"
 #include "structured/program_constraint.h"
 #include "structured/structured.h"
 #include "structured/token_walk.h"
@@ -43,24 +42,12 @@ struct GrammarProgram {
     }
   }
 
-  Mask state_mask(const ChartKey& key) const {
-    std::lock_guard lock(mutex);
-    const auto found = state_masks.find(key);
-    return found == state_masks.end() ? nullptr : found->second;
-  }
-  void keep_state_mask(const ChartKey& key, Mask mask) const {
-    std::lock_guard lock(mutex);
-    if (state_masks.size() >= kMaxStateMasks) state_masks.clear();
-    state_masks.emplace(key, std::move(mask));
-  }
-
   Cfg cfg;
   std::shared_ptr<const TokenTable> table;
   std::vector<std::unique_ptr<DfaMasks>> terminal_masks;
   std::vector<int32_t> rank_of;  // a token's place in table->sorted(); -1: not a text token
   std::array<std::pair<size_t, size_t>, 256> first_byte_ranks{};  // [begin, end) by first byte
-  mutable std::mutex mutex;
-  mutable std::map<ChartKey, Mask> state_masks;
+  mutable KeptMasks<ChartKey, Mask> state_masks{kMaxStateMasks};
 };
 
 size_t shared_prefix(const std::string& a, const std::string& b) {
@@ -81,10 +68,10 @@ class GrammarMatcher final : public Matcher {
 
   TokenMask allowed() const override {
     const ChartKey key = chart_.key();
-    Mask mask = program_->state_mask(key);
+    Mask mask = program_->state_masks.find(key).value_or(nullptr);
     if (!mask) {
       mask = std::make_shared<const std::vector<uint64_t>>(allowed_tokens());
-      program_->keep_state_mask(key, mask);
+      program_->state_masks.keep(key, mask);
     }
     return {std::move(mask), program_->table->size()};
   }

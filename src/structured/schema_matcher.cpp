@@ -7,11 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <map>
-#include <mutex>
 
 #include "structured/dfa_masks.h"
 #include "structured/json_schema.h"
+#include "structured/kept_masks.h"
 #include "structured/program_constraint.h"
 #include "structured/schema_numbers.h"
 #include "structured/shared_stack.h"
@@ -104,6 +103,8 @@ class Automaton {
     start.stack.push_back(value_frame(graph->root));
     threads_.push_back(std::move(start));
   }
+  Automaton(const SchemaGraph* graph, Threads threads)
+      : graph_(graph), threads_(std::move(threads)) {}
 
   // Steps every thread on `c`. The threads are moved through, not copied: after false the
   // automaton is spent (callers feed a copy they drop on failure).
@@ -221,6 +222,13 @@ class Automaton {
   static bool is_key(const Frame& frame) { return frame.mode == Mode::kKey; }
   static constexpr size_t max_key_bytes() { return kMaxKeyBytes; }
   size_t threads() const { return threads_.size(); }
+  // This automaton with only its thread `index`: the tokens a set of threads takes are those
+  // any one of them takes.
+  Automaton only(size_t index) const {
+    Automaton one(graph_, Threads{});
+    one.threads_.push_back(threads_[index]);
+    return one;
+  }
 
   const SchemaNode& node(int index) const {
     return index < 0 ? any_node() : graph_->nodes[static_cast<size_t>(index)];
@@ -608,23 +616,18 @@ struct SchemaProgram {
   using Mask = std::shared_ptr<const std::vector<uint64_t>>;
   static constexpr size_t kMaxMasks = 256;  // 19 KB each for a 151k vocabulary
 
-  Mask cached_mask(const std::string& key) const {
-    std::lock_guard lock(mutex);
-    auto found = masks.find(key);
-    return found == masks.end() ? nullptr : found->second;
-  }
-  Mask keep_mask(const std::string& key, std::vector<uint64_t> bits) const {
-    auto made = std::make_shared<const std::vector<uint64_t>>(std::move(bits));
-    std::lock_guard lock(mutex);
-    if (masks.size() >= kMaxMasks) masks.clear();
-    masks.emplace(key, made);
-    return made;
-  }
+  // One thread's mask (end tokens aside) and the thread steps its walk took: it is what any
+  // walk of that thread given at least that budget finds.
+  struct ThreadMask {
+    Mask bits;
+    size_t steps = 0;
+  };
 
   SchemaGraph graph;
   std::shared_ptr<const TokenTable> table;
-  mutable std::mutex mutex;
-  mutable std::map<std::string, Mask> masks;  // by Automaton::key
+  mutable KeptMasks<std::string, Mask> masks{kMaxMasks};  // by Automaton::key
+  // By the key of an Automaton::only the thread.
+  mutable KeptMasks<std::string, ThreadMask> thread_masks{kMaxMasks};
 };
 
 class SchemaMatcher final : public Matcher {
@@ -638,8 +641,11 @@ class SchemaMatcher final : public Matcher {
   // states (the start, each key, each value's start) again and again.
   TokenMask allowed() const override {
     const std::string key = automaton_.key();
-    SchemaProgram::Mask mask = program_->cached_mask(key);
-    if (!mask) mask = program_->keep_mask(key, allowed_tokens());
+    SchemaProgram::Mask mask = program_->masks.find(key).value_or(nullptr);
+    if (!mask) {
+      mask = std::make_shared<const std::vector<uint64_t>>(allowed_tokens());
+      program_->masks.keep(key, mask);
+    }
     return {std::move(mask), program_->table->size()};
   }
   bool accept(int32_t token) override {
@@ -670,8 +676,9 @@ class SchemaMatcher final : public Matcher {
                                         allowed);
   }
 
-  // A mask's walk steps at most this many threads by a byte (at most about 80 ms): past it
-  // only the tokens already checked and the single bytes are allowed, so a schema whose unions
+  // A mask's walk steps at most this many threads by a byte (at most about 80 ms), shared out
+  // evenly between the automaton's threads: past its share a thread's walk allows only the
+  // tokens already checked, and the mask then adds the single bytes, so a schema whose unions
   // keep many threads alive writes in smaller tokens instead of stalling.
   static constexpr size_t kMaxThreadSteps = 300'000;
 
@@ -679,8 +686,9 @@ class SchemaMatcher final : public Matcher {
   struct Budgeted {
     Automaton automaton;
     size_t* spent;
+    size_t budget;
     bool feed(uint8_t c) {
-      if (*spent > kMaxThreadSteps) return false;
+      if (*spent > budget) return false;
       *spent += automaton.threads();
       return automaton.feed(c);
     }
@@ -691,9 +699,51 @@ class SchemaMatcher final : public Matcher {
     std::vector<uint64_t> allowed((static_cast<size_t>(table.size()) + 63) / 64, 0);
     if (automaton_.complete())
       for (int32_t id : table.end_tokens()) mark(allowed, id);
-    size_t spent = 0;
-    const Budgeted start{automaton_, &spent};
-    if (const std::vector<const Frame*> tops = automaton_.plain_tops(); !tops.empty()) {
+    bool cut = false;
+    size_t steps = 0;
+    if (automaton_.threads() == 1) {
+      cut = !allow_thread_tokens(automaton_, kMaxThreadSteps, allowed, steps);
+    } else {
+      // Thread by thread: most are inside a string or key, whose plain tokens are a table
+      // lookup, and a thread's mask recurs in other unions' states. A thread's mask depends
+      // only on the thread and its share of the budget, whatever was kept before.
+      const size_t share = kMaxThreadSteps / automaton_.threads();
+      for (size_t t = 0; t < automaton_.threads(); ++t) {
+        const Automaton one = automaton_.only(t);
+        const std::string key = one.key();
+        const auto kept = program_->thread_masks.find(key);
+        if (kept && kept->steps <= share) {
+          or_into(allowed, *kept->bits);
+          continue;
+        }
+        std::vector<uint64_t> bits(allowed.size(), 0);
+        steps = 0;
+        const bool whole = allow_thread_tokens(one, share, bits, steps);
+        or_into(allowed, bits);
+        if (whole) {
+          program_->thread_masks.keep(
+              key, {std::make_shared<const std::vector<uint64_t>>(std::move(bits)), steps});
+        } else {
+          cut = true;
+        }
+      }
+    }
+    if (cut) allow_fed_tokens(automaton_, table, table.one_byte_tokens(), allowed);
+    return allowed;
+  }
+
+  static void or_into(std::vector<uint64_t>& allowed, const std::vector<uint64_t>& bits) {
+    for (size_t w = 0; w < allowed.size(); ++w) allowed[w] |= bits[w];
+  }
+
+  // Marks the tokens `automaton` takes (end tokens aside), counting in `spent` the thread
+  // steps its walk takes; false when they exceed `budget` (the walk was cut short: a walk
+  // whose steps stay within a budget is the same under any larger one).
+  bool allow_thread_tokens(const Automaton& automaton, size_t budget,
+                           std::vector<uint64_t>& allowed, size_t& spent) const {
+    const TokenTable& table = *program_->table;
+    const Budgeted start{automaton, &spent, budget};
+    if (const std::vector<const Frame*> tops = automaton.plain_tops(); !tops.empty()) {
       for (const Frame* top : tops) {
         if (Automaton::is_key(*top)) {
           table.allow_string_plain(
@@ -707,9 +757,7 @@ class SchemaMatcher final : public Matcher {
     } else {
       allow_fed_tokens(start, table, table.sorted(), allowed);
     }
-    if (spent > kMaxThreadSteps)
-      allow_fed_tokens(automaton_, table, table.one_byte_tokens(), allowed);
-    return allowed;
+    return spent <= budget;
   }
 
   std::shared_ptr<const SchemaProgram> program_;

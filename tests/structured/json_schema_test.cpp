@@ -342,6 +342,35 @@ TEST(JsonSchema, KeptMasksHoldWhereStatesShareAKey) {
                      R"({"aa":11111})");
 }
 
+// A union's state is masked thread by thread (each thread's mask kept for the next state that
+// holds it, beside other threads): the masks are still exactly the tokens accepted, with the
+// end token only where some thread is complete, and where a thread comes back in an array's
+// next item or as the only one left.
+TEST(JsonSchema, UnionMasksAreTheirThreadsMasks) {
+  const std::string shapes = R"({"anyOf":[
+      {"type":"object","properties":{"type":{"enum":["Point"]},
+       "name":{"type":"string","pattern":"^[a-z]*$"},
+       "at":{"type":"array","items":{"type":"number"}}},"required":["type"]},
+      {"type":"object","properties":{"type":{"enum":["Polygon"]},
+       "name":{"type":"string","maxLength":3}},"additionalProperties":false},
+      {"type":"object","properties":{"type":{"const":"Pole"}},"additionalProperties":true},
+      {"type":"string","pattern":"^P"}]})";
+  expect_masks_along(shapes, R"({"name":"ab\n","type":"Pole","at":[1.5,-0]})");
+  expect_masks_along(shapes, R"({"name":"ab","type":"Point","at":[1.5,-0]})");
+  expect_masks_along(shapes, R"({"name":"abc","type":"Polygon"})");
+  // Past "abc" the Polygon's name is too long: the other two threads' masks are the ones kept
+  // when it was alive.
+  expect_masks_along(shapes, R"({"name":"abcdef","type":"Pole"})");
+  expect_masks_along(shapes, R"("Point")");
+  expect_masks_along(R"({"type":"array","items":)" + shapes + "}",
+                     R"([{"name":"ab","type":"Pole"},{"name":"ab","type":"Pole","x":null},)"
+                     R"({"name":"ab","type":"Point"},"Pa\n"])");
+  expect_masks_along(R"({"anyOf":[{"type":"integer"},{"type":"number","maximum":2},
+      {"type":"array","items":{"anyOf":[{"type":"integer"},{"type":"string"}]}}]})",
+                     R"([12,"a",1,"12",-0])");
+  expect_masks_along(R"({"anyOf":[{"type":"integer"},{"type":"number","maximum":2}]})", "12");
+}
+
 // JSONSchemaBench (tests/fixtures/structured): every schema compiles or is refused with a
 // GrammarError; no instance labelled invalid is accepted (compact JSON, byte by byte), and
 // valid instances are accepted unless they use what the matcher writes one way only (an
