@@ -3,7 +3,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +26,14 @@ void add_tokenizer_commands(CLI::App& app);
 void add_engine_bench_command(CLI::App& app);
 void add_replay_bench_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_router_command(CLI::App& app);
+
+// Blocks SIGTERM and SIGINT (in this thread and every thread it starts after) and ignores
+// SIGPIPE: call before starting a server's threads.
+sigset_t block_stop_signals();
+// Runs `run` until it returns; SIGTERM or SIGINT meanwhile calls `stop` once.
+void run_until_signal(const sigset_t& signals, const std::function<void()>& run,
+                      const std::function<void()>& stop);
 
 // Flags every command that loads a model shares.
 struct ModelOptions {

@@ -14,6 +14,32 @@
 #include "server/api_server.h"
 
 namespace deepinfer::cli {
+
+sigset_t block_stop_signals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
+
+// One waiting thread takes the signal; the threads the server started inherited the mask.
+void run_until_signal(const sigset_t& signals, const std::function<void()>& run,
+                      const std::function<void()>& stop) {
+  std::thread watcher([&] {
+    int received = 0;
+    sigwait(&signals, &received);
+    fmt::print(stderr, "deepinfer: signal {}, finishing requests in progress\n", received);
+    stop();
+  });
+  run();
+  // run() can also end without a signal; wake the watcher so it can be joined.
+  pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+}
+
 namespace {
 
 struct ServeArgs {
@@ -24,16 +50,10 @@ struct ServeArgs {
   std::string prompt_format = "auto";
 };
 
-// SIGTERM and SIGINT are blocked in every thread and taken by one waiting thread, which asks
-// the server to drain: new connections are refused, requests in progress run on for
-// --shutdown-timeout seconds and any still running then end with a 503.
+// SIGTERM and SIGINT ask the server to drain: new connections are refused, requests in
+// progress run on for --shutdown-timeout seconds and any still running then end with a 503.
 void run_serve(ServeArgs& args) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  std::signal(SIGPIPE, SIG_IGN);
+  const sigset_t signals = block_stop_signals();
   LoadedModel loaded = open_model(args.model);
   prepare_kv_cache_dir(args.engine, args.model, *loaded.model);
   prepare_speculative(args.engine, args.model);
@@ -42,16 +62,8 @@ void run_serve(ServeArgs& args) {
   server::ApiServer api(*loaded.model, args.model.model_dir, args.engine, args.serve);
   fmt::print(stderr, "deepinfer: serving {} on http://{}:{} ({})\n", args.model.model_dir,
              args.serve.http.host, api.port(), loaded.ops->name());
-  std::thread watcher([&] {
-    int received = 0;
-    sigwait(&signals, &received);
-    fmt::print(stderr, "deepinfer: signal {}, finishing requests in progress\n", received);
-    api.stop();
-  });
-  api.run();
-  // run() can also end without a signal (never today); wake the watcher so it can be joined.
-  pthread_kill(watcher.native_handle(), SIGTERM);
-  watcher.join();
+  run_until_signal(
+      signals, [&] { api.run(); }, [&] { api.stop(); });
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   deepinfer::cli::add_engine_bench_command(app);
   deepinfer::cli::add_replay_bench_command(app);
   deepinfer::cli::add_serve_command(app);
+  deepinfer::cli::add_router_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

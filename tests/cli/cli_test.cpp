@@ -367,9 +367,22 @@ TEST(Cli, BenchEngineTakesPromptTokenIdsWithoutATokenizer) {
       << bad.output;
 }
 
+TEST(Cli, RouterRefusesMissingAndMalformedWorkers) {
+  auto none = run_command(fmt::format("{} router --port 0", kBinary));
+  EXPECT_NE(none.status, 0);
+  EXPECT_NE(none.output.find("--worker-urls is required"), std::string::npos) << none.output;
+  auto malformed =
+      run_command(fmt::format("{} router --port 0 --worker-urls localhost:8000", kBinary));
+  EXPECT_EQ(malformed.status, 1);
+  EXPECT_NE(
+      malformed.output.find("localhost:8000 is not a worker URL of the form http://HOST:PORT"),
+      std::string::npos)
+      << malformed.output;
+}
+
 TEST(Cli, EveryCommandHasHelp) {
   for (const char* command : {"", "logits", "generate", "make-model", "bench", "tokenize",
-                              "detokenize", "render-chat", "bench-engine"}) {
+                              "detokenize", "render-chat", "bench-engine", "router"}) {
     auto help = run_command(fmt::format("{} {} --help", kBinary, command));
     EXPECT_EQ(help.status, 0) << command;
     EXPECT_NE(help.output.find("Options:"), std::string::npos) << command << help.output;
