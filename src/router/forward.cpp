@@ -112,12 +112,20 @@ ForwardResult forward(const WorkerAddress& worker, const server::HttpRequest& re
     result.outcome = ForwardResult::Outcome::kAnswered;
     return result;
   }
+  // Events pass on whole: a worker that fails mid-event leaves no half event before the
+  // error event the caller then sends.
   writer.start_stream(result.status, content_type);
+  std::string pending;
   while (!client_gone.load() && read_piece(connection, parser, piece, error)) {
     connection.stream.expires_after(timeouts.idle);
-    if (!piece.empty()) writer.write(piece);
+    pending += piece;
+    const size_t end = pending.rfind("\n\n");
+    if (end == std::string::npos) continue;
+    writer.write(pending.substr(0, end + 2));
+    pending.erase(0, end + 2);
   }
   if (error) return failed(ForwardResult::Outcome::kCutOff, "stream");
+  if (!pending.empty()) writer.write(std::move(pending));
   writer.end_stream();
   result.outcome = ForwardResult::Outcome::kAnswered;
   return result;

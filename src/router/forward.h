@@ -1,5 +1,5 @@
 // Passing one request through to a worker and its answer back to the client: whole answers
-// whole, streams (server-sent events) chunk by chunk as the worker writes them. Blocking: run
+// whole, streams (server-sent events) event by event as the worker writes them. Blocking: run
 // it on a thread of its own, never on an I/O thread.
 #pragma once
 

@@ -109,6 +109,13 @@ class RouterTest : public ::testing::Test {
     return at == std::string::npos ? -1.0 : std::stod(text.substr(at + prefix.size()));
   }
 
+  // A router metric without labels (-1 when absent).
+  double router_metric(const std::string& name) const {
+    const std::string text = call(port(), "GET", "/metrics").body;
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + name.size() + 2));
+  }
+
   std::unique_ptr<Worker> workers_[2];
   std::unique_ptr<RouterServer> router_;
   std::thread thread_;
@@ -192,6 +199,42 @@ TEST_F(RouterTest, AWorkerThatGoesAwayCostsNoRequest) {
   EXPECT_EQ(none.status, 503);
   EXPECT_EQ(none.json()["type"], "error");
   EXPECT_EQ(none.json()["error"]["type"], "api_error");
+}
+
+// Two long streams, one on each worker; one worker is killed while they run: its stream ends
+// with an error event and [DONE], the other runs to its end, and the next request is answered.
+TEST_F(RouterTest, AWorkerKilledMidStreamEndsOnlyItsOwnStream) {
+  Json request = Json::parse(kChat);
+  request["stream"] = true;
+  request["max_tokens"] = 400;
+  request["ignore_eos"] = true;
+  server::testing::Reply replies[2];
+  std::thread streams[2];
+  for (int s = 0; s < 2; ++s) {
+    streams[s] = std::thread(
+        [&, s] { replies[s] = call(port(), "POST", "/v1/chat/completions", request.dump()); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  workers_[0].reset();
+  for (auto& stream : streams) stream.join();
+  int cut = 0, whole = 0;
+  for (const auto& reply : replies) {
+    ASSERT_EQ(reply.status, 200);
+    bool done = false;
+    const std::vector<Json> events = server::testing::sse_payloads(reply.body, done);
+    EXPECT_TRUE(done);
+    ASSERT_FALSE(events.empty());
+    if (events.back().contains("error")) {
+      ++cut;
+      EXPECT_EQ(events.back()["error"]["code"], 502);
+    } else if (events.back()["choices"][0]["finish_reason"] == "length") {
+      ++whole;
+    }
+  }
+  EXPECT_EQ(cut, 1);
+  EXPECT_EQ(whole, 1);
+  EXPECT_EQ(call(port(), "POST", "/v1/chat/completions", kChat).status, 200);
+  EXPECT_EQ(router_metric("deepinfer_router_streams_cut_off_total"), 1);
 }
 
 TEST_F(RouterTest, BadInputIsAnsweredInTheApisShape) {
