@@ -13,13 +13,14 @@
 # --async-scheduling) and the shared-prefix TTFT; server = the same 8 x 64-token work through
 # `deepinfer serve` and 8 streaming HTTP clients; micro = the kernel, tokenizer and
 # JSON-mask micro-benchmarks; tiers = the prefix cache's memory and disk tiers (TTFT, disk
-# GB/s next to dd); replay = bounded replay's error on the sliding-window fixtures.
+# GB/s next to dd); replay = bounded replay's error on the sliding-window fixtures; router =
+# one-token requests to a worker directly and through `deepinfer router`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 MODELS=${MODELS:-/tmp/deepinfer-models}
 OUT=${OUT:-/tmp/deepinfer-bench}
-STAGES=${1:-dense,deepseek,engine,server,micro,tiers,replay}
+STAGES=${1:-dense,deepseek,engine,server,micro,tiers,replay,router}
 BIN="$BUILD_DIR/deepinfer"
 mkdir -p "$MODELS" "$OUT"
 
@@ -129,6 +130,47 @@ print(f"server: {tokens} output tokens in {end - start:.1f} s, {tokens / (end - 
 EOF
 }
 
+# What the router adds to a request: 60 one-token chat requests to demo-code-target's worker
+# directly and through `deepinfer router` in front of it, alternating; medians and p90.
+stage_router() {
+  local worker=18441 router=18440 model=tests/fixtures/models/demo-code-target
+  "$BIN" serve "$model" --host 127.0.0.1 --port "$worker" --kv-cache-bytes 268435456 \
+    >"$OUT/router-worker.log" 2>&1 &
+  local worker_pid=$!
+  "$BIN" router --worker-urls "http://127.0.0.1:$worker" --host 127.0.0.1 --port "$router" \
+    >"$OUT/router.log" 2>&1 &
+  local router_pid=$!
+  trap 'kill $worker_pid $router_pid 2>/dev/null || true' RETURN
+  for _ in $(seq 1 600); do
+    curl -sf "localhost:$router/health" >/dev/null && break
+    sleep 0.2
+  done
+  local body='{"model": "demo-code-target", "max_tokens": 1, "temperature": 0,
+    "messages": [{"role": "user", "content": "def add(a, b):"}]}'
+  local port
+  for port in $worker $router; do
+    curl -s -o /dev/null "localhost:$port/v1/chat/completions" -d "$body"
+  done
+  for _ in $(seq 1 60); do
+    for port in $worker $router; do
+      echo "$port $(curl -s -o /dev/null -w '%{time_total}' \
+        "localhost:$port/v1/chat/completions" -d "$body")"
+    done
+  done >"$OUT/router-times.txt"
+  python3 - "$OUT/router-times.txt" "$worker" <<'EOF' | tee "$OUT/router.txt"
+import statistics, sys
+times = {}
+for line in open(sys.argv[1]):
+    port, seconds = line.split()
+    times.setdefault(port, []).append(1000 * float(seconds))
+for port, values in times.items():
+    values.sort()
+    where = "direct" if port == sys.argv[2] else "through the router"
+    print(f"{where}: median {statistics.median(values):.2f} ms, "
+          f"p90 {values[int(0.9 * len(values))]:.2f} ms")
+EOF
+}
+
 stage_micro() {
   "$BUILD_DIR/kernels_bench" 2>&1 | tee "$OUT/kernels.txt"
   "$BUILD_DIR/tokenizer_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
@@ -147,7 +189,7 @@ echo "== summary =="
 for file in dense dense-short v2lite-bf16 v2lite-fp8; do
   [[ -f $OUT/$file.txt ]] && grep -E "roofline|decode|prompt" "$OUT/$file.txt" | sed "s/^/$file: /"
 done
-for file in engine engine-batch-invariant engine-async server tiers replay; do
+for file in engine engine-batch-invariant engine-async server tiers replay router; do
   [[ -f $OUT/$file.txt ]] && sed "s/^/$file: /" "$OUT/$file.txt"
 done
 exit 0
