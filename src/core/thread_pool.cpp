@@ -9,6 +9,14 @@ std::atomic<int> g_requested_threads{0};
 // Long enough to bridge the gap between back-to-back kernels (tens of microseconds), short
 // enough that an oversubscribed machine (two processes, two cores) is not starved.
 constexpr int kSpinIterations = 20000;
+// Whether this thread is running a pool task (of any pool).
+thread_local bool t_in_task = false;
+
+// Marks this thread as inside a task for its lifetime.
+struct InTask {
+  InTask() { t_in_task = true; }
+  ~InTask() { t_in_task = false; }
+};
 
 // Waits for `done` to become true: spin first, then give the core away between checks.
 template <typename Done>
@@ -44,6 +52,12 @@ void ThreadPool::run(const std::function<void(int, int)>& task) {
     task(0, 1);
     return;
   }
+  if (t_in_task) {  // the workers are busy with the task this one is part of
+    for (int thread = 0; thread < thread_count_; ++thread) task(thread, thread_count_);
+    return;
+  }
+  std::lock_guard turn(run_mutex_);
+  InTask in_task;
   task_ = &task;
   pending_.store(thread_count_ - 1, std::memory_order_relaxed);
   {
@@ -69,7 +83,10 @@ void ThreadPool::worker_loop(int index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stopping_.load()) return;
-    (*task_)(index, thread_count_);
+    {
+      InTask in_task;
+      (*task_)(index, thread_count_);
+    }
     pending_.fetch_sub(1, std::memory_order_release);
   }
 }

@@ -26,6 +26,8 @@ class ThreadPool {
   int size() const { return thread_count_; }
 
   // Calls task(thread_index, thread_count) on every thread and returns when all are done.
+  // Callers on several threads at once take turns (two engines in one process share the
+  // global pool); a call from inside a task runs every index on the calling thread.
   void run(const std::function<void(int, int)>& task);
 
   // Splits [0, count) into one contiguous range per thread, each a multiple of `grain`
@@ -81,6 +83,7 @@ class ThreadPool {
   std::atomic<bool> stopping_{false};
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::mutex run_mutex_;  // one task at a time
 };
 
 }  // namespace deepinfer
