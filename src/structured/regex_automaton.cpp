@@ -251,15 +251,28 @@ ByteDfa::ByteDfa(const RegexTree& tree) {
     accepting_[state] = std::binary_search(sets[state].begin(), sets[state].end(), nfa.accept());
   // A state from which no accepting one can be reached (an empty class such as [^\s\S] makes
   // them) is as good as dead: moving there would strand the output.
+  // Found backwards from the accepting states over the moves reversed, once each (a sweep
+  // repeated until nothing changes takes a pass per state of a long chain such as .{800}).
   std::vector<uint8_t> live(accepting_);
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (size_t state = 0; state < sets.size(); ++state) {
-      for (size_t c = 0; c < classes_ && !live[state]; ++c) {
-        if (live[static_cast<size_t>(moves_[state * classes_ + c])]) {
-          live[state] = 1;
-          grew = true;
-        }
+  std::vector<int32_t> first_from(sets.size() + 1, 0);  // moves into t: from[first_from[t]...]
+  for (int32_t target : moves_) ++first_from[static_cast<size_t>(target) + 1];
+  for (size_t t = 0; t < sets.size(); ++t) first_from[t + 1] += first_from[t];
+  std::vector<int32_t> from(moves_.size());
+  std::vector<int32_t> filled(first_from.begin(), first_from.end() - 1);
+  for (size_t move = 0; move < moves_.size(); ++move)
+    from[static_cast<size_t>(filled[static_cast<size_t>(moves_[move])]++)] =
+        static_cast<int32_t>(move / classes_);
+  std::vector<int32_t> pending;
+  for (size_t state = 0; state < sets.size(); ++state)
+    if (live[state]) pending.push_back(static_cast<int32_t>(state));
+  while (!pending.empty()) {
+    const auto target = static_cast<size_t>(pending.back());
+    pending.pop_back();
+    for (int32_t i = first_from[target]; i < first_from[target + 1]; ++i) {
+      const auto source = static_cast<size_t>(from[static_cast<size_t>(i)]);
+      if (!live[source]) {
+        live[source] = 1;
+        pending.push_back(static_cast<int32_t>(source));
       }
     }
   }

@@ -67,6 +67,27 @@ TEST(Regex, AgreesWithStdRegexOnRandomStrings) {
   }
 }
 
+// A long bounded repeat after a loop makes a long chain of states (thousands); dead ends are
+// pruned from the accepting states backwards, and every state of the chain that can still
+// reach a match stays.
+TEST(Regex, LongChainsKeepTheirLiveStatesAndLoseTheirDeadEnds) {
+  const ByteDfa dfa(RegexTree::parse("(ab|c)*[^\\s\"]e9.{833}$"));
+  EXPECT_TRUE(matches(dfa, "abcxe9" + std::string(833, 'x')));
+  EXPECT_TRUE(matches(dfa,
+                      "\x01"
+                      "e9" +
+                          std::string(833, '.')));
+  EXPECT_FALSE(matches(dfa, "abcxe9" + std::string(832, 'x')));
+  EXPECT_FALSE(matches(dfa, "abcxe9" + std::string(834, 'x')));
+  EXPECT_FALSE(matches(dfa, " e9" + std::string(833, 'x')));
+  const ByteDfa pruned(RegexTree::parse("a[^\\s\\S]b|a{300}c"));
+  EXPECT_TRUE(matches(pruned, std::string(300, 'a') + "c"));
+  EXPECT_FALSE(matches(pruned, "ab"));
+  int state = ByteDfa::kStart;
+  for (int i = 0; i < 300; ++i) state = pruned.next(state, 'a');
+  EXPECT_EQ(pruned.next(state, 'a'), ByteDfa::kDead);  // no 301st a can lead to a match
+}
+
 TEST(Regex, ClassesAndDotSpanWholeUtf8Characters) {
   EXPECT_TRUE(matches(".", "é"));
   EXPECT_TRUE(matches(".", "\xF0\x9F\x98\x80"));  // U+1F600, four bytes
