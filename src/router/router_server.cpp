@@ -203,23 +203,41 @@ std::string RouterServer::State::metrics() {
   for (size_t i = 0; i < addresses.size(); ++i)
     out += fmt::format("deepinfer_router_worker_queued_prompt_tokens{{worker=\"{}\"}} {}\n",
                        registry.workers()[i].url, in_flight_tokens[i]);
-  const std::pair<const char*, int64_t WorkerCounters::*> counters[] = {
-      {"deepinfer_router_requests_routed_total", &WorkerCounters::routed},
-      {"deepinfer_router_requests_failed_total", &WorkerCounters::failed},
-      {"deepinfer_router_expected_cached_tokens_total", &WorkerCounters::cached_tokens}};
-  for (const auto& [name, member] : counters) {
-    family(name, "counter", "Requests the router sent to the worker, by outcome or cache.");
+  struct PerWorker {
+    const char* name;
+    int64_t WorkerCounters::*member;
+    const char* help;
+  };
+  const PerWorker counters[] = {
+      {"deepinfer_router_requests_routed_total", &WorkerCounters::routed,
+       "Requests sent to the worker."},
+      {"deepinfer_router_requests_failed_total", &WorkerCounters::failed,
+       "Requests the worker failed (unreachable, or its stream cut off)."},
+      {"deepinfer_router_expected_cached_tokens_total", &WorkerCounters::cached_tokens,
+       "Prompt tokens of the requests sent to the worker that it was expected to hold cached "
+       "(estimated from prompt bytes)."}};
+  for (const auto& [name, member, help] : counters) {
+    family(name, "counter", help);
     for (size_t i = 0; i < addresses.size(); ++i)
       out += fmt::format("{}{{worker=\"{}\"}} {}\n", name, registry.workers()[i].url,
                          per_worker[i].*member);
   }
-  const std::pair<const char*, int64_t> totals[] = {
-      {"deepinfer_router_retries_total", retried},
-      {"deepinfer_router_streams_cut_off_total", cut_off},
-      {"deepinfer_router_unroutable_total", unroutable},
-      {"deepinfer_router_unauthorized_total", unauthorized}};
-  for (const auto& [name, value] : totals) {
-    family(name, "counter", "Requests retried elsewhere, cut off, without a worker, refused.");
+  struct Total {
+    const char* name;
+    int64_t value;
+    const char* help;
+  };
+  const Total totals[] = {
+      {"deepinfer_router_retries_total", retried,
+       "Requests sent to another worker after one could not be reached."},
+      {"deepinfer_router_streams_cut_off_total", cut_off,
+       "Streams ended with an error event when their worker failed mid-answer."},
+      {"deepinfer_router_unroutable_total", unroutable,
+       "Requests answered 503: no worker could take them."},
+      {"deepinfer_router_unauthorized_total", unauthorized,
+       "Requests refused for a missing or wrong API key."}};
+  for (const auto& [name, value, help] : totals) {
+    family(name, "counter", help);
     out += fmt::format("{} {}\n", name, value);
   }
   return out;
