@@ -92,6 +92,15 @@ stage_replay() {
   done
 }
 
+# Waits (up to 10 minutes) until a server on PORT answers /health.
+wait_healthy() {
+  for _ in $(seq 1 3000); do
+    curl -sf "localhost:$1/health" >/dev/null && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 # 8 streaming clients at once, each 128 prompt ids and 64 output tokens (bench-engine's
 # concurrency-8 work), timed from the first request to the last byte.
 stage_server() {
@@ -101,10 +110,7 @@ stage_server() {
   "$BIN" serve "$MODELS/llama-1b" --port "$port" --load read >"$OUT/server.log" 2>&1 &
   local server=$!
   trap 'kill $server 2>/dev/null || true' RETURN
-  for _ in $(seq 1 600); do
-    curl -sf "localhost:$port/health" >/dev/null && break
-    sleep 1
-  done
+  wait_healthy "$port"
   local body="{\"prompt\": [$ids], \"max_tokens\": 64, \"temperature\": 0, \"ignore_eos\": true,
     \"stream\": true, \"stream_options\": {\"include_usage\": true}}"
   local start end
@@ -141,10 +147,8 @@ stage_router() {
     >"$OUT/router.log" 2>&1 &
   local router_pid=$!
   trap 'kill $worker_pid $router_pid 2>/dev/null || true' RETURN
-  for _ in $(seq 1 600); do
-    curl -sf "localhost:$router/health" >/dev/null && break
-    sleep 0.2
-  done
+  wait_healthy "$worker"
+  wait_healthy "$router"
   local body='{"model": "demo-code-target", "max_tokens": 1, "temperature": 0,
     "messages": [{"role": "user", "content": "def add(a, b):"}]}'
   local port

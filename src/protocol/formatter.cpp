@@ -107,4 +107,16 @@ std::unique_ptr<ResponseFormatter> make_formatter(ApiFormat format, ResponseMeta
   return nullptr;
 }
 
+std::optional<ApiFormat> api_format_for(const std::string& path) {
+  if (path == "/v1/chat/completions") return ApiFormat::kChatCompletions;
+  if (path == "/v1/completions") return ApiFormat::kCompletions;
+  if (path == "/v1/messages") return ApiFormat::kAnthropicMessages;
+  if (path == "/v1/responses") return ApiFormat::kResponses;
+  return std::nullopt;
+}
+
+ErrorBody error_body_for(const std::string& path) {
+  return path == "/v1/messages" ? anthropic_error_body : openai_error_body;
+}
+
 }  // namespace deepinfer::protocol

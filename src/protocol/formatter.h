@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,5 +46,11 @@ class ResponseFormatter {
 enum class ApiFormat { kChatCompletions, kCompletions, kAnthropicMessages, kResponses };
 
 std::unique_ptr<ResponseFormatter> make_formatter(ApiFormat format, ResponseMeta meta);
+
+// The API a route speaks; nullopt for routes that are none of the four.
+std::optional<ApiFormat> api_format_for(const std::string& path);
+// The error body a route's clients parse: Anthropic's on /v1/messages, OpenAI's elsewhere.
+using ErrorBody = Json (*)(const ApiError&);
+ErrorBody error_body_for(const std::string& path);
 
 }  // namespace deepinfer::protocol

@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "core/error.h"
-#include "protocol/anthropic.h"
 #include "protocol/formatter.h"
 #include "protocol/openai.h"
 
@@ -30,18 +29,8 @@ double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::optional<protocol::ApiFormat> api_format(const std::string& path) {
-  if (path == "/v1/chat/completions") return protocol::ApiFormat::kChatCompletions;
-  if (path == "/v1/completions") return protocol::ApiFormat::kCompletions;
-  if (path == "/v1/messages") return protocol::ApiFormat::kAnthropicMessages;
-  if (path == "/v1/responses") return protocol::ApiFormat::kResponses;
-  return std::nullopt;
-}
-
 std::string error_text(const std::string& path, const ApiError& error) {
-  const Json body = path == "/v1/messages" ? protocol::anthropic_error_body(error)
-                                           : protocol::openai_error_body(error);
-  return body.dump();
+  return protocol::error_body_for(path)(error).dump();
 }
 
 }  // namespace
@@ -174,7 +163,7 @@ void RouterServer::State::pass_through(const server::HttpRequest& request,
       ++cut_off;
       const ApiError error(502, "the worker serving this request failed: " + result.error, "",
                            "server_error");
-      if (const auto format = api_format(request.path))
+      if (const auto format = protocol::api_format_for(request.path))
         writer.write(protocol::make_formatter(*format, {})->stream_error(error));
       writer.end_stream();
       return;

@@ -39,11 +39,6 @@ std::string random_id(const char* prefix) {
   return fmt::format("{}{:016x}", prefix, generator());
 }
 
-// Anthropic clients parse Anthropic's error shape; everyone else OpenAI's.
-Json (*error_body_for(const std::string& path))(const ApiError&) {
-  return path == "/v1/messages" ? protocol::anthropic_error_body : protocol::openai_error_body;
-}
-
 int64_t unix_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -100,7 +95,7 @@ ApiServer::ApiServer(CausalLM& model, const std::string& model_dir, const Engine
       std::make_unique<boost::asio::thread_pool>(std::max(1, options.request_threads));
   HttpServerOptions http = options.http;
   http.error_body = [](int status, const std::string& message, const std::string& path) {
-    return json_text(error_body_for(path)(ApiError(status, message)));
+    return json_text(protocol::error_body_for(path)(ApiError(status, message)));
   };
   http.on_drain_deadline = [this] { cut_short_live_jobs(); };
   http_ = std::make_unique<HttpServer>(
@@ -133,7 +128,7 @@ void ApiServer::handle(HttpRequest request, std::shared_ptr<ResponseWriter> writ
   if (queued_requests_.load() + counters_.in_flight.load() >= options_.max_pending_requests) {
     ++counters_.rejected;
     ApiError busy(429, "the server is at its limit of concurrent requests; retry later");
-    return send_json(writer, busy.status(), error_body_for(request.path)(busy));
+    return send_json(writer, busy.status(), protocol::error_body_for(request.path)(busy));
   }
   ++queued_requests_;
   boost::asio::post(*request_workers_,
@@ -144,7 +139,7 @@ void ApiServer::handle(HttpRequest request, std::shared_ptr<ResponseWriter> writ
 }
 
 void ApiServer::answer(const HttpRequest& request, const std::shared_ptr<ResponseWriter>& writer) {
-  auto error_body = error_body_for(request.path);
+  auto error_body = protocol::error_body_for(request.path);
   try {
     route(request, writer);
   } catch (const ApiError& error) {
